@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Shared helpers for the toolkit's shell scripts. Source it; it defines functions and sets nothing else.
+#   log/warn/die      one-line messages with the script's prefix ([setup], [serve], ...)
+#   load_config       export config.env + overrides, exactly as llmhost/config.py reads them
+#   require_cmd       fail with an install hint when a command is missing
+#   wait_until        poll a command with a timeout
+#   run               execute argv, or print it under DRY_RUN=1
+#   pid helpers       stop what we started by recorded PID / process group, never by name
+
+LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOG_PREFIX=${LOG_PREFIX:-llmhost}
+
+log() { printf '[%s] %s\n' "$LOG_PREFIX" "$*"; }
+warn() { printf '[%s] warning: %s\n' "$LOG_PREFIX" "$*" >&2; }
+die() {
+  printf '[%s] error: %s\n' "$LOG_PREFIX" "$*" >&2
+  exit 1
+}
+
+# The Python that runs the toolkit's own helpers before and after the venv exists (stdlib-only modules).
+host_python() {
+  if command -v python3 >/dev/null 2>&1; then
+    echo python3
+  else
+    die "python3 not found — install it (sudo apt-get install -y python3)"
+  fi
+}
+
+# Export every config key into the environment (one implementation: llmhost/config.py).
+load_config() {
+  local py record records
+  py=$(host_python)
+  records=$(cd "$LIB_DIR" && "$py" -m llmhost.config --env0 | tr '\0' '\n') \
+    || die "could not read config.env (see the message above)"
+  while IFS= read -r record; do
+    [[ -n "$record" ]] && export "${record?}"
+  done <<<"$records"
+}
+
+require_cmd() {
+  local cmd=$1 hint=${2:-}
+  command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' not found${hint:+ — $hint}"
+}
+
+# wait_until TIMEOUT_S INTERVAL_S CMD...: succeed as soon as CMD succeeds, fail after TIMEOUT_S.
+wait_until() {
+  local timeout_s=$1 interval_s=$2
+  shift 2
+  local deadline=$((SECONDS + timeout_s))
+  until "$@"; do
+    ((SECONDS >= deadline)) && return 1
+    sleep "$interval_s"
+  done
+}
+
+# run CMD...: execute, or under DRY_RUN=1 print what would run.
+run() {
+  if [[ "${DRY_RUN:-0}" == 1 ]]; then
+    printf '[%s] would run:' "$LOG_PREFIX"
+    printf ' %q' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
+
+# Process group of a PID (empty when the process is gone).
+pgid_of() { ps -o pgid= -p "$1" 2>/dev/null | tr -d ' '; }
+
+# stop_group PGID TIMEOUT_S: SIGTERM the whole group, wait, then SIGKILL what is left.
+stop_group() {
+  local pgid=$1 timeout_s=${2:-30}
+  [[ -n "$pgid" ]] || return 0
+  kill -TERM -- "-$pgid" 2>/dev/null || return 0
+  if ! wait_until "$timeout_s" 1 group_gone "$pgid"; then
+    warn "process group $pgid ignored SIGTERM for ${timeout_s}s — sending SIGKILL"
+    kill -KILL -- "-$pgid" 2>/dev/null || true
+    wait_until 10 1 group_gone "$pgid" || return 1
+  fi
+}
+
+group_gone() { ! kill -0 -- "-$1" 2>/dev/null; }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The CPU test suite (what CI runs): builds .venv with the pinned client + test dependencies, makes sure tmux is
+# present (serve.sh integration tests drive real tmux), runs shellcheck on every shell script, then pytest.
+#   ./tests/run_cpu.sh            # everything
+#   ./tests/run_cpu.sh -k serve   # extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+LOG_PREFIX=tests
+# shellcheck source=lib.sh
+source lib.sh
+
+ensure_tmux() {
+  command -v tmux >/dev/null 2>&1 && return 0
+  log "installing tmux (serve.sh runs the server in tmux)"
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
+  "${sudo[@]}" apt-get update -qq >/dev/null && "${sudo[@]}" apt-get install -y -qq tmux >/dev/null \
+    || die "could not install tmux — install it (sudo apt-get install -y tmux) and re-run"
+}
+
+ensure_venv() {
+  local stamp=.venv/.deps-$(sha1sum pyproject.toml | cut -c1-12)
+  [[ -f "$stamp" ]] && return 0
+  log "creating .venv with the pinned dependencies"
+  [[ -x .venv/bin/python ]] || "$(host_python)" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  rm -f .venv/.deps-* && touch "$stamp"
+}
+
+main() {
+  ensure_tmux
+  ensure_venv
+  log "shellcheck"
+  mapfile -t scripts < <(git ls-files '*.sh' 2>/dev/null || ls ./*.sh tests/*.sh)
+  .venv/bin/shellcheck -x "${scripts[@]}"
+  log "pytest (CPU suite)"
+  .venv/bin/python -m pytest "$@"
+}
+
+main "$@"
