@@ -1,0 +1,76 @@
+"""Memory-bandwidth ceilings for decode attention: a table of known GPUs' peak HBM bandwidth, and a measured one.
+
+Decode attention reads every cached K/V byte once per step, so its speed is bounded by memory bandwidth. Two
+ceilings are stated next to every measurement: the datasheet peak (this table) and what a plain device-to-device
+copy reaches on the same GPU (measured: the practical ceiling, typically ~85-92% of the datasheet figure).
+
+    lookup("NVIDIA H200")  -> GpuSpec(name='H200', peak_hbm_tb_s=4.8, ...)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    name: str
+    peak_hbm_tb_s: float  # datasheet memory bandwidth, TB/s (10^12 bytes/s)
+    memory_gb: int
+
+    @property
+    def peak_gb_s(self) -> float:
+        return self.peak_hbm_tb_s * 1000.0
+
+
+# Matched in order against the upper-cased torch device name, first hit wins, so the more specific keys come first
+# (e.g. "GH200" before "H200", "H100 NVL" and "H100 PCIE" before "H100", "A100 80GB"/"A100-SXM4-80GB" before "A100").
+_TABLE: dict[tuple[str, ...], GpuSpec] = {
+    ("GH200",): GpuSpec("GH200 (H100 96GB HBM3)", 4.0, 96),
+    ("H200",): GpuSpec("H200", 4.8, 141),
+    ("H100 NVL",): GpuSpec("H100 NVL", 3.9, 94),
+    ("H100 PCIE",): GpuSpec("H100 PCIe", 2.0, 80),
+    ("H100",): GpuSpec("H100 SXM", 3.35, 80),
+    ("H800",): GpuSpec("H800 SXM", 3.35, 80),
+    ("H20",): GpuSpec("H20", 4.0, 96),
+    ("B200",): GpuSpec("B200", 8.0, 180),
+    ("B100",): GpuSpec("B100", 8.0, 180),
+    ("A100", "80GB"): GpuSpec("A100 80GB", 2.0, 80),
+    ("A100",): GpuSpec("A100 40GB", 1.555, 40),
+    ("A800",): GpuSpec("A800 80GB", 2.0, 80),
+    ("L40S",): GpuSpec("L40S", 0.864, 48),
+    ("L40",): GpuSpec("L40", 0.864, 48),
+    ("L4",): GpuSpec("L4", 0.3, 24),
+    ("A10G",): GpuSpec("A10G", 0.6, 24),
+    ("A10",): GpuSpec("A10", 0.6, 24),
+    ("RTX 4090",): GpuSpec("RTX 4090", 1.008, 24),
+    ("RTX 6000 ADA",): GpuSpec("RTX 6000 Ada", 0.96, 48),
+    ("RTX 5090",): GpuSpec("RTX 5090", 1.792, 32),
+}
+
+
+def lookup(device_name: str | None) -> GpuSpec | None:
+    """The spec whose key words all appear in the device name (case-insensitive); None for an unknown GPU."""
+    if not device_name:
+        return None
+    upper = device_name.upper()
+    for keys, spec in _TABLE.items():
+        if all(key in upper for key in keys):
+            return spec
+    return None
+
+
+def measure_copy_gb_s(size_mib: int = 1024, repeat: int = 20) -> dict[str, float]:
+    """Device-to-device copy bandwidth: read + write bytes (2 x size) over the median copy time.
+
+    1 GiB per copy is ~20x an H200's 50 MB L2, so the copy streams from and to HBM as decode does.
+    """
+    import torch
+
+    from llmhost.fi.timing import gpu_time_ms, summarize
+
+    src = torch.empty(size_mib * 2**20, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    src.random_(0, 255)
+    stats = summarize(gpu_time_ms(lambda: dst.copy_(src), repeat=repeat, cold_l2=True))
+    moved = 2 * src.numel()
+    return {"copy_gb_s": moved / (stats["median_ms"] / 1e3) / 1e9, "copy_bytes": moved, **stats}
