@@ -1,0 +1,153 @@
+"""GPU memory and the processes holding it: NVML (nvidia-ml-py) first, `nvidia-smi` as the fallback.
+
+On a host without an NVIDIA driver both are absent and every query answers "no GPU" (empty lists) instead of
+failing, so serve.sh and the CPU test suite run anywhere.
+
+    python3 -m llmhost.gpu memory                                # one line per GPU: used / total
+    python3 -m llmhost.gpu wait-released --pids 4121,4188 --timeout-s 60
+                                                                 # until those PIDs hold no GPU memory
+Nothing is written.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuMemory:
+    index: int
+    name: str
+    used_mib: float
+    total_mib: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    gpu_index: int
+    used_mib: float | None  # None where the driver does not report it (e.g. some containers)
+
+
+def _nvml():
+    """The initialised pynvml module, or None when the library or the driver is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
+        return None
+
+
+def _smi(query: str, kind: str) -> list[list[str]]:
+    """Rows of `nvidia-smi --query-<kind>=<query>`; [] when nvidia-smi is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def _mib(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:  # "[N/A]"
+        return None
+
+
+def devices() -> list[GpuMemory]:
+    """Memory of every visible GPU; [] on a host without a GPU driver."""
+    nvml = _nvml()
+    if nvml is not None:
+        out = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            name = nvml.nvmlDeviceGetName(handle)
+            name = name.decode() if isinstance(name, bytes) else name
+            out.append(GpuMemory(i, name, mem.used / 2**20, mem.total / 2**20))
+        return out
+    rows = _smi("index,name,memory.used,memory.total", "gpu")
+    return [GpuMemory(int(r[0]), r[1], _mib(r[2]) or 0.0, _mib(r[3]) or 0.0) for r in rows if len(r) == 4]
+
+
+def processes() -> list[GpuProcess]:
+    """Compute processes on every GPU with the memory each holds; [] without a GPU driver."""
+    nvml = _nvml()
+    if nvml is not None:
+        out = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = proc.usedGpuMemory
+                out.append(GpuProcess(int(proc.pid), i, None if used is None else used / 2**20))
+        return out
+    index_of = {r[1]: int(r[0]) for r in _smi("index,gpu_uuid", "gpu") if len(r) == 2}
+    rows = _smi("pid,gpu_uuid,used_memory", "compute-apps")
+    return [GpuProcess(int(r[0]), index_of.get(r[1], -1), _mib(r[2])) for r in rows if len(r) == 3]
+
+
+def held_by(pids: Iterable[int]) -> list[GpuProcess]:
+    """The GPU processes among `pids`."""
+    wanted = set(pids)
+    return [p for p in processes() if p.pid in wanted]
+
+
+def wait_released(pids: Iterable[int], timeout_s: float, interval_s: float = 1.0) -> bool:
+    """Poll until none of `pids` holds GPU memory (the driver frees it shortly after exit); False on timeout."""
+    wanted = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while held_by(wanted):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
+
+def describe(gpus: list[GpuMemory]) -> str:
+    """One line: 'gpu0 NVIDIA H200 12.3/139.8 GiB used' per GPU, or 'no GPU'."""
+    if not gpus:
+        return "no GPU (no NVIDIA driver: NVML and nvidia-smi unavailable)"
+    return "; ".join(f"gpu{g.index} {g.name} {g.used_mib / 1024:.1f}/{g.total_mib / 1024:.1f} GiB used" for g in gpus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("memory", help="print used/total memory per GPU")
+    wait = sub.add_parser("wait-released", help="wait until the given PIDs hold no GPU memory")
+    wait.add_argument("--pids", required=True, help="comma-separated PIDs (those of the stopped server)")
+    wait.add_argument("--timeout-s", type=float, default=60.0, help="give up after this many seconds (default 60)")
+    args = parser.parse_args(argv)
+    if args.cmd == "memory":
+        print(describe(devices()))
+        return 0
+    try:
+        pids = [int(p) for p in args.pids.split(",") if p.strip()]
+    except ValueError:
+        parser.error(f"--pids must be comma-separated integers, got {args.pids!r}")
+    if not devices():
+        print("no GPU on this host — nothing to wait for")
+        return 0
+    if wait_released(pids, args.timeout_s):
+        print("GPU memory of the stopped server is released")
+        return 0
+    held = ", ".join(f"pid {p.pid} ({p.used_mib or 0:.0f} MiB)" for p in held_by(pids))
+    print(f"GPU memory still held after {args.timeout_s:.0f}s by {held} — check nvidia-smi", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""What /proc says about ports and processes: who listens on a TCP port, process groups and their PIDs.
+
+No ss/lsof needed (minimal hosts and containers lack them): /proc/net/tcp{,6} maps a listening port to a socket
+inode, /proc/<pid>/fd maps the inode to its PIDs, /proc/<pid>/stat gives process groups. Linux only, stdlib only.
+
+    python3 -m llmhost.procfs 30000      # who listens on port 30000 (exit 1 when nobody)
+Nothing is written.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+
+def listen_inodes(port: int) -> set[int] | None:
+    """Socket inodes listening on TCP `port` (IPv4 + IPv6); None when /proc/net is unreadable."""
+    inodes, readable = set(), False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()  # sl local_address rem_address st ... inode
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes if readable else None
+
+
+def port_owners(port: int) -> list[int] | None:
+    """PIDs whose open fds include the socket listening on `port` ([] = nobody we can see; None = no /proc)."""
+    inodes = listen_inodes(port)
+    if inodes is None:
+        return None
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    owners = []
+    for proc in Path("/proc").iterdir():
+        if not targets or not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in targets for fd in (proc / "fd").iterdir()):
+                owners.append(int(proc.name))
+        except OSError:  # exited meanwhile, or another user's process
+            continue
+    return sorted(owners)
+
+
+def is_listening(host: str, port: int) -> bool:
+    """A connect() probe: does anything accept connections on host:port?"""
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    try:
+        with socket.create_connection((target, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def describe_pid(pid: int) -> str:
+    """'pid 4121 (python3 -m sglang.launch_server ...)', command cut to 100 characters."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        cmd = "?"
+    return f"pid {pid} ({cmd[:100]}{'...' if len(cmd) > 100 else ''})"
+
+
+def port_holder(host: str, port: int) -> str | None:
+    """Who listens on the port, one phrase, or None when it is free."""
+    owners = port_owners(port)
+    if owners:
+        return ", ".join(describe_pid(p) for p in owners)
+    if owners is None and not is_listening(host, port):
+        return None
+    inodes = listen_inodes(port)
+    if inodes or is_listening(host, port):
+        return "a process this user cannot see (another user's or another container's)"
+    return None
+
+
+def pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live PID in process group `pgid` (/proc/<pid>/stat field 5)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:
+            pids.append(int(stat.parent.name))
+    return sorted(pids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("port", type=int, help="TCP port to look up")
+    parser.add_argument("--host", default="127.0.0.1", help="address for the connect() probe (default 127.0.0.1)")
+    args = parser.parse_args(argv)
+    holder = port_holder(args.host, args.port)
+    if holder is None:
+        print(f"port {args.port} is free", file=sys.stderr)
+        return 1
+    print(holder)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

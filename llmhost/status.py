@@ -1,0 +1,98 @@
+"""What a running server reports about itself, and one test reply: the body of `./serve.sh status` and of
+the check `./serve.sh start` ends with.
+
+    python3 -m llmhost.server status     # health, model, KV pool, requests, cache hits, uptime, GPU memory
+    python3 -m llmhost.server chat       # one chat completion through the OpenAI SDK, with its latency
+Reads the live server and $WORK_DIR/server/{pid,pgid,started_at}; writes nothing.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from llmhost.config import Config
+from llmhost.procfs import group_alive
+from llmhost.server import http_get
+
+
+def read_state(state_dir: Path) -> dict[str, str]:
+    """pid, pgid, started_at as serve.sh recorded them ({} when nothing was started)."""
+    out = {}
+    for name in ("pid", "pgid", "started_at"):
+        path = state_dir / name
+        if path.is_file():
+            out[name] = path.read_text().strip()
+    return out
+
+
+def _gauge(samples: list, name: str) -> float | None:
+    """A scheduler gauge: rank 0's series when ranks are labelled (tensor parallel), else the only one."""
+    from llmhost import metrics
+
+    found = metrics.select(samples, name)
+    ranked = [s for s in found if s.labels.get("tp_rank", "0") == "0"]
+    return (ranked or found)[0].value if found else None
+
+
+def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
+    """(healthy, report lines) from /health, /v1/models, /metrics, the recorded state and the GPU."""
+    from llmhost import gpu, metrics
+
+    state = read_state(cfg.state_dir)
+    code, body = http_get(cfg, "/health", timeout=5.0)
+    if code != 200:
+        where = f" (recorded pgid {state['pgid']})" if "pgid" in state else ""
+        return False, [f"server down at {cfg.base_url}{where}: /health -> {code or body}"]
+    lines = [f"health       : ok at {cfg.base_url}"]
+    code, body = http_get(cfg, "/v1/models", timeout=5.0, api_key=api_key)
+    models = [m.get("id") for m in json.loads(body).get("data", [])] if code == 200 else [f"? (/v1/models -> {code})"]
+    lines.append(f"served model : {', '.join(map(str, models))}")
+    code, body = http_get(cfg, "/metrics", timeout=5.0)
+    if code == 200:
+        samples = metrics.parse(body)
+        pool, usage = _gauge(samples, "sglang:max_total_num_tokens"), _gauge(samples, "sglang:token_usage")
+        running, queued = _gauge(samples, "sglang:num_running_reqs"), _gauge(samples, "sglang:num_queue_reqs")
+        hit = _gauge(samples, "sglang:cache_hit_rate")
+        lines += [
+            f"KV pool      : {pool:,.0f} tokens" if pool is not None else "KV pool      : ? (no sglang:max_total_num_tokens)",
+            f"requests     : {running or 0:.0f} running, {queued or 0:.0f} queued",
+            f"token usage  : {100 * (usage or 0):.1f}% of the KV pool",
+            f"cache hits   : {100 * (hit or 0):.1f}% of prompt tokens (prefix cache)",
+        ]
+    else:
+        lines.append(f"metrics      : /metrics -> {code or body} (start with --enable-metrics)")
+    if "started_at" in state:
+        pgid = int(state.get("pgid", "0") or 0)
+        ours = "ours" if pgid and group_alive(pgid) else "NOT started by this serve.sh"
+        lines.append(f"process      : pid {state.get('pid', '?')}, group {pgid} ({ours}), started {state['started_at']}")
+        lines.append(f"uptime       : {_uptime(state['started_at'])}")
+    lines.append(f"GPU memory   : {gpu.describe(gpu.devices())}")
+    return True, lines
+
+
+def _uptime(started_at: str) -> str:
+    try:
+        seconds = int(time.time() - time.mktime(time.strptime(started_at, "%Y-%m-%dT%H:%M:%SZ")) + time.timezone)
+    except ValueError:
+        return "?"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
+def test_chat(cfg: Config, api_key: str | None) -> tuple[bool, str]:
+    """One short chat completion through the OpenAI SDK: (ok, 'reply in 0.42 s: ...' or the error)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=cfg.base_url + "/v1", api_key=api_key or "none", max_retries=0, timeout=120.0)
+    start = time.perf_counter()
+    try:
+        reply = client.chat.completions.create(
+            model=cfg.served_model_name, max_tokens=24, temperature=0.0,
+            messages=[{"role": "user", "content": "Say hello in five words."}],
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},  # a short answer, no <think> block
+        )
+    except Exception as exc:  # the SDK's connection/status errors: report, do not trace
+        return False, f"test chat failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    latency = time.perf_counter() - start
+    text = (reply.choices[0].message.content or "").strip().replace("\n", " ")
+    return True, f"test reply in {latency:.2f} s ({reply.usage.completion_tokens} tokens): {text[:200]!r}"
