@@ -1,0 +1,199 @@
+"""The stand-in's "model": deterministic tokens, a token-level prefix (radix) cache, request slots with a queue, and
+the live counters /metrics reports. Thread-safe; one Engine per server process.
+
+Tokens: text is split into word/space/punctuation pieces (roughly one Qwen token per English word) and each piece
+maps to a stable id (crc32), so identical prompts give identical token lists across processes. Output is drawn from
+a fixed list of odd pieces seen in the captured random-weight replies, seeded per request.
+Timing: a request waits for a slot (max running), then "prefills" for ttft_ms + prefill_us_per_token per UNCACHED
+prompt token, then emits one token every itl_ms.
+"""
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+
+_PIECE = re.compile(r"<\|[a-z_]+\|>|\s?\w+|\s?[^\w\s]|\s+")
+VOCAB = 151936
+# Pieces copied from the captured random-weight replies (tests/captures/chat_*.txt, generate_stream.txt).
+GARBAGE = [" carc", "表达", "_typeof", " QC", " VII", "สาธารณ", "larında", ".dispatchEvent", "邮政", "ASTE", "+self",
+           "tx", "רט", " strips", " Sau", "_resize", " Hayward", "IMS", " corr", "几何", " Nigerian", "irebase",
+           " Regel", "应用于", "/news", "ᴱ", "-opacity", "コミュニ", " CX", "口腔", "Weights", " persona", "_top",
+           "怅", " subsets", "omaly", " hele", "ospels", "핌", " Jed", " sunlight", "rowave", "新媒体", "ft", "嬖",
+           "ensus", "pagesize", "ampie", " Everyone", " wasm", " sibling", "ła", " WideString", "眯", "IEW", "颁发"]
+
+
+def tokenize(text: str) -> list[int]:
+    """Deterministic ids for the pieces of `text` (special tokens like <|im_start|> are one piece)."""
+    return [zlib.crc32(piece.encode()) % VOCAB for piece in _PIECE.findall(text)]
+
+
+def piece_id(piece: str) -> int:
+    return zlib.crc32(piece.encode()) % VOCAB
+
+
+class PrefixCache:
+    """Token trie: match the longest cached prefix, insert finished sequences; cleared when full (no LRU)."""
+
+    def __init__(self, capacity_tokens: int, enabled: bool = True):
+        self.root: dict = {}
+        self.size = 0
+        self.capacity = capacity_tokens
+        self.enabled = enabled
+
+    def match(self, tokens: list[int]) -> int:
+        if not self.enabled:
+            return 0
+        node, depth = self.root, 0
+        for tok in tokens:
+            node = node.get(tok)
+            if node is None:
+                break
+            depth += 1
+        return depth
+
+    def insert(self, tokens: list[int]) -> None:
+        if not self.enabled:
+            return
+        if self.size + len(tokens) > self.capacity:
+            self.flush()  # why: a simple bound on memory; the real cache evicts LRU leaves instead
+        node = self.root
+        for tok in tokens:
+            child = node.get(tok)
+            if child is None:
+                child = node[tok] = {}
+                self.size += 1
+            node = child
+
+    def flush(self) -> None:
+        self.root, self.size = {}, 0
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    ttft_ms: float = 5.0
+    prefill_us_per_token: float = 20.0
+    itl_ms: float = 2.0
+    max_running: int = 4096
+
+
+@dataclass
+class Request:
+    """One generation in flight; the HTTP layer reads `cached_tokens`, `output` and times from it."""
+    rid: str
+    prompt: list[int]
+    max_new_tokens: int
+    seed: int
+    is_streaming: bool
+    cached_tokens: int = 0
+    output: list[str] = field(default_factory=list)
+    received_ts: float = field(default_factory=time.time)
+    started_ts: float = 0.0
+    first_token_ts: float = 0.0
+    finished_ts: float = 0.0
+
+
+class Stats:
+    """Counters and histogram samples for /metrics (guarded by the engine lock)."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = {False: 0, True: 0}
+        self.generation_tokens = {False: 0, True: 0}
+        self.requests = {False: 0, True: 0}
+        self.cached_tokens = 0
+        self.ttft_s: dict[bool, list[float]] = {False: [], True: []}
+        self.e2e_s: dict[bool, list[float]] = {False: [], True: []}
+        self.itl_s: dict[bool, list[tuple[float, int]]] = {False: [], True: []}  # (mean ITL, tokens)
+        self.queue_s: list[float] = []
+        self.last_hit_rate = 0.0
+        self.gen_throughput = 0.0
+
+
+class Engine:
+    """Slots + prefix cache + stats; `run` is a generator of output pieces that really sleeps for the timing."""
+
+    def __init__(self, timing: Timing, max_total_tokens: int, radix_enabled: bool):
+        self.timing = timing
+        self.max_total_tokens = max_total_tokens
+        self.cache = PrefixCache(min(max_total_tokens, 2_000_000), radix_enabled)
+        self.lock = threading.Lock()
+        self.slots = threading.Semaphore(timing.max_running)
+        self.running: dict[str, Request] = {}
+        self.queued = 0
+        self.stats = Stats()
+        self.log = lambda msg: None  # the server sets this to its log function
+
+    def busy(self) -> bool:
+        with self.lock:
+            return bool(self.running) or self.queued > 0
+
+    def flush(self) -> bool:
+        """Clear the prefix cache unless requests are running or waiting (SGLang refuses then)."""
+        with self.lock:
+            if self.running or self.queued:
+                return False
+            self.cache.flush()
+            return True
+
+    def used_tokens(self) -> int:
+        with self.lock:
+            return sum(len(r.prompt) + len(r.output) for r in self.running.values())
+
+    def run(self, req: Request, cancelled: threading.Event | None = None):
+        """Yield output pieces one by one; admission, prefill and decode delays happen inside."""
+        with self.lock:
+            self.queued += 1
+        self.slots.acquire()
+        try:
+            with self.lock:
+                self.queued -= 1
+                req.started_ts = time.time()
+                self.stats.queue_s.append(req.started_ts - req.received_ts)
+                # why: at least one prompt token is always computed, so a full hit reports len-1 (4521 -> 4520)
+                req.cached_tokens = min(self.cache.match(req.prompt), max(len(req.prompt) - 1, 0))
+                self.running[req.rid] = req
+                self.stats.last_hit_rate = req.cached_tokens / max(len(req.prompt), 1)
+                running, queued = len(self.running), self.queued
+            self.log(f"Prefill batch, #new-seq: 1, #new-token: {len(req.prompt) - req.cached_tokens}, "
+                     f"#cached-token: {req.cached_tokens}, token usage: 0.00, #running-req: {running - 1}, "
+                     f"#queue-req: {queued}, #pending-token: 0, cuda graph: True")
+            uncached = len(req.prompt) - req.cached_tokens
+            time.sleep((self.timing.ttft_ms + uncached * self.timing.prefill_us_per_token / 1000) / 1000)
+            with self.lock:
+                self.cache.insert(req.prompt)
+            rng = random.Random(req.seed)
+            for i in range(req.max_new_tokens):
+                if cancelled is not None and cancelled.is_set():
+                    break
+                if i:
+                    time.sleep(self.timing.itl_ms / 1000)
+                piece = rng.choice(GARBAGE)
+                req.output.append(piece)
+                if i == 0:
+                    req.first_token_ts = time.time()
+                yield piece
+        finally:
+            self._finish(req)
+            self.slots.release()
+
+    def _finish(self, req: Request) -> None:
+        req.finished_ts = time.time()
+        with self.lock:
+            if self.running.pop(req.rid, None) is None:
+                return
+            self.cache.insert(req.prompt + [piece_id(p) for p in req.output])
+            s, key = self.stats, req.is_streaming
+            s.requests[key] += 1
+            s.prompt_tokens[key] += len(req.prompt)
+            s.generation_tokens[key] += len(req.output)
+            s.cached_tokens += req.cached_tokens
+            if req.first_token_ts:
+                s.ttft_s[key].append(req.first_token_ts - req.received_ts)
+            s.e2e_s[key].append(req.finished_ts - req.received_ts)
+            if len(req.output) > 1:
+                decode_s = req.finished_ts - req.first_token_ts
+                s.itl_s[key].append((decode_s / (len(req.output) - 1), len(req.output) - 1))
+                s.gen_throughput = (len(req.output) - 1) / max(decode_s, 1e-9)

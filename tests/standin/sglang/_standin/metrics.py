@@ -1,0 +1,109 @@
+"""/metrics text: the families, HELP/TYPE lines and label sets of SGLang 0.5.17 (captured), with live values.
+
+Live: request/queue gauges, token usage, cache hit rate, KV token counts, prompt/generation/request/cached-token
+counters, TTFT / e2e / inter-token-latency histograms (the captured bucket bounds), HTTP request counters.
+Every other family keeps the sample lines of a freshly started real server (tests/captures/GET_metrics.txt).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from .args import CAPTURES
+
+ENGINE = 'engine_type="unified",model_name="{m}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _families(text: str) -> dict[str, dict]:
+    """name -> {"head": [HELP, TYPE], "samples": [...]}, in file order."""
+    fams: dict[str, dict] = {}
+    current = None
+    for line in text.splitlines():
+        match = re.match(r"# (HELP|TYPE) (\S+)", line)
+        if match:
+            current = fams.setdefault(match.group(2), {"head": [], "samples": []})
+            current["head"].append(line)
+        elif line.strip() and current is not None:
+            current["samples"].append(line)
+    return fams
+
+
+def _bounds(samples: list[str]) -> list[float]:
+    seen = []
+    for line in samples:
+        match = re.search(r'le="([^"]+)"', line)
+        if match and match.group(1) != "+Inf" and float(match.group(1)) not in seen:
+            seen.append(float(match.group(1)))
+    return seen
+
+
+class Template:
+    def __init__(self) -> None:
+        fresh = (CAPTURES / "GET_metrics.txt").read_bytes().decode().split("\r\n\r\n", 1)[1]
+        self.fresh = _families(fresh)
+        self.full = _families((CAPTURES / "metrics_after.txt").read_text())
+        self.bounds = {name: _bounds(fam["samples"]) for name, fam in self.full.items()}
+
+
+def histogram(name: str, labels: str, bounds: list[float], samples: list[tuple[float, int]]) -> list[str]:
+    """Prometheus histogram lines (sum, buckets, count) from (value, weight) samples; `le` sorted into labels."""
+    total = sum(v * w for v, w in samples)
+    count = sum(w for _, w in samples)
+    parts = labels.split(",")
+    lines = [f"sglang:{name}_sum{{{labels}}} {float(total)}"]
+    for bound in bounds + [float("inf")]:
+        le = "+Inf" if bound == float("inf") else repr(bound)
+        with_le = ",".join(sorted(parts + [f'le="{le}"']))
+        lines.append(f"sglang:{name}_bucket{{{with_le}}} {float(sum(w for v, w in samples if v <= bound))}")
+    lines.append(f"sglang:{name}_count{{{labels}}} {float(count)}")
+    return lines
+
+
+def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, active: Counter) -> str:
+    """The whole exposition text for one scrape."""
+    m = model
+    eng_labels = ENGINE.format(m=m)
+    with eng.lock:
+        stats = eng.stats
+        used = sum(len(r.prompt) + len(r.output) for r in eng.running.values())
+        gauges = {
+            "num_running_reqs": len(eng.running), "num_queue_reqs": eng.queued,
+            "max_total_num_tokens": eng.max_total_tokens, "token_usage": used / eng.max_total_tokens,
+            "num_used_tokens": used, "kv_used_tokens": used, "kv_evictable_tokens": eng.cache.size,
+            "kv_available_tokens": max(eng.max_total_tokens - used - eng.cache.size, 0),
+            "cache_hit_rate": stats.last_hit_rate, "gen_throughput": stats.gen_throughput,
+        }
+        live: dict[str, list[str]] = {k: [f"sglang:{k}{{{eng_labels}}} {float(v)}"] for k, v in gauges.items()}
+        for name, per in (("prompt_tokens_total", stats.prompt_tokens),
+                          ("generation_tokens_total", stats.generation_tokens),
+                          ("num_requests_total", stats.requests)):
+            live[name] = [f'sglang:{name}{{engine_type="unified",is_streaming="{str(s).lower()}",model_name="{m}"}} '
+                          f"{float(per[s])}" for s in (False, True) if stats.requests[s] or not s]
+        live["cached_tokens_total"] = [f'sglang:cached_tokens_total{{cache_source="device",engine_type="unified",'
+                                       f'model_name="{m}"}} {float(stats.cached_tokens)}']
+        for name, per in (("time_to_first_token_seconds", stats.ttft_s), ("e2e_request_latency_seconds", stats.e2e_s)):
+            live[name] = []
+            for s in (False, True):
+                if per[s] or not s:
+                    labels = f'engine_type="unified",is_streaming="{str(s).lower()}",model_name="{m}"'
+                    live[name] += histogram(name, labels, tpl.bounds["sglang:" + name], [(v, 1) for v in per[s]])
+        itl = stats.itl_s[False] + stats.itl_s[True]
+        live["inter_token_latency_seconds"] = histogram("inter_token_latency_seconds",
+                                                        f'engine_type="unified",model_name="{m}"',
+                                                        tpl.bounds["sglang:inter_token_latency_seconds"], itl)
+    live["http_requests_total"] = [f'sglang:http_requests_total{{endpoint="{e}",method="{meth}"}} {float(n)}'
+                                   for (e, meth), n in http.items()]
+    live["http_responses_total"] = [f'sglang:http_responses_total{{endpoint="{e}",method="{meth}",'
+                                    f'status_code="{code}"}} {float(n)}' for (e, meth, code), n in http_status.items()]
+    live["http_requests_active"] = [f'sglang:http_requests_active{{endpoint="{e}",method="{meth}"}} {float(n)}'
+                                    for (e, meth), n in active.items()]
+    out: list[str] = []
+    for name, fam in tpl.full.items():
+        short = name.removeprefix("sglang:")
+        out += fam["head"]
+        if short in live:
+            out += live[short]
+        elif name in tpl.fresh:
+            out += [line.replace('model_name="qwen3-4b"', f'model_name="{m}"') for line in tpl.fresh[name]["samples"]]
+    return "\n".join(out) + "\n"

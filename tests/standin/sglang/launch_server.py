@@ -1,0 +1,151 @@
+"""Stand-in for `python -m sglang.launch_server` (SGLang 0.5.17), for CPU tests: same argv, routes, bodies, logs.
+
+    PYTHONPATH=tests/standin python -m sglang.launch_server --model-path /any --port 30000 \
+        --served-model-name qwen3-4b --enable-metrics --enable-cache-report [--api-key K | --config f.yaml]
+
+Accepts exactly the options of the captured --help (unknown -> "unrecognized arguments", exit 2). Nothing is loaded:
+the model path is only echoed. Knobs (environment variables):
+  STANDIN_STARTUP_S             seconds from launch to ready (default 0). The port is bound after 80% of it (the real
+                                server loads weights and captures CUDA graphs before uvicorn binds); /health answers
+                                503 for the rest, then 200 after the warm-up request and "fired up" log line.
+  STANDIN_CRASH_AFTER_S         exit 1 after N seconds with a scheduler traceback in the log (crash tests).
+  STANDIN_TTFT_MS               fixed prefill cost per request (default 5).
+  STANDIN_PREFILL_US_PER_TOKEN  added per UNCACHED prompt token (default 20), so prefix-cache hits are faster.
+  STANDIN_ITL_MS                time between output tokens (default 2).
+  STANDIN_MAX_RUNNING           concurrent requests; more wait in the queue (num_queue_reqs). Default
+                                --max-running-requests, else 4096.
+  STANDIN_NO_TOOL_CALLS=1       a named tool_choice returns no call (to test a missing tool call).
+The prefix cache is off with --disable-radix-cache, like the real flag.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+from sglang._standin import args as args_mod
+from sglang._standin import engine, server
+from sglang._standin.args import CAPTURES
+
+H200_MAX_TOTAL_TOKENS = 859665  # KV slots of Qwen3-4B on an H200 at mem_fraction 0.903 (server.log capture)
+QWEN3_CONTEXT_LEN = 40960
+
+
+def _captured_json(name: str) -> dict:
+    return json.loads((CAPTURES / name).read_bytes().decode().split("\r\n\r\n", 1)[1])
+
+
+def _typed(value: object, like: object) -> object:
+    """A command-line string converted to the type of the captured default (int/float/bool/str)."""
+    if not isinstance(value, str) or like is None or isinstance(like, str):
+        return value
+    for kind in (bool, int, float):
+        if isinstance(like, kind):
+            if kind is bool:
+                return value.lower() in ("1", "true", "yes")
+            try:
+                return kind(value)
+            except ValueError:
+                return value
+    return value
+
+
+def settings_from(parsed: dict) -> tuple[dict, dict]:
+    """(settings the stand-in uses, server_args as the real /server_info shows them)."""
+    info = _captured_json("GET_server_info.txt")
+    given = {k: v for k, v in parsed.items() if v is not None and k in info}
+    for key, value in given.items():
+        if value is not False or info[key] is None or isinstance(info[key], bool):
+            info[key] = _typed(value, info[key])
+    info["tokenizer_path"] = parsed.get("tokenizer_path") or parsed["model_path"]
+    info["served_model_name"] = parsed.get("served_model_name") or parsed["model_path"]
+    max_total = int(parsed.get("max_total_tokens") or H200_MAX_TOTAL_TOKENS)
+    info["max_total_num_tokens"] = max_total
+    s = {
+        "host": info["host"], "port": int(info["port"]), "api_key": parsed.get("api_key"),
+        "served_model_name": info["served_model_name"],
+        "context_len": int(parsed.get("context_length") or QWEN3_CONTEXT_LEN),
+        "enable_metrics": bool(parsed.get("enable_metrics")),
+        "enable_cache_report": bool(parsed.get("enable_cache_report")),
+        "radix": not parsed.get("disable_radix_cache"), "max_total_tokens": max_total,
+        "max_running": int(os.environ.get("STANDIN_MAX_RUNNING") or parsed.get("max_running_requests") or 4096),
+    }
+    return s, info
+
+
+def _server_args_repr(info: dict) -> str:
+    fields = list(info)[: list(info).index("status")]
+    return "ServerArgs(" + ", ".join(f"{k}={info[k]!r}" for k in fields) + ")"
+
+
+def _crash_later(seconds: float) -> None:
+    def crash() -> None:
+        stack = "".join(traceback.format_stack(limit=3))
+        server.log(f"Scheduler hit an exception: Traceback (most recent call last):\n{stack}"
+                   "RuntimeError: CUDA error: an illegal memory access was encountered (stand-in crash)")
+        server.log("Received sigquit from a child process. It usually means the child failed.")
+        os._exit(1)
+
+    timer = threading.Timer(seconds, crash)
+    timer.daemon = True
+    timer.start()
+
+
+def _timing(s: dict) -> engine.Timing:
+    env = os.environ
+    return engine.Timing(ttft_ms=float(env.get("STANDIN_TTFT_MS", 5)),
+                         prefill_us_per_token=float(env.get("STANDIN_PREFILL_US_PER_TOKEN", 20)),
+                         itl_ms=float(env.get("STANDIN_ITL_MS", 2)), max_running=s["max_running"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(f"{os.path.abspath(__file__)}:56: UserWarning: 'python -m sglang.launch_server' is still supported, but "
+          "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
+          "  warnings.warn(", file=sys.stderr, flush=True)
+    parsed = args_mod.parse(sys.argv[1:] if argv is None else argv)  # exits 2 on bad argv, like argparse
+    s, info = settings_from(parsed)
+    startup_s = float(os.environ.get("STANDIN_STARTUP_S", 0))
+    if os.environ.get("STANDIN_CRASH_AFTER_S"):
+        _crash_later(float(os.environ["STANDIN_CRASH_AFTER_S"]))
+    server.log(f"server_args={_server_args_repr(info)}")  # the real server logs --api-key here too
+    eng = engine.Engine(_timing(s), s["max_total_tokens"], s["radix"])
+    eng.log = server.log
+    model_info = _captured_json("GET_model_info.txt")
+    model_info.update(model_path=info["model_path"], tokenizer_path=info["tokenizer_path"])
+    state = server.State(s, eng, info, model_info)
+    server.log("Load weight begin. avail mem=139.13 GB")
+    time.sleep(startup_s * 0.8)
+    server.log(f"max_total_num_tokens={s['max_total_tokens']}, chunked_prefill_size={info['chunked_prefill_size']}, "
+               f"max_prefill_tokens=16384, max_running_requests={s['max_running']}, context_len={s['context_len']}, "
+               "available_gpu_mem=10.08 GB")
+    try:
+        httpd = server.make_server(state)
+    except OSError as exc:
+        server.log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                   f"('{s['host']}', {s['port']}): {exc.strerror.lower() if exc.strerror else exc}")
+        return 1
+    server.log(f"INFO:     Started server process [{os.getpid()}]")
+    server.log("INFO:     Waiting for application startup.")
+    server.log("INFO:     Application startup complete.")
+    server.log(f"INFO:     Uvicorn running on http://{s['host']}:{s['port']} (Press CTRL+C to quit)")
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    time.sleep(startup_s * 0.2)
+    list(eng.run(engine.Request(api_warmup_id(), engine.tokenize("The capital city of France is"), 1, 0, False)))
+    state.ready.set()
+    server.log("The server is fired up and ready to roll!")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.log("INFO:     Shutting down")
+    return 0
+
+
+def api_warmup_id() -> str:
+    return "warmup_" + os.urandom(8).hex()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
