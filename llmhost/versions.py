@@ -194,6 +194,13 @@ try:
     out["sglang_requires"] = md.requires("sglang") or []
 except md.PackageNotFoundError:
     pass
+# Packages put on PYTHONPATH without their dist-info still report a version through the module.
+for dist, module in (("sglang", "sglang"), ("flashinfer-python", "flashinfer"), ("torch", "torch")):
+    if not any(n.lower().replace("_", "-") == dist for n in out["packages"]):
+        try:
+            out["packages"][dist] = __import__(module).__version__
+        except Exception:
+            pass
 if "torch" in {n.lower() for n in out["packages"]}:
     try:
         import torch

@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmhost.fi import shapes
+from llmhost.fi.shapes import AttentionShape
+
 # bf16 keeps 8 significant bits: unit roundoff 2^-8 = 3.9e-3. The kernel rounds the output once, and the
 # tensor-core path also rounds the softmax probabilities to bf16 before P@V, so a correct kernel lands within a
 # few ulps of the float32 reference; torch.testing uses rtol 1.6e-2 for bf16, which we adopt with atol 1e-2.
@@ -34,17 +37,6 @@ PATHS = {"cuda-cores": False, "tensor-cores": True}  # name -> use_tensor_cores
 
 class VerifyError(RuntimeError):
     """An environment problem (no CUDA, no FlashInfer, bad config.json); the message is one line."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeadShape:
-    num_qo_heads: int
-    num_kv_heads: int
-    head_dim: int
-
-    @property
-    def group_size(self) -> int:
-        return self.num_qo_heads // self.num_kv_heads
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,24 +63,12 @@ class CaseResult:
     passed: bool
 
 
-def read_head_shape(model_dir: str | Path) -> HeadShape:
-    """Attention head shape from a Hugging Face config.json (nested text_config for multimodal models)."""
-    path = Path(model_dir) / "config.json"
+def read_head_shape(model_dir: str | Path) -> AttentionShape:
+    """Attention head shape from MODEL_DIR/config.json (the same reader the kernel benchmarks use)."""
     try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise VerifyError(f"cannot read {path}: {exc}") from None
-    if "num_attention_heads" not in config and isinstance(config.get("text_config"), dict):
-        config = config["text_config"]
-    try:
-        qo = int(config["num_attention_heads"])
-        kv = int(config.get("num_key_value_heads") or qo)
-        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // qo)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise VerifyError(f"{path} lacks attention head fields ({exc})") from None
-    if kv <= 0 or qo % kv:
-        raise VerifyError(f"{path}: num_attention_heads={qo} is not a multiple of num_key_value_heads={kv}")
-    return HeadShape(qo, kv, head_dim)
+        return shapes.from_model_dir(model_dir)
+    except shapes.ShapeError as exc:
+        raise VerifyError(str(exc)) from None
 
 
 def build_page_table(kv_lens: list[int], page_size: int, seed: int) -> PageTable:
@@ -142,7 +122,7 @@ def reference_decode(q: Any, k_cache: Any, v_cache: Any, table: PageTable, sm_sc
 
 
 def control_reference(q: Any, k_cache: Any, v_cache: Any, table: PageTable, sm_scale: float,
-                      shape: HeadShape) -> Any:
+                      shape: AttentionShape) -> Any:
     """What a kernel with the classic bug would return; a check that passes this too could not fail.
 
     GQA/MHA: query heads read the wrong KV head (round-robin instead of contiguous groups, or reversed when the
@@ -160,7 +140,7 @@ def control_reference(q: Any, k_cache: Any, v_cache: Any, table: PageTable, sm_s
     return reference_decode(q, k_cache, v_cache, swapped, sm_scale)
 
 
-def run_case(shape: HeadShape, path: str, page_size: int, kv_lens: list[int], seed: int) -> CaseResult:
+def run_case(shape: AttentionShape, path: str, page_size: int, kv_lens: list[int], seed: int) -> CaseResult:
     """One plan()/run() of BatchDecodeWithPagedKVCacheWrapper on the GPU, compared with the reference."""
     import torch
     import flashinfer
@@ -208,7 +188,7 @@ def _environment() -> dict[str, str]:
             "flashinfer": flashinfer.__version__}
 
 
-def _line(shape: HeadShape, result: CaseResult) -> str:
+def _line(shape: AttentionShape, result: CaseResult) -> str:
     verdict = "PASS" if result.passed else "FAIL"
     control = "control fails as it must" if result.control_excess > 0 else "CONTROL ALSO PASSES (check is blind)"
     return (f"[verify] {result.path:<12} page={result.page_size:<3} bs={result.batch_size} "

@@ -1,0 +1,462 @@
+#!/usr/bin/env bash
+# setup_host.sh — take a plain Ubuntu 24.04 NVIDIA GPU host to a verified SGLang + FlashInfer install.
+#
+# Phases (each idempotent, each prints one "[setup] <phase>: <what happened>" line; details go to
+# $WORK_DIR/logs/setup-<UTC timestamp>.log):
+#   os          Ubuntu 24.04 from /etc/os-release (--force-os to proceed on another release)
+#   packages    apt base packages, only the missing ones (needs root or passwordless sudo)
+#   driver      NVIDIA driver R580+; absent -> installs nvidia-driver-580-open, prints REBOOT REQUIRED, exits 0
+#   cuda        CUDA 13 toolkit (nvcc 13.x) from NVIDIA's apt repo via the cuda-keyring .deb
+#   python      Python 3.12 venv at $WORK_DIR/venv with uv (from PyPI, installed into the venv)
+#   sglang      sglang==$SGLANG_VERSION with torch for CUDA 13, plus this toolkit's pinned client deps
+#   flashinfer  flashinfer-cubin / flashinfer-jit-cache == the flashinfer-python sglang pulled in; others removed
+#   jit-cache   FLASHINFER_WORKSPACE_BASE (persistent FlashInfer JIT cache; serve.sh passes it to the server)
+#   model       MODEL_ID -> MODEL_DIR (LOAD_FORMAT=dummy: config + tokenizer only) + completeness check
+#   kernel      FlashInfer GQA paged decode vs a float32 reference at the model's head shape
+#
+#   ./setup_host.sh                       # everything
+#   ./setup_host.sh --dry-run             # the plan, phase by phase; changes nothing, needs no sudo
+#   ./setup_host.sh --only model          # re-run one phase
+#   ./setup_host.sh --python python3      # bring your own SGLang Python (e.g. the SGLang container): verify only
+#   ./setup_host.sh --wheelhouse ~/whl    # offline: install from local wheels; apt/driver/CUDA are only verified
+#
+# Exit codes: 0 done (also after a driver install: the last line then says "REBOOT REQUIRED"), 1 a check or
+# step failed (one line says what and the next command), 2 bad arguments.
+# Disk: the venv needs ~25 GB free (torch + CUDA 13 libraries ~7 GB, the rest of sglang's stack ~4 GB,
+# flashinfer-cubin ~1.5 GB and flashinfer-jit-cache ~3 GB unpacked, plus the wheels in uv's cache ~9 GB); the model
+# needs its hub size + 5% (Qwen3-4B bf16: 4.02e9 params x 2 bytes = 8.05 GB).
+# Test hook: OS_RELEASE_FILE replaces /etc/os-release.
+set -euo pipefail
+REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOG_PREFIX=setup
+# shellcheck source=lib.sh
+source "$REPO_DIR/lib.sh"
+
+PHASES=(os packages driver cuda python sglang flashinfer jit-cache model kernel)
+BASE_PACKAGES=(build-essential git tmux curl ca-certificates python3-venv python3-dev pciutils)
+MIN_DRIVER=580
+DRIVER_PACKAGE=nvidia-driver-580-open
+CUDA_MAJOR=13
+CUDA_PACKAGE=cuda-toolkit-13-0
+VENV_NEED_GB=25
+PYPI_URL=https://pypi.org/simple/sglang/
+HF_URL=https://huggingface.co/api/models/Qwen/Qwen3-4B
+NVIDIA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404
+
+MODE=install # install | wheelhouse | byo
+WHEELHOUSE=""
+ONLY=""
+FORCE_OS=0
+SKIP_MODEL=0
+PYTHON_ARG=""
+LOG_FILE=/dev/null
+PHASE=setup
+SUDO=()
+SRC=() # where pip/uv take packages from: the index, or --no-index --find-links WHEELHOUSE
+
+usage() {
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+  cat <<'EOF'
+Options:
+  --dry-run          print what each phase would do; change nothing (no sudo needed)
+  --only PHASE       run one phase: os packages driver cuda python sglang flashinfer jit-cache model kernel
+  --python PATH      existing Python with sglang (sets SGLANG_PYTHON): skip installs, verify everything
+  --wheelhouse DIR   offline install from DIR's wheels (pip/uv --no-index --find-links DIR)
+  --skip-model       no model download/check
+  --force-os         continue on an OS other than Ubuntu 24.04
+  -h, --help         this help
+EOF
+}
+
+usage_error() {
+  printf '[setup] error: %s (see ./setup_host.sh --help)\n' "$1" >&2
+  exit 2
+}
+
+parse_args() {
+  while (($#)); do
+    case $1 in
+      --dry-run) export DRY_RUN=1 ;;
+      --only) (($# > 1)) || usage_error "--only needs a phase name"; ONLY=$2; shift ;;
+      --python) (($# > 1)) || usage_error "--python needs a path"; PYTHON_ARG=$2; shift ;;
+      --wheelhouse) (($# > 1)) || usage_error "--wheelhouse needs a directory"; WHEELHOUSE=$2; shift ;;
+      --skip-model) SKIP_MODEL=1 ;;
+      --force-os) FORCE_OS=1 ;;
+      -h | --help) usage; exit 0 ;;
+      *) usage_error "unknown argument '$1'" ;;
+    esac
+    shift
+  done
+  if [[ -n "$ONLY" && " ${PHASES[*]} " != *" $ONLY "* ]]; then
+    usage_error "--only $ONLY: not a phase (${PHASES[*]})"
+  fi
+  [[ -z "$WHEELHOUSE" || -z "$PYTHON_ARG" ]] || usage_error "--wheelhouse installs, --python verifies: pick one"
+  if [[ -n "$WHEELHOUSE" ]]; then
+    [[ -d "$WHEELHOUSE" ]] || usage_error "--wheelhouse $WHEELHOUSE is not a directory"
+    compgen -G "$WHEELHOUSE/*.whl" >/dev/null || usage_error "--wheelhouse $WHEELHOUSE holds no .whl files"
+    WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
+  fi
+  if [[ -n "$PYTHON_ARG" ]]; then
+    command -v "$PYTHON_ARG" >/dev/null 2>&1 || usage_error "--python $PYTHON_ARG: no such executable"
+  fi
+}
+
+is_dry() { [[ "${DRY_RUN:-0}" == 1 ]]; }
+note() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "$PHASE" "$*" >>"$LOG_FILE"; }
+fail() { die "$PHASE: $*"; }
+
+# step CMD...: run with output in the log (dry run: print it); a failure ends setup naming the log.
+step() {
+  if is_dry; then
+    run "$@"
+    return 0
+  fi
+  note "+ $*"
+  "$@" >>"$LOG_FILE" 2>&1 || fail "'$*' failed (exit $?) — details in $LOG_FILE"
+}
+
+as_root() { step "${SUDO[@]}" "$@"; }
+
+# Installing system packages needs root: root itself, or sudo that does not ask for a password.
+need_root() {
+  if [[ $(id -u) -eq 0 ]]; then
+    SUDO=()
+  elif sudo -n true >/dev/null 2>&1; then
+    SUDO=(sudo -n)
+  elif is_dry; then
+    SUDO=(sudo)
+    log "$PHASE: would need root or passwordless sudo (a real run stops here without it)"
+  else
+    fail "$1 needs root or passwordless sudo — re-run as root (sudo ./setup_host.sh) or do it yourself: $2"
+  fi
+}
+
+need_network() {
+  is_dry && return 0
+  curl -fsS --max-time 8 -o /dev/null "$1" 2>>"$LOG_FILE" \
+    || fail "cannot reach ${1%%/simple*} (offline?) — re-run with --wheelhouse DIR (wheels copied from an online host)"
+}
+
+# need_disk BYTES DIR WHAT: the filesystem holding DIR (or its nearest existing parent) has room.
+need_disk() {
+  local need=$1 dir=$2 what=$3 free_kb
+  while [[ ! -d "$dir" ]]; do dir=$(dirname "$dir"); done
+  free_kb=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
+  [[ "$free_kb" =~ ^[0-9]+$ ]] || fail "cannot read free space of $dir from df"
+  if ((free_kb * 1024 < need)); then
+    fail "disk full: $((free_kb / 1048576)) GB free under $dir but $what needs ~$((need / 1073741824 + 1)) GB — free space or set WORK_DIR to a bigger disk"
+  fi
+  note "disk: $((free_kb / 1048576)) GB free under $dir, $what needs $((need / 1048576)) MB"
+}
+
+toolkit() { "$(host_python)" -m "$@"; }
+uv_pip() { step "$WORK_DIR/venv/bin/uv" pip "$1" --python "$SGLANG_PYTHON" "${@:2}"; }
+installed_version() { toolkit llmhost.versions version-of --python "$SGLANG_PYTHON" "$1" | awk '{print $2}'; }
+
+phase_os() {
+  local file=${OS_RELEASE_FILE:-/etc/os-release} id version
+  [[ -r "$file" ]] || fail "cannot read $file"
+  id=$(sed -n 's/^ID=//p' "$file" | tr -d '"')
+  version=$(sed -n 's/^VERSION_ID=//p' "$file" | tr -d '"')
+  if [[ "$id" == ubuntu && "$version" == 24.04 ]]; then
+    log "os: Ubuntu 24.04"
+  elif [[ $MODE == byo ]]; then
+    log "os: $id $version (bring-your-own Python: nothing is installed from the OS, so any release is fine)"
+  elif ((FORCE_OS)); then
+    warn "os: $id $version is not Ubuntu 24.04 — continuing because of --force-os (apt names may differ)"
+    log "os: $id $version (--force-os)"
+  else
+    fail "this is $id $version, not Ubuntu 24.04 — use an Ubuntu 24.04 host, or re-run with --force-os"
+  fi
+}
+
+phase_packages() {
+  local pkg missing=()
+  if ! command -v dpkg-query >/dev/null 2>&1; then
+    [[ $MODE == install ]] || { warn "packages: no dpkg-query, cannot verify ${BASE_PACKAGES[*]}"; return 0; }
+    fail "dpkg-query not found — this installer needs Ubuntu (apt); or bring your own Python with --python"
+  fi
+  for pkg in "${BASE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  if ((${#missing[@]} == 0)); then
+    log "packages: all ${#BASE_PACKAGES[@]} present (${BASE_PACKAGES[*]})"
+  elif [[ $MODE != install ]]; then
+    warn "packages: missing ${missing[*]} (not installed in $MODE mode; serve.sh needs tmux and curl)"
+    log "packages: verified; missing ${missing[*]}"
+  else
+    need_root "installing ${missing[*]}" "sudo apt-get install -y ${missing[*]}"
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    log "packages: $(is_dry && echo would install || echo installed) ${missing[*]}"
+  fi
+}
+
+has_nvidia_pci() {
+  if command -v lspci >/dev/null 2>&1; then
+    lspci -nn | grep -qi '\[10de:'
+  else
+    grep -qsi '0x10de' /sys/bus/pci/devices/*/vendor
+  fi
+}
+
+phase_driver() {
+  local out first version major
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    out=$(nvidia-smi --query-gpu=driver_version,name --format=csv,noheader 2>>"$LOG_FILE") \
+      || fail "nvidia-smi failed (driver not loaded? just installed? reboot) — run nvidia-smi to see why"
+    [[ -n "$out" ]] || fail "nvidia-smi lists no GPU — check the GPU is attached (nvidia-smi -L)"
+    first=${out%%$'\n'*}
+    version=${first%%,*}
+    major=${version%%.*}
+    [[ "$major" =~ ^[0-9]+$ ]] || fail "cannot read a driver version from nvidia-smi output '$first'"
+    if ((major < MIN_DRIVER)); then
+      fail "driver $version is older than R$MIN_DRIVER (CUDA $CUDA_MAJOR needs it) — upgrade: sudo apt-get install -y $DRIVER_PACKAGE && sudo reboot, then re-run ./setup_host.sh"
+    fi
+    log "driver: $version on $(wc -l <<<"$out") x${first#*,} (R$major >= R$MIN_DRIVER)"
+    return 0
+  fi
+  has_nvidia_pci || fail "no NVIDIA GPU found (no nvidia-smi, no NVIDIA PCI device) — run this on an NVIDIA GPU host"
+  if [[ $MODE != install ]]; then
+    fail "an NVIDIA GPU is present but no driver (nvidia-smi) — install it: sudo apt-get install -y $DRIVER_PACKAGE && sudo reboot"
+  fi
+  need_root "installing the NVIDIA driver" "sudo apt-get install -y $DRIVER_PACKAGE"
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$DRIVER_PACKAGE"
+  if is_dry; then
+    log "driver: would install $DRIVER_PACKAGE, then stop with REBOOT REQUIRED"
+    return 0
+  fi
+  log "driver: REBOOT REQUIRED — installed $DRIVER_PACKAGE; reboot and re-run ./setup_host.sh"
+  exit 0
+}
+
+# Prints "VERSION PATH" of the newest nvcc found (PATH first, then the toolkit's fixed locations).
+find_nvcc() {
+  local candidate release
+  for candidate in "$(command -v nvcc 2>/dev/null || true)" /usr/local/cuda/bin/nvcc /usr/local/cuda-"$CUDA_MAJOR".*/bin/nvcc; do
+    [[ -x "$candidate" ]] || continue
+    release=$("$candidate" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1)
+    [[ -n "$release" ]] && { echo "$release $candidate"; return 0; }
+  done
+  return 0
+}
+
+phase_cuda() {
+  local found release arch deb torch_cuda
+  found=$(find_nvcc)
+  release=${found%% *}
+  if [[ -n "$found" && ${release%%.*} == "$CUDA_MAJOR" ]]; then
+    log "cuda: nvcc $release at ${found#* }"
+    return 0
+  fi
+  if [[ $MODE == byo ]]; then
+    torch_cuda=$("$SGLANG_PYTHON" -c 'import torch; print(torch.version.cuda)' 2>>"$LOG_FILE" || echo unknown)
+    warn "cuda: no nvcc $CUDA_MAJOR.x (found: ${found:-none}) — cached FlashInfer kernels work, new ones cannot JIT-compile"
+    log "cuda: torch in $SGLANG_PYTHON is built for CUDA $torch_cuda; nvcc ${release:-absent} (warning above)"
+    return 0
+  fi
+  [[ $MODE == install ]] \
+    || fail "nvcc $CUDA_MAJOR.x not found (found: ${found:-none}) — install $CUDA_PACKAGE (offline: from a local apt mirror) and re-run"
+  need_root "installing $CUDA_PACKAGE" "sudo apt-get install -y $CUDA_PACKAGE"
+  need_network "$NVIDIA_REPO/"
+  arch=$(uname -m)
+  [[ $arch == aarch64 ]] && arch=sbsa
+  deb="$WORK_DIR/downloads/cuda-keyring_1.1-1_all.deb"
+  step mkdir -p "$WORK_DIR/downloads"
+  step curl -fsSLo "$deb" "$NVIDIA_REPO/$arch/cuda-keyring_1.1-1_all.deb"
+  if ! is_dry && [[ $(dpkg-deb -f "$deb" Package 2>>"$LOG_FILE") != cuda-keyring ]]; then
+    fail "$deb is not the cuda-keyring package (proxy error page?) — delete it and re-run"
+  fi
+  as_root dpkg -i "$deb"
+  is_dry || dpkg-query -W -f='${Status}' cuda-keyring 2>/dev/null | grep -q 'install ok installed' \
+    || fail "cuda-keyring did not install — see $LOG_FILE"
+  as_root apt-get update -q
+  log "cuda: $(is_dry && echo would install || echo installing) $CUDA_PACKAGE (~4 GB, typically 3-6 min)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$CUDA_PACKAGE"
+  is_dry && return 0
+  found=$(find_nvcc)
+  [[ ${found%%.*} == "$CUDA_MAJOR" ]] || fail "$CUDA_PACKAGE installed but no nvcc $CUDA_MAJOR.x found — see $LOG_FILE"
+  log "cuda: installed $CUDA_PACKAGE (nvcc ${found%% *} at ${found#* })"
+}
+
+phase_python() {
+  local venv="$WORK_DIR/venv" py_version
+  if [[ $MODE == byo ]]; then
+    py_version=$("$SGLANG_PYTHON" -c 'import sys; print(sys.version.split()[0]); assert sys.version_info >= (3, 10)' \
+      2>>"$LOG_FILE") || fail "$SGLANG_PYTHON does not run or is older than Python 3.10"
+    log "python: bring-your-own $SGLANG_PYTHON (Python $py_version); no venv created"
+    return 0
+  fi
+  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+    note "reusing $venv"
+  else
+    command -v python3.12 >/dev/null 2>&1 \
+      || fail "python3.12 not found — install python3.12-venv (Ubuntu 24.04 ships it) or use --python PATH"
+    is_dry || need_disk $((VENV_NEED_GB * 1073741824)) "$WORK_DIR" "the venv (sglang + torch + flashinfer)"
+    step python3.12 -m venv "$venv"
+  fi
+  if [[ ! -x "$venv/bin/uv" ]]; then
+    [[ $MODE == install ]] && need_network "$PYPI_URL"
+    # uv goes into the venv itself: Ubuntu 24.04's PEP 668 guard refuses `pip install --user` on the system Python.
+    step "$venv/bin/python" -m pip install -q "${SRC[@]}" uv
+  fi
+  is_dry && { log "python: would use $venv (Python 3.12) with uv"; return 0; }
+  log "python: $venv (Python $("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])')), $("$venv/bin/uv" --version)"
+}
+
+phase_sglang() {
+  local have=-
+  [[ -x "$SGLANG_PYTHON" ]] && have=$(installed_version sglang)
+  if [[ "$have" != - ]] && toolkit llmhost.versions same "$have" "$SGLANG_VERSION"; then
+    [[ $MODE == byo ]] || uv_pip install "${SRC[@]}" -e "$REPO_DIR"
+    log "sglang: $have (= SGLANG_VERSION) in $SGLANG_PYTHON"
+    return 0
+  fi
+  if [[ $MODE == byo ]]; then
+    [[ "$have" == - ]] && fail "sglang is not installed in $SGLANG_PYTHON — install sglang==$SGLANG_VERSION there, or drop --python to let setup build a venv"
+    fail "$SGLANG_PYTHON has sglang $have, SGLANG_VERSION is $SGLANG_VERSION — accept it with SGLANG_VERSION=$have ./setup_host.sh --python $SGLANG_PYTHON"
+  fi
+  local extra=(--prerelease=allow) # sglang needs pre-release deps (flash-attn-4 4.0.0b*)
+  if [[ $MODE == install ]]; then
+    need_network "$PYPI_URL"
+    extra+=(--torch-backend cu130) # torch, torchvision, torchaudio from PyTorch's CUDA 13.0 index; the rest from PyPI
+  fi
+  log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB, typically 3-8 min)"
+  uv_pip install "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
+  is_dry && return 0
+  have=$(installed_version sglang)
+  toolkit llmhost.versions same "$have" "$SGLANG_VERSION" || fail "asked for sglang==$SGLANG_VERSION, got $have — see $LOG_FILE"
+  log "sglang: installed $have (+ toolkit client deps) in $SGLANG_PYTHON"
+}
+
+phase_flashinfer() {
+  local plan kind name version detail base="" tag="" removes=() installs=() oks=()
+  if is_dry && ! "$SGLANG_PYTHON" -c 'import sglang' >/dev/null 2>&1; then
+    log "flashinfer: would read the flashinfer-python version sglang installs (V), remove flashinfer-* of other versions, install flashinfer-cubin==V (PyPI) and flashinfer-jit-cache==V (https://flashinfer.ai/whl/cu130)"
+    return 0
+  fi
+  plan=$(toolkit llmhost.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not read the FlashInfer packages (message above)"
+  note "plan: ${plan//$'\n'/; }"
+  while read -r kind name version detail; do
+    case $kind in
+      cuda) tag=$name
+        [[ ${version%%.*} == "$CUDA_MAJOR" ]] || fail "torch in $SGLANG_PYTHON is built for CUDA $version, not $CUDA_MAJOR — reinstall torch for cu130" ;;
+      ok) oks+=("$name $version"); [[ $name == flashinfer-python ]] && base=$version ;;
+      error) fail "$name $version: $detail — reinstall sglang: ./setup_host.sh --only sglang" ;;
+      remove) removes+=("$name") ;;
+      install) installs+=("$name==$version${detail:+@$detail}") ;;
+    esac
+  done <<<"$plan"
+  if [[ $MODE == byo ]]; then
+    ((${#removes[@]} == 0)) || fail "${removes[*]} do not match flashinfer-python $base (FlashInfer refuses to import) — $SGLANG_PYTHON -m pip uninstall -y ${removes[*]}"
+    ((${#installs[@]} == 0)) || warn "flashinfer: ${installs[*]%%==*} not installed — kernels come from the JIT cache (FLASHINFER_WORKSPACE_BASE=$FLASHINFER_WORKSPACE_BASE) or compile on first use"
+    log "flashinfer: ${oks[*]} — consistent with sglang ${installs[*]:+(add-ons absent: JIT cache instead)}"
+    return 0
+  fi
+  ((${#removes[@]} == 0)) || uv_pip uninstall "${removes[@]}"
+  local spec
+  for spec in "${installs[@]}"; do
+    if [[ -n "$WHEELHOUSE" ]]; then
+      uv_pip install "${SRC[@]}" --no-deps "${spec%%@*}"
+    elif [[ "$spec" == *@* ]]; then
+      need_network "${spec#*@}/"
+      uv_pip install --no-deps --index-url "${spec#*@}" "${spec%%@*}"
+    else
+      uv_pip install --no-deps "$spec"
+    fi
+  done
+  is_dry && return 0
+  plan=$(toolkit llmhost.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not re-read the FlashInfer packages"
+  grep -qv '^\(ok\|cuda\) ' <<<"$plan" && fail "FlashInfer packages still inconsistent after install: ${plan//$'\n'/; }"
+  log "flashinfer: $(grep '^ok ' <<<"$plan" | awk '{printf "%s %s, ", $2, $3}')all equal ($tag)"
+}
+
+phase_jit_cache() {
+  local dir=$FLASHINFER_WORKSPACE_BASE kernels=0
+  step mkdir -p "$dir"
+  if ! is_dry; then
+    if [[ ! -w "$dir" ]]; then
+      [[ $MODE == byo ]] || fail "$dir is not writable — fix its owner or set FLASHINFER_WORKSPACE_BASE"
+      warn "jit-cache: $dir is read-only — cached kernels load, new ones cannot be compiled into it"
+    fi
+    kernels=$(find "$dir" -name '*.so' 2>/dev/null | wc -l)
+  fi
+  log "jit-cache: FLASHINFER_WORKSPACE_BASE=$dir ($kernels compiled kernels cached; serve.sh passes it to the server)"
+}
+
+phase_model() {
+  local scope=() what="weights + config + tokenizer" result bytes
+  ((SKIP_MODEL)) && { log "model: skipped (--skip-model)"; return 0; }
+  [[ $LOAD_FORMAT == dummy ]] && { scope=(--config-only); what="config + tokenizer (LOAD_FORMAT=dummy)"; }
+  if result=$(toolkit llmhost.model_files check --model-dir "$MODEL_DIR" "${scope[@]}" 2>&1); then
+    log "model: $what $result"
+    return 0
+  fi
+  note "$result"
+  if is_dry; then
+    log "model: would download $MODEL_ID $what into $MODEL_DIR (now: ${result#*incomplete: })"
+    return 0
+  fi
+  [[ $MODE != wheelhouse ]] || fail "${result#model_files: } — offline (--wheelhouse): copy the model there and re-run"
+  need_network "$HF_URL"
+  bytes=$("$SGLANG_PYTHON" -m llmhost.model_files size --model-id "$MODEL_ID" "${scope[@]}" 2>>"$LOG_FILE") \
+    || fail "cannot list $MODEL_ID on the hub — check MODEL_ID (and HF_TOKEN for gated models)"
+  need_disk $((bytes + bytes / 20)) "$MODEL_DIR" "$MODEL_ID ($what)"
+  log "model: downloading $MODEL_ID $what, $((bytes / 1048576)) MB (~$((bytes / 52428800 + 1)) s at 50 MB/s)"
+  step "$SGLANG_PYTHON" -m llmhost.model_files download --model-id "$MODEL_ID" --model-dir "$MODEL_DIR" "${scope[@]}"
+  result=$(toolkit llmhost.model_files check --model-dir "$MODEL_DIR" "${scope[@]}" 2>&1) || fail "${result#model_files: }"
+  log "model: downloaded; $what $result"
+}
+
+phase_kernel() {
+  if is_dry; then
+    log "kernel: would run $SGLANG_PYTHON -m llmhost.fi.verify --model-dir $MODEL_DIR (GQA decode, CUDA-core + tensor-core paths)"
+    return 0
+  fi
+  [[ -f "$MODEL_DIR/config.json" ]] || fail "$MODEL_DIR/config.json is missing — run ./setup_host.sh --only model"
+  note "+ $SGLANG_PYTHON -m llmhost.fi.verify --model-dir $MODEL_DIR"
+  "$SGLANG_PYTHON" -m llmhost.fi.verify --model-dir "$MODEL_DIR" 2>&1 | tee -a "$LOG_FILE" | grep --line-buffered '^\[verify\]\|^verify:' \
+    || fail "FlashInfer decode does not match the reference (lines above) — full output in $LOG_FILE"
+  log "kernel: FlashInfer GQA paged decode matches the float32 reference on both paths"
+}
+
+main() {
+  parse_args "$@"
+  [[ -z "$PYTHON_ARG" ]] || export SGLANG_PYTHON="$PYTHON_ARG"
+  load_config
+  export PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" # llmhost.* for every python we run, the server's too
+  if [[ -n "$WHEELHOUSE" ]]; then
+    MODE=wheelhouse
+    SRC=(--no-index --find-links "$WHEELHOUSE")
+  elif [[ "$SGLANG_PYTHON" != "$WORK_DIR/venv/bin/python" ]]; then
+    MODE=byo
+    SGLANG_PYTHON=$(command -v "$SGLANG_PYTHON") || die "SGLANG_PYTHON=$SGLANG_PYTHON is not an executable — fix it or unset it"
+  fi
+  if ! is_dry; then
+    mkdir -p "$WORK_DIR/logs"
+    LOG_FILE="$WORK_DIR/logs/setup-$(date -u +%Y%m%dT%H%M%SZ).log"
+    note "mode=$MODE args=$* sglang_python=$SGLANG_PYTHON"
+  fi
+  log "mode: $MODE${WHEELHOUSE:+ ($WHEELHOUSE)}; WORK_DIR=$WORK_DIR; SGLANG_PYTHON=$SGLANG_PYTHON; log: $(is_dry && echo 'none (dry run)' || echo "$LOG_FILE")"
+  local phase blocked=()
+  for phase in "${PHASES[@]}"; do
+    [[ -z "$ONLY" || "$ONLY" == "$phase" ]] || continue
+    PHASE=$phase
+    if ! is_dry; then
+      "phase_${phase//-/_}"
+    elif ! ("phase_${phase//-/_}"); then # a subshell, so the plan goes on past a check that would stop a real run
+      log "$phase: a real run stops here (error above)"
+      blocked+=("$phase")
+    fi
+  done
+  PHASE=setup
+  if is_dry; then
+    log "dry run: nothing was changed; ${#blocked[@]} phase(s) would stop a real run${blocked[*]:+: ${blocked[*]}}"
+    ((${#blocked[@]} == 0)) || exit 1
+  else
+    log "done${ONLY:+ (phase $ONLY)}; next: ./serve.sh start"
+  fi
+}
+
+main "$@"

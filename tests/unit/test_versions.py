@@ -1,0 +1,135 @@
+"""Exact version matching and the FlashInfer add-on plan that setup_host.sh executes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from llmhost import versions
+
+# Requires-Dist lines as sglang 0.5.17's METADATA states them.
+SGLANG_REQUIRES = [
+    "aiohttp",
+    "flash-attn-4>=4.0.0b18",
+    "flashinfer_python[cu13]==0.6.15.post1",
+    "openai==2.6.1",
+    'av==16.1.0; sys_platform == "linux" and platform_machine == "aarch64"',
+    "torch==2.11.0",
+]
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), [
+    ("0.5.2", "0.5.21", False),
+    ("0.5.21", "0.5.2", False),
+    ("0.5.2", "0.5.2.0", True),
+    ("0.6.15.post1", "0.6.15", False),
+    ("0.6.15.post1", "0.6.15.post2", False),
+    ("0.6.15.post1", "0.6.15-1", True),
+    ("0.6.15.post1", "0.6.15_post_1", True),
+    ("1.0rc1", "1.0RC1", True),
+    ("1.0c1", "1.0rc1", True),
+    ("1.0a1", "1.0b1", False),
+    ("1.0.dev0", "1.0", False),
+    ("1!1.0", "1.0", False),
+    ("v2.11.0", "2.11.0", True),
+    ("0.6.15.post1+cu130", "0.6.15.post1", False),
+    ("0.6.15.post1+cu130", "0.6.15.post1+CU130", True),
+])
+def test_same_is_exact_pep440_equality(a, b, expected):
+    assert versions.same(a, b) is expected
+
+
+def test_same_agrees_with_packaging_on_every_pair():
+    packaging_version = pytest.importorskip("packaging.version")
+    samples = ["0.5.2", "0.5.21", "0.5.2.0", "0.6.15", "0.6.15.post1", "0.6.15.post1+cu130", "1.0rc1",
+               "1.0.post0.dev1", "2!0.1", "0.6.15.post1+cu129"]
+    for a in samples:
+        for b in samples:
+            assert versions.same(a, b) == (packaging_version.Version(a) == packaging_version.Version(b)), (a, b)
+
+
+def test_local_segment_can_be_ignored_but_public_part_still_counts():
+    assert versions.same("0.6.15.post1+cu130", "0.6.15.post1", ignore_local=True)
+    assert not versions.same("0.6.15+cu130", "0.6.15.post1", ignore_local=True)
+
+
+def test_parse_normalises_and_rejects_garbage():
+    assert str(versions.parse("1.0RC1.DEV0+CU130_x")) == "1.0rc1.dev0+cu130.x"
+    assert versions.parse("0.6.15.post1+cu130").public == "0.6.15.post1"
+    for bad in ("", "latest", "0.5.x", "1.0+"):
+        with pytest.raises(versions.VersionError):
+            versions.parse(bad)
+
+
+def test_cuda_tag_and_canonical_names():
+    assert versions.cuda_tag("13.0") == "cu130"
+    assert versions.cuda_tag("12.9.1") == "cu129"
+    with pytest.raises(versions.VersionError):
+        versions.cuda_tag("thirteen")
+    assert versions.canonical_name("FlashInfer_Python") == "flashinfer-python"
+
+
+def test_pinned_version_reads_sglang_requirements_with_extras():
+    assert versions.pinned_version(SGLANG_REQUIRES, "flashinfer-python") == "0.6.15.post1"
+    assert versions.pinned_version(SGLANG_REQUIRES, "torch") == "2.11.0"
+    assert versions.pinned_version(SGLANG_REQUIRES, "flash-attn-4") is None  # a range, not a pin
+    assert versions.pinned_version(SGLANG_REQUIRES, "numpy") is None
+
+
+def lines(installed, cuda="13.0", pin="0.6.15.post1"):
+    return [a.line() for a in versions.plan_flashinfer(installed, cuda, pin)]
+
+
+def test_matching_addons_need_nothing():
+    plan = lines({"flashinfer_python": "0.6.15.post1", "flashinfer-cubin": "0.6.15.post1",
+                  "flashinfer-jit-cache": "0.6.15.post1+cu130"})
+    assert [line.split()[0] for line in plan] == ["ok", "ok", "ok"]
+
+
+def test_absent_addons_are_installed_from_their_indexes():
+    plan = lines({"flashinfer-python": "0.6.15.post1"})
+    assert "install flashinfer-cubin 0.6.15.post1" in plan
+    assert "install flashinfer-jit-cache 0.6.15.post1 https://flashinfer.ai/whl/cu130" in plan
+
+
+def test_stale_or_wrong_cuda_addons_are_removed_then_reinstalled():
+    plan = lines({"flashinfer-python": "0.6.15.post1", "flashinfer-cubin": "0.6.15",
+                  "flashinfer-jit-cache": "0.6.15.post1+cu129", "flashinfer-extra": "0.5.2"})
+    assert "remove flashinfer-cubin 0.6.15" in plan
+    assert "remove flashinfer-jit-cache 0.6.15.post1+cu129" in plan
+    assert "install flashinfer-jit-cache 0.6.15.post1 https://flashinfer.ai/whl/cu130" in plan
+    assert "remove flashinfer-extra 0.5.2" in plan
+    assert not any(line.startswith("install flashinfer-extra") for line in plan)
+
+
+def test_prefix_lookalike_versions_do_not_match():
+    plan = lines({"flashinfer-python": "0.5.2", "flashinfer-cubin": "0.5.21"}, pin=None)
+    assert "remove flashinfer-cubin 0.5.21" in plan
+    assert "install flashinfer-cubin 0.5.2" in plan
+
+
+def test_base_version_that_differs_from_sglang_pin_is_an_error():
+    plan = lines({"flashinfer-python": "0.6.14"})
+    assert plan[0] == "error flashinfer-python 0.6.14 sglang pins 0.6.15.post1"
+    assert lines({})[0].startswith("error flashinfer-python - not installed")
+
+
+def test_probe_lists_packages_of_another_interpreter():
+    data = versions.probe(sys.executable)
+    assert data["packages"]["pytest"]
+    assert data["sglang_requires"] == [] or isinstance(data["sglang_requires"], list)
+    with pytest.raises(versions.VersionError, match="could not run"):
+        versions.probe("/nonexistent/python")
+
+
+def test_cli_same_exit_codes_and_version_of(repo):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "llmhost.versions", *args], cwd=repo,
+                              capture_output=True, text=True)
+    assert cli("same", "0.5.2", "0.5.2.0").returncode == 0
+    assert cli("same", "0.5.2", "0.5.21").returncode == 1
+    bad = cli("same", "0.5.x", "0.5")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    out = cli("version-of", "--python", sys.executable, "pytest", "no-such-package").stdout.splitlines()
+    assert out[0].startswith("pytest ") and out[1] == "no-such-package -"
