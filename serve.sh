@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Run SGLang (Qwen3-4B, FlashInfer attention, prefix cache, chunked prefill, metrics) in tmux and manage it.
+#
+#   ./serve.sh start            launch in tmux session $TMUX_SESSION, wait until OUR process serves a generation,
+#                               send one test chat, print the laptop tunnel command (idempotent)
+#   ./serve.sh stop             stop only what start launched (recorded process group, our tmux session)
+#   ./serve.sh restart          stop, wait for the GPU memory of the old PIDs to be freed, start
+#   ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down)
+#   ./serve.sh logs [-f] [-n N] the server log
+#   ./serve.sh dashboard [stop] serve RESULTS_DIR on 127.0.0.1:$DASHBOARD_PORT
+#   ./serve.sh tunnel           print the ssh command for a laptop
+#   ./serve.sh print-command    the launch command start would run (no side effects)
+#
+# Settings come from config.env (environment variables win), e.g.
+#   PORT=30001 TOKENIZER_WORKER_NUM=8 ./serve.sh start
+# Writes $WORK_DIR/server/: launch_command.{txt,json} (exact command, no secret), server.log (+ .1 of the
+# previous run), pid, pgid, started_at, sglang_config.yaml (0600, only with API_KEY_FILE), dashboard.{pid,log}.
+set -euo pipefail
+SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+LOG_PREFIX=serve
+# shellcheck source=lib.sh
+source "$(dirname "$SELF")/lib.sh"
+
+usage() { sed -n '2,18p' "$SELF" | sed 's/^# \{0,1\}//'; }
+
+# The toolkit's own helpers: stdlib modules under the host python3 ...
+py() { PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$(host_python)" "$@"; }
+# ... and the client side (openai, prometheus-client, nvidia-ml-py), which the server's Python has.
+client_py() {
+  local exe=$SGLANG_PYTHON
+  command -v "$exe" >/dev/null 2>&1 || exe=$(host_python)
+  PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$exe" "$@"
+}
+
+# Process group of the server start launched, when it is still alive; empty otherwise. The recorded group
+# must still be ours: its leader is our `serve.sh _run STATE` or the recorded server PID is still in it.
+our_pgid() {
+  local pgid pid
+  [[ -s "$STATE/pgid" ]] || return 0
+  pgid=$(<"$STATE/pgid")
+  group_gone "$pgid" && return 0
+  pid=$(cat "$STATE/pid" 2>/dev/null || true)
+  if tr '\0' ' ' <"/proc/$pgid/cmdline" 2>/dev/null | grep -qF -- "_run $STATE" \
+    || [[ -n "$pid" && "$(pgid_of "$pid")" == "$pgid" ]]; then
+    echo "$pgid"
+  fi
+}
+
+clear_state() { rm -f "$STATE/pid" "$STATE/pgid" "$STATE/started_at"; }
+
+# Variables the server may need from this shell even when a tmux server started elsewhere holds another
+# environment. Names that look like secrets are never passed (they would show in tmux's argv).
+forwarded_env() {
+  local name
+  while IFS= read -r name; do
+    [[ "$name" =~ (TOKEN|KEY|SECRET|PASSWORD) ]] && continue
+    printf '%s\0' -e "$name=${!name}"
+  done < <(compgen -e | grep -E '^(PATH|HOME|USER|LANG|LC_[A-Z]+|TMPDIR|PYTHONPATH|VIRTUAL_ENV|LD_LIBRARY_PATH|CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|HF_[A-Z_]+|TRANSFORMERS_[A-Z_]+|FLASHINFER_[A-Z_]+|SGLANG_[A-Z_]+|NCCL_[A-Z_]+|TORCH[A-Z_]*|TRITON_[A-Z_]+|XDG_[A-Z_]+)$')
+}
+
+cmd_start() {
+  require_cmd tmux "install it: sudo apt-get install -y tmux"
+  mkdir -p "$STATE"
+  local pgid holder
+  pgid=$(our_pgid)
+  if [[ -n "$pgid" ]]; then
+    if py -m llmhost.server wait-ready --pgid "$pgid" --timeout-s 0.1 >/dev/null 2>&1; then
+      log "already running: pid $(cat "$STATE/pid" 2>/dev/null || echo '?'), port $PORT, tmux session $TMUX_SESSION — ./serve.sh status"
+      return 0
+    fi
+    log "already starting (process group $pgid) — waiting for it"
+  else
+    clear_state
+    if holder=$(py -m llmhost.procfs "$PORT" --host "$HOST" 2>/dev/null); then
+      die "port $PORT is held by $holder — stop it (./serve.sh stop if it is ours) or set PORT=<free port>"
+    fi
+    if tmux has-session -t "=$TMUX_SESSION" 2>/dev/null; then
+      warn "removing the leftover tmux session $TMUX_SESSION (no server of ours runs in it)"
+      tmux kill-session -t "=$TMUX_SESSION"
+    fi
+    py -m llmhost.server prepare >/dev/null || exit 1
+    log "launching: $(<"$STATE/launch_command.txt")"
+    [[ -f "$STATE/server.log" ]] && mv -f "$STATE/server.log" "$STATE/server.log.1"
+    local -a fwd
+    mapfile -d '' -t fwd < <(forwarded_env)
+    tmux new-session -d -s "$TMUX_SESSION" -x 200 -y 50 "${fwd[@]}" -- "$SELF" _run "$STATE"
+    wait_until 15 0.2 test -s "$STATE/pgid" || die "the tmux session did not start the server — run tmux attach -t $TMUX_SESSION"
+    pgid=$(<"$STATE/pgid")
+    log "server in tmux session $TMUX_SESSION (process group $pgid); log: $STATE/server.log"
+  fi
+  if ! py -m llmhost.server wait-ready --pgid "$pgid"; then
+    # Never leave a half-started server holding the GPU; the log stays for ./serve.sh logs.
+    group_gone "$pgid" || stop_group "$pgid" 30 || true
+    clear_state
+    exit 1
+  fi
+  client_py -m llmhost.server chat || exit 1
+  cmd_tunnel
+}
+
+# Internal: the body of the tmux pane. Runs the recorded command in its own process group, output through the
+# key redactor (when a key is set) into the pane and server.log; records pid, pgid and started_at.
+cmd__run() {
+  local state=$1
+  # tmux makes each pane a session leader; setsid guarantees one process group for the server tree anyway.
+  [[ "$(pgid_of $$)" == "$$" ]] || exec setsid "$SELF" _run "$state"
+  local -a cmd
+  mapfile -d '' -t cmd <"$state/launch.argv0"
+  local log="$state/server.log" pid rc=0
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$state/started_at"
+  if [[ -f "$state/sglang_config.yaml" ]]; then
+    "${cmd[@]}" > >(py -m llmhost.server redact --config-file "$state/sglang_config.yaml" | tee -a "$log") 2>&1 &
+  else
+    "${cmd[@]}" > >(tee -a "$log") 2>&1 &
+  fi
+  pid=$!
+  echo "$pid" >"$state/pid"
+  echo "$$" >"$state/pgid.tmp" && mv -f "$state/pgid.tmp" "$state/pgid"
+  wait "$pid" || rc=$?
+  sleep 0.5 # let tee flush the last lines before the note
+  echo "[serve] server exited with code $rc" | tee -a "$log"
+}
+
+cmd_stop() {
+  local pgid
+  pgid=$(our_pgid)
+  if [[ -n "$pgid" ]]; then
+    log "stopping the server (process group $pgid)"
+    stop_group "$pgid" 60 || die "process group $pgid survived SIGKILL — check ps -g $pgid"
+  else
+    log "no server of ours is running"
+  fi
+  if tmux has-session -t "=$TMUX_SESSION" 2>/dev/null; then
+    tmux kill-session -t "=$TMUX_SESSION"
+  fi
+  clear_state
+}
+
+cmd_restart() {
+  local pgid pids=""
+  pgid=$(our_pgid)
+  [[ -n "$pgid" ]] && pids=$(py -c 'import sys; from llmhost.procfs import group_pids; print(",".join(map(str, group_pids(int(sys.argv[1])))))' "$pgid")
+  cmd_stop
+  if [[ -n "$pids" ]]; then
+    log "waiting for the GPU memory of pids $pids to be released"
+    client_py -m llmhost.gpu wait-released --pids "$pids" --timeout-s 120 || exit 1
+  fi
+  cmd_start
+}
+
+cmd_status() { client_py -m llmhost.server status; }
+
+cmd_logs() {
+  local follow=() lines=100
+  while (($#)); do
+    case $1 in
+      -f) follow=(-F) ;;
+      -n) [[ $# -ge 2 ]] || die "logs -n needs a number"; lines=$2; shift ;;
+      *) die "unknown logs option '$1' — ./serve.sh logs [-f] [-n N]" ;;
+    esac
+    shift
+  done
+  [[ -f "$STATE/server.log" ]] || die "no server log at $STATE/server.log — run ./serve.sh start"
+  tail -n "$lines" "${follow[@]}" "$STATE/server.log"
+}
+
+cmd_dashboard() {
+  local pid_file="$STATE/dashboard.pid" dir pid holder
+  pid=$(cat "$pid_file" 2>/dev/null || true)
+  if [[ "${1:-}" == stop ]]; then
+    if [[ -n "$pid" ]] && ! group_gone "$pid"; then stop_group "$pid" 10; log "dashboard stopped"; else log "no dashboard of ours is running"; fi
+    rm -f "$pid_file"
+    return 0
+  fi
+  [[ -z "${1:-}" ]] || die "unknown dashboard option '$1' — ./serve.sh dashboard [stop]"
+  dir=$RESULTS_DIR
+  [[ "$dir" == /* ]] || dir="$LIB_DIR/$dir"
+  mkdir -p "$dir" "$STATE"
+  if [[ -z "$pid" ]] || group_gone "$pid"; then
+    if holder=$(py -m llmhost.procfs "$DASHBOARD_PORT" 2>/dev/null); then
+      die "port $DASHBOARD_PORT is held by $holder — set DASHBOARD_PORT=<free port>"
+    fi
+    # Loopback only: results can name hosts and paths. setsid: its own process group, stopped by pid file.
+    setsid "$(host_python)" -m http.server --bind 127.0.0.1 --directory "$dir" "$DASHBOARD_PORT" \
+      >"$STATE/dashboard.log" 2>&1 </dev/null &
+    pid=$!
+    echo "$pid" >"$pid_file"
+    wait_until 10 0.2 py -m llmhost.procfs "$DASHBOARD_PORT" >/dev/null \
+      || die "the dashboard server did not start — see $STATE/dashboard.log"
+  fi
+  log "dashboard: http://127.0.0.1:$DASHBOARD_PORT/ serving $dir (pid $pid; ./serve.sh dashboard stop)"
+  cmd_tunnel
+}
+
+cmd_tunnel() {
+  local addr=""
+  # The address the user reached this host on (server side of the SSH connection); no outside service asked.
+  [[ -n "${SSH_CONNECTION:-}" ]] && addr=$(awk '{print $3}' <<<"$SSH_CONNECTION")
+  [[ -n "$addr" ]] || addr=$(hostname -I 2>/dev/null | awk '{print $1}')
+  [[ -n "$addr" ]] || addr=$(hostname)
+  case $HOST in
+    127.0.0.1 | localhost | ::1) ;;
+    *) warn "HOST=$HOST: the API listens beyond loopback, so anyone who reaches port $PORT can use it — prefer HOST=127.0.0.1 and this tunnel" ;;
+  esac
+  log "laptop tunnel: ssh -N -L $PORT:127.0.0.1:$PORT -L $DASHBOARD_PORT:127.0.0.1:$DASHBOARD_PORT ${USER:-$(id -un)}@$addr"
+  log "then on the laptop: curl http://127.0.0.1:$PORT/v1/models   (dashboard: http://127.0.0.1:$DASHBOARD_PORT/)"
+}
+
+cmd_print_command() { py -m llmhost.server print-command; }
+
+main() {
+  local sub=${1:-}
+  case $sub in
+    -h | --help | help) usage; return 0 ;;
+    "") usage >&2; exit 2 ;;
+  esac
+  shift
+  load_config
+  STATE="$WORK_DIR/server"
+  case $sub in
+    start | stop | restart | status | tunnel) [[ $# -eq 0 ]] || die "$sub takes no arguments — ./serve.sh --help"; "cmd_$sub" ;;
+    logs) cmd_logs "$@" ;;
+    dashboard) cmd_dashboard "$@" ;;
+    print-command) cmd_print_command ;;
+    _run) cmd__run "$@" ;;
+    *) usage >&2; exit 2 ;;
+  esac
+}
+
+main "$@"

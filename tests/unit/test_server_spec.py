@@ -1,0 +1,154 @@
+"""The launch command: the article's features on, adaptive defaults, SERVER_EXTRA_ARGS rule, key never in argv."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+
+import pytest
+
+from llmhost import config, server
+from llmhost.server import SpecError, build_spec
+
+
+@pytest.fixture
+def cfg(tmp_path) -> config.Config:
+    return dataclasses.replace(
+        config.load({}), work_dir=str(tmp_path / "work"), model_dir=str(tmp_path / "model"),
+        sglang_python="/opt/venv/bin/python", flashinfer_workspace_base=str(tmp_path / "fi"),
+    )
+
+
+def flag(argv, name):
+    """Values after `name` in argv (None when absent)."""
+    argv = list(argv)
+    if name not in argv:
+        return None
+    i = argv.index(name) + 1
+    out = []
+    while i < len(argv) and not argv[i].startswith("--"):
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def test_the_articles_features_are_all_on(cfg):
+    argv = build_spec(cfg, cpu_count=16).argv
+    assert argv[:3] == ("/opt/venv/bin/python", "-m", "sglang.launch_server")
+    assert flag(argv, "--attention-backend") == ["flashinfer"]
+    assert flag(argv, "--enable-metrics") == [] and flag(argv, "--enable-cache-report") == []
+    assert flag(argv, "--tool-call-parser") == ["qwen"] and flag(argv, "--reasoning-parser") == ["qwen3"]
+    assert flag(argv, "--model-path") == [cfg.model_dir] and flag(argv, "--served-model-name") == ["qwen3-4b"]
+    assert flag(argv, "--host") == ["127.0.0.1"] and flag(argv, "--port") == ["30000"]
+    assert "--disable-radix-cache" not in argv  # prefix cache stays on
+
+
+@pytest.mark.parametrize("cores, workers", [(1, 1), (2, 1), (6, 3), (16, 8), (128, 8)])
+def test_auto_tokenizer_workers_is_half_the_cores_capped_at_8(cfg, cores, workers):
+    assert flag(build_spec(cfg, cpu_count=cores).argv, "--tokenizer-worker-num") == [str(workers)]
+
+
+def test_explicit_settings_reach_the_command(cfg):
+    cfg = dataclasses.replace(cfg, tokenizer_worker_num="3", mem_fraction_static="0.8", chunked_prefill_size="4096",
+                              load_format="dummy", port=30123)
+    argv = build_spec(cfg, cpu_count=16).argv
+    assert flag(argv, "--tokenizer-worker-num") == ["3"] and flag(argv, "--mem-fraction-static") == ["0.8"]
+    assert flag(argv, "--chunked-prefill-size") == ["4096"] and flag(argv, "--load-format") == ["dummy"]
+    assert flag(argv, "--port") == ["30123"]
+
+
+def test_auto_leaves_sizing_to_sglang_on_an_empty_gpu_and_shrinks_it_on_a_busy_one(cfg):
+    total = 143771.0  # H200 MiB
+    assert flag(build_spec(cfg, 16, (total - 500, total)).argv, "--mem-fraction-static") is None
+    assert flag(build_spec(cfg, 16, None).argv, "--mem-fraction-static") is None
+    spec = build_spec(cfg, 16, (total - 40 * 1024, total))  # 40 GiB held by someone else
+    assert flag(spec.argv, "--mem-fraction-static") == [str(round((total - 40 * 1024 - 10 * 1024) / total, 3))]
+    assert "40.0 GiB" in spec.notes[0]
+    with pytest.raises(SpecError, match="MEM_FRACTION_STATIC"):
+        build_spec(cfg, 16, (2048.0, total))
+
+
+@pytest.mark.parametrize("key, value", [("TOKENIZER_WORKER_NUM", "0"), ("TOKENIZER_WORKER_NUM", "many"),
+                                        ("MEM_FRACTION_STATIC", "1.5"), ("CHUNKED_PREFILL_SIZE", "big"),
+                                        ("SERVER_ENV", "NOEQUALS"), ("SERVER_EXTRA_ARGS", "stray --x")])
+def test_bad_settings_are_one_line_errors_naming_the_key(cfg, key, value):
+    with pytest.raises(SpecError) as err:
+        build_spec(dataclasses.replace(cfg, **{key.lower(): value}), cpu_count=4)
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_extra_flag_replaces_ours_and_new_flags_are_appended(cfg):
+    cfg = dataclasses.replace(cfg, server_extra_args="--attention-backend triton --kv-cache-dtype fp8_e5m2 --disable-radix-cache")
+    spec = build_spec(cfg, cpu_count=4)
+    assert flag(spec.argv, "--attention-backend") == ["triton"]
+    assert spec.argv.count("--attention-backend") == 1
+    assert spec.argv[-3:] == ("--kv-cache-dtype", "fp8_e5m2", "--disable-radix-cache")
+    assert any("replaces --attention-backend flashinfer" in n for n in spec.notes)
+
+
+@pytest.mark.parametrize("extra, key", [("--port 1", "PORT"), ("--api-key k", "API_KEY_FILE"),
+                                        ("--model=/m", "MODEL_DIR"), ("--config x.yaml", "API_KEY_FILE")])
+def test_extra_flags_that_have_a_setting_are_refused(cfg, extra, key):
+    with pytest.raises(SpecError, match=f"set {key} instead"):
+        build_spec(dataclasses.replace(cfg, server_extra_args=extra), cpu_count=4)
+
+
+def test_run_bench_can_pass_an_arms_flags_instead_of_server_extra_args(cfg):
+    cfg = dataclasses.replace(cfg, server_extra_args="--kv-cache-dtype fp8_e5m2")
+    argv = build_spec(cfg, cpu_count=4, extra_args=["--attention-backend", "triton"]).argv
+    assert flag(argv, "--attention-backend") == ["triton"] and "--kv-cache-dtype" not in argv
+
+
+def test_server_env_adds_the_flashinfer_cache_and_server_env_pairs(cfg):
+    spec = build_spec(dataclasses.replace(cfg, server_env="PYTHONPATH=/x 'A=b c'"), cpu_count=4)
+    assert dict(spec.env) == {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base, "PYTHONPATH": "/x", "A": "b c"}
+    assert spec.command[:4] == ["env", f"FLASHINFER_WORKSPACE_BASE={cfg.flashinfer_workspace_base}",
+                                "PYTHONPATH=/x", "A=b c"]
+
+
+def test_api_key_travels_only_in_the_0600_yaml(cfg, tmp_path):
+    key = 'sk-"quoted\'-Ünïcode-123'
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    cfg = dataclasses.replace(cfg, api_key_file=str(key_file))
+    spec = build_spec(cfg, cpu_count=4)
+    state = cfg.state_dir
+    server.write_launch_files(spec, state, cfg.api_key())
+    yaml_file = state / server.CONFIG_FILE_NAME
+    assert flag(spec.argv, "--config") == [str(yaml_file)]
+    assert stat.S_IMODE(os.stat(yaml_file).st_mode) == 0o600
+    assert json.loads(yaml_file.read_text().split(":", 1)[1]) == key  # what SGLang's yaml.safe_load will read
+    for path in state.iterdir():
+        if path != yaml_file:
+            assert key not in path.read_text(), path.name
+    assert key not in " ".join(spec.command)
+
+
+def test_launch_files_record_the_exact_command(cfg):
+    spec = build_spec(dataclasses.replace(cfg, server_env="A='x y'"), cpu_count=4)
+    server.write_launch_files(spec, cfg.state_dir, None)
+    record = json.loads((cfg.state_dir / "launch_command.json").read_text())
+    assert record["argv"] == list(spec.argv) and record["env"] == dict(spec.env)
+    assert (cfg.state_dir / "launch_command.txt").read_text().strip() == spec.command_line
+    assert (cfg.state_dir / "launch.argv0").read_text().split("\0")[:-1] == spec.command
+    assert not (cfg.state_dir / server.CONFIG_FILE_NAME).exists()
+
+
+def test_a_key_removed_from_the_config_does_not_linger_on_disk(cfg, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-1\n")
+    with_key = dataclasses.replace(cfg, api_key_file=str(key_file))
+    server.write_launch_files(build_spec(with_key, cpu_count=4), cfg.state_dir, "sk-1")
+    server.write_launch_files(build_spec(cfg, cpu_count=4), cfg.state_dir, None)
+    assert not (cfg.state_dir / server.CONFIG_FILE_NAME).exists()
+
+
+def test_redactor_replaces_the_key_in_the_server_output(tmp_path):
+    import io
+
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text('api-key: "sk-abc"\n')
+    sink = io.BytesIO()
+    server.redact_stream(yaml_file, io.BytesIO(b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n"), sink)
+    assert sink.getvalue() == b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
