@@ -1,0 +1,231 @@
+"""Smoke checks of a running model API, each one asserting something real and recording what it saw.
+
+Checks (registry CHECKS, run in this order; `smoke_test.py --only NAME` runs one):
+  chat          a plain chat reply is non-empty (content, or reasoning_content: random weights only "think")
+  model         /v1/models serves exactly one id, equal to the expected name, and replies carry that name
+                (SGLang accepts any "model" in a request, so this is the check that catches a wrong name)
+  tools         get_weather is called with JSON-object arguments. forced = tool_choice naming it with thinking
+                off (passes on random weights); natural = tool_choice auto (needs real weights); auto = forced,
+                plus natural when --real-weights
+  prefix_cache  a ~4k-token prompt sent twice: the 2nd reports cached_tokens >= 90% of prompt_tokens and is faster
+  stream        a streamed reply arrives in more than one chunk; time to first token is measured
+Every model call goes through the `openai` SDK; failures are recorded as data (ok=False, error), never raised.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from llmhost.client import Endpoint, describe_error
+
+TOOL_MODES = ("auto", "forced", "natural")
+CACHE_MIN_FRACTION = 0.9
+GET_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
+                   "required": ["city"]}}}
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    tool_mode: str = "auto"
+    real_weights: bool = False
+    max_tokens: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    ok: bool
+    latency_s: float
+    input: str
+    output: str
+    usage: dict | None = None
+    detail: str = ""
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    client: Any
+    ep: Endpoint
+    served_ids: list[str]
+    opts: Options
+
+
+def usage_dict(usage: Any) -> dict | None:
+    """prompt/completion/cached/reasoning token counts from an SDK usage object (None-safe)."""
+    if usage is None:
+        return None
+    details = getattr(usage, "prompt_tokens_details", None)
+    extra = getattr(usage, "model_extra", None) or {}
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "cached_tokens": getattr(details, "cached_tokens", None) if details is not None else None,
+            "reasoning_tokens": extra.get("reasoning_tokens")}
+
+
+def reply_text(message: Any) -> tuple[str, str]:
+    """(content, reasoning_content) of a chat message; SGLang's reasoning_content is an SDK extra field."""
+    return message.content or "", getattr(message, "reasoning_content", None) or ""
+
+
+def _chat(ctx: Ctx, messages: list[dict], **kw: Any) -> tuple[Any, float]:
+    kw.setdefault("max_tokens", ctx.opts.max_tokens)
+    t0 = time.perf_counter()
+    resp = ctx.client.chat.completions.create(model=ctx.ep.model, messages=messages, **kw)
+    return resp, time.perf_counter() - t0
+
+
+def check_chat(ctx: Ctx) -> CheckResult:
+    prompt = "Say hello in five words."
+    resp, latency = _chat(ctx, [{"role": "user", "content": prompt}])
+    content, reasoning = reply_text(resp.choices[0].message)
+    shown = content or (f"(reasoning) {reasoning}" if reasoning else "")
+    ok = bool(content.strip() or reasoning.strip())
+    return CheckResult("chat", ok, latency, prompt, shown, usage_dict(resp.usage),
+                       "non-empty reply" if ok else "the reply had neither content nor reasoning_content")
+
+
+def check_model(ctx: Ctx) -> CheckResult:
+    resp, latency = _chat(ctx, [{"role": "user", "content": "Hi"}], max_tokens=1)
+    problems = []
+    if ctx.served_ids != [ctx.ep.model]:
+        problems.append(f"/v1/models serves {ctx.served_ids} but we expect ['{ctx.ep.model}'] — pass --model "
+                        "or fix SERVED_MODEL_NAME")
+    if resp.model != ctx.ep.model:
+        problems.append(f"the reply names model '{resp.model}', not '{ctx.ep.model}'")
+    return CheckResult("model", not problems, latency, f"model={ctx.ep.model}",
+                       f"served={ctx.served_ids} reply.model={resp.model}", usage_dict(resp.usage),
+                       "; ".join(problems) or "served name matches")
+
+
+def _tool_attempt(ctx: Ctx, forced: bool) -> tuple[bool, str, str, float, dict | None]:
+    """(ok, what was seen, problem, latency, usage) of one tool-call request."""
+    kw: dict[str, Any] = {"tools": [GET_WEATHER], "max_tokens": 256 if not forced else 64}
+    if forced:
+        kw["tool_choice"] = {"type": "function", "function": {"name": "get_weather"}}
+        kw["extra_body"] = {"chat_template_kwargs": {"enable_thinking": False}}
+    else:
+        kw["tool_choice"] = "auto"
+    resp, latency = _chat(ctx, [{"role": "user", "content": "What is the weather in Paris right now?"}], **kw)
+    calls = resp.choices[0].message.tool_calls or []
+    seen = ", ".join(f"{c.function.name}({c.function.arguments})" for c in calls) or "no tool call"
+    if not calls:
+        return False, seen, "no tool call in the reply", latency, usage_dict(resp.usage)
+    call = calls[0]
+    try:
+        args = json.loads(call.function.arguments or "")
+    except ValueError:
+        args = None
+    if call.function.name != "get_weather":
+        return False, seen, f"called {call.function.name}, expected get_weather", latency, usage_dict(resp.usage)
+    if not isinstance(args, dict):
+        return False, seen, "arguments are not a JSON object", latency, usage_dict(resp.usage)
+    return True, seen, "", latency, usage_dict(resp.usage)
+
+
+def check_tools(ctx: Ctx) -> CheckResult:
+    mode = ctx.opts.tool_mode
+    attempts = {"forced": [True], "natural": [False], "auto": [True] + ([False] if ctx.opts.real_weights else [])}
+    seen, problems, latency, use = [], [], 0.0, None
+    for forced in attempts[mode]:
+        ok, what, problem, lat, use = _tool_attempt(ctx, forced)
+        label = "forced" if forced else "natural"
+        seen.append(f"{label}: {what}")
+        latency += lat
+        if not ok:
+            problems.append(f"{label}: {problem}")
+            break  # why: natural calling is only meaningful once the forced structure works
+    return CheckResult("tools", not problems, latency, f"get_weather, tool mode {mode}", "; ".join(seen), use,
+                       "; ".join(problems) or "get_weather called with JSON-object arguments")
+
+
+def long_prompt(nonce: str, words: int = 3000) -> str:
+    """~4k tokens of plain text; the nonce comes first so the first send cannot hit an earlier run's cache."""
+    topics = ["cache", "kernel", "batch", "prefill", "decode", "token", "page", "tensor", "queue", "stream"]
+    body = " ".join(f"{topics[i % 10]}{i % 7} moves data." if i % 5 == 0 else topics[(i * 3) % 10]
+                    for i in range(words))
+    return f"Run {nonce}. Read this text and reply with one word.\n{body}"
+
+
+def check_prefix_cache(ctx: Ctx) -> CheckResult:
+    messages = [{"role": "user", "content": long_prompt(uuid.uuid4().hex[:12])}]
+    first, t1 = _chat(ctx, messages, max_tokens=1)
+    second, t2 = _chat(ctx, messages, max_tokens=1)
+    u1, u2 = usage_dict(first.usage), usage_dict(second.usage)
+    prompt, cached = u2["prompt_tokens"], u2["cached_tokens"] or 0
+    problems = []
+    if cached < CACHE_MIN_FRACTION * prompt:
+        problems.append(f"2nd send reused {cached}/{prompt} prompt tokens (< {CACHE_MIN_FRACTION:.0%}) — is the "
+                        "radix cache disabled, or the server started without --enable-cache-report?")
+    if t2 >= t1:
+        problems.append(f"2nd send took {t2:.3f}s, not faster than the 1st ({t1:.3f}s)")
+    out = f"1st {t1:.3f}s cached {u1['cached_tokens'] or 0}; 2nd {t2:.3f}s cached {cached} of {prompt}"
+    return CheckResult("prefix_cache", not problems, t2, f"same {prompt}-token prompt twice, max_tokens 1", out,
+                       u2, "; ".join(problems) or f"{cached / max(prompt, 1):.1%} of the prompt reused",
+                       extra={"first_latency_s": t1, "second_latency_s": t2, "first_usage": u1})
+
+
+def check_stream(ctx: Ctx) -> CheckResult:
+    prompt = "Count from one to ten."
+    t0 = time.perf_counter()
+    stream = ctx.client.chat.completions.create(model=ctx.ep.model, messages=[{"role": "user", "content": prompt}],
+                                                max_tokens=ctx.opts.max_tokens, stream=True,
+                                                stream_options={"include_usage": True})
+    ttft, chunks, text, use = None, 0, [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            use = usage_dict(chunk.usage)
+        for choice in chunk.choices:
+            piece = (choice.delta.content or "") + (getattr(choice.delta, "reasoning_content", None) or "")
+            if piece:
+                chunks += 1
+                text.append(piece)
+                ttft = ttft if ttft is not None else time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    ok = chunks > 1 and ttft is not None
+    detail = f"{chunks} text chunks, TTFT {ttft:.3f}s" if ttft is not None else "no text chunk arrived"
+    return CheckResult("stream", ok, total, prompt, "".join(text), use,
+                       detail if ok else f"expected more than one text chunk: {detail}",
+                       extra={"ttft_s": ttft, "chunks": chunks})
+
+
+CHECKS: dict[str, Callable[[Ctx], CheckResult]] = {
+    "chat": check_chat, "model": check_model, "tools": check_tools,
+    "prefix_cache": check_prefix_cache, "stream": check_stream,
+}
+
+
+def run_check(name: str, ctx: Ctx) -> CheckResult:
+    t0 = time.perf_counter()
+    try:
+        return CHECKS[name](ctx)
+    except Exception as exc:  # noqa: BLE001 - a failing call is a failed check, reported as data
+        return CheckResult(name, False, time.perf_counter() - t0, "", "", error=describe_error(exc, ctx.ep),
+                           detail="request failed")
+
+
+def format_result(r: CheckResult, width: int = 160) -> str:
+    """Human-readable block: verdict line, then input, output, usage."""
+    def clip(text: str) -> str:
+        text = " ".join(text.split())
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    lines = [f"[smoke] {r.name:<12} {'PASS' if r.ok else 'FAIL'}  {r.latency_s:.3f}s  {r.error or r.detail}"]
+    if r.input:
+        lines.append(f"    input : {clip(r.input)}")
+    if r.output:
+        lines.append(f"    output: {clip(r.output)}")
+    if r.usage:
+        lines.append("    usage : " + ", ".join(f"{k.replace('_tokens', '')} {v}" for k, v in r.usage.items()))
+    return "\n".join(lines)
+
+
+def summary(ep: Endpoint, results: list[CheckResult]) -> dict:
+    """The one-line JSON document (--json): endpoint (no key), overall ok, each check."""
+    return {"ok": bool(results) and all(r.ok for r in results), **ep.public(),
+            "checks": [asdict(r) for r in results]}
