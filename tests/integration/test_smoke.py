@@ -1,0 +1,130 @@
+"""smoke_test.py check against the SGLang stand-in: all checks pass, and each failure mode fails loudly and by name."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from pathlib import Path
+
+import pytest
+
+from standin.harness import launch
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # smoke_test.py is a script at the repo root, not part of the package
+import smoke_test  # noqa: E402
+
+SERVED = "qwen3-4b"
+ARGS = ("--served-model-name", SERVED, "--enable-metrics", "--enable-cache-report")
+
+
+def smoke(capsys, *argv: str) -> tuple[int, str, str]:
+    """Run smoke_test.main in-process (imports openai once for the whole module)."""
+    code = smoke_test.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def server():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with launch(port, *ARGS) as srv:
+        yield srv
+
+
+def test_all_checks_pass_and_json_summary_is_the_last_line(server, repo):
+    env = {**os.environ, "OPENAI_API_KEY": ""}
+    proc = subprocess.run([sys.executable, str(repo / "smoke_test.py"), "--base-url", server.url, "--model", SERVED,
+                           "--json"], capture_output=True, text=True, timeout=120, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = last_json(proc.stdout)
+    assert summary["ok"] is True and summary["model"] == SERVED and summary["api_key_set"] is False
+    checks = {c["name"]: c for c in summary["checks"]}
+    assert list(checks) == ["chat", "model", "tools", "prefix_cache", "stream"]
+    assert all(c["ok"] and c["latency_s"] > 0 for c in checks.values())
+    cache = checks["prefix_cache"]
+    assert cache["usage"]["cached_tokens"] >= 0.9 * cache["usage"]["prompt_tokens"] > 3000
+    assert cache["extra"]["second_latency_s"] < cache["extra"]["first_latency_s"]
+    assert checks["stream"]["extra"]["chunks"] > 1 and checks["stream"]["extra"]["ttft_s"] > 0
+    assert "forced: get_weather(" in checks["tools"]["output"]
+    for name in checks:  # the human-readable block shows input, output and usage of each check
+        assert f"[smoke] {name:<12} PASS" in proc.stdout
+    assert "    usage : prompt" in proc.stdout and "    input : " in proc.stdout
+
+
+def test_wrong_served_name_fails_the_model_check(server, capsys):
+    code, out, _ = smoke(capsys, "--base-url", server.url, "--model", "llama-3", "--only", "model", "--json")
+    assert code == 1
+    check = last_json(out)["checks"][0]
+    assert check["name"] == "model" and not check["ok"]
+    assert "serves ['qwen3-4b'] but we expect ['llama-3']" in check["detail"]
+    assert "FAILED: model" in out
+
+
+def test_no_server_prints_the_tunnel_command(free_port, capsys):
+    code, out, err = smoke(capsys, "--base-url", f"http://127.0.0.1:{free_port}/v1", "--model", SERVED)
+    assert code == 1
+    assert f"ssh -N -L {free_port}:127.0.0.1:{free_port} user@gpu-host" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err + out
+
+
+def test_prefix_cache_check_fails_when_the_radix_cache_is_off(free_port, capsys):
+    with launch(free_port, *ARGS, "--disable-radix-cache"):
+        code, out, _ = smoke(capsys, "--base-url", f"http://127.0.0.1:{free_port}", "--model", SERVED,
+                             "--only", "prefix_cache", "--json")
+    assert code == 1
+    check = last_json(out)["checks"][0]
+    assert check["name"] == "prefix_cache" and not check["ok"] and "reused 0/" in check["detail"]
+
+
+def test_tools_check_fails_when_no_tool_call_comes_back(free_port, capsys):
+    with launch(free_port, *ARGS, env={"STANDIN_NO_TOOL_CALLS": "1"}):
+        code, out, _ = smoke(capsys, "--base-url", f"http://127.0.0.1:{free_port}", "--model", SERVED,
+                             "--only", "tools", "--json")
+    assert code == 1
+    check = last_json(out)["checks"][0]
+    assert check["name"] == "tools" and "forced: no tool call in the reply" in check["detail"]
+
+
+def test_natural_tool_mode_fails_on_random_weights(server, capsys):
+    code, out, _ = smoke(capsys, "--base-url", server.url, "--model", SERVED, "--only", "tools",
+                         "--tool-mode", "natural", "--json")
+    assert code == 1 and "natural: no tool call" in last_json(out)["checks"][0]["detail"]
+
+
+def test_api_key_missing_wrong_and_right(free_port, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    key_file, wrong_file = tmp_path / "key", tmp_path / "wrong"
+    key_file.write_text("k3y-value\n")
+    wrong_file.write_text("nope\n")
+    base = ("--base-url", f"http://127.0.0.1:{free_port}", "--model", SERVED, "--only", "chat")
+    with launch(free_port, *ARGS, "--api-key", "k3y-value"):
+        code, _, err = smoke(capsys, *base, "--api-key-file", str(wrong_file))
+        assert code == 1 and "401" in err and "was rejected" in err
+        monkeypatch.setenv("API_KEY_FILE", "")
+        code, _, err = smoke(capsys, *base)
+        assert code == 1 and "is required" in err and "--api-key-file" in err
+        code, out, err = smoke(capsys, *base, "--api-key-file", str(key_file), "--json")
+        assert code == 0, err
+        monkeypatch.setenv("OPENAI_API_KEY", "k3y-value")
+        assert smoke(capsys, *base)[0] == 0
+    assert "k3y-value" not in out + err  # the key is never printed
+
+
+def test_missing_key_file_and_bad_usage_are_one_line_errors(capsys, tmp_path):
+    code, _, err = smoke(capsys, "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+                         "--api-key-file", str(tmp_path / "absent"))
+    assert code == 1 and err.count("\n") == 1 and "cannot read API key file" in err
+    with pytest.raises(SystemExit) as exc:
+        smoke_test.main(["check", "--only", "nonsense"])
+    assert exc.value.code == 2
