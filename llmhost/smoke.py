@@ -105,12 +105,12 @@ def check_model(ctx: Ctx) -> CheckResult:
 
 def _tool_attempt(ctx: Ctx, forced: bool) -> tuple[bool, str, str, float, dict | None]:
     """(ok, what was seen, problem, latency, usage) of one tool-call request."""
-    kw: dict[str, Any] = {"tools": [GET_WEATHER], "max_tokens": 256 if not forced else 64}
-    if forced:
-        kw["tool_choice"] = {"type": "function", "function": {"name": "get_weather"}}
-        kw["extra_body"] = {"chat_template_kwargs": {"enable_thinking": False}}
-    else:
-        kw["tool_choice"] = "auto"
+    # why thinking off in both: forced needs it (random weights never leave <think>); natural gets a direct
+    # answer from real Qwen3 instead of a long think block that could eat the token budget.
+    kw: dict[str, Any] = {"tools": [GET_WEATHER], "max_tokens": 64 if forced else 512,
+                          "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+                          "tool_choice": {"type": "function", "function": {"name": "get_weather"}} if forced
+                          else "auto"}
     resp, latency = _chat(ctx, [{"role": "user", "content": "What is the weather in Paris right now?"}], **kw)
     calls = resp.choices[0].message.tool_calls or []
     seen = ", ".join(f"{c.function.name}({c.function.arguments})" for c in calls) or "no tool call"
