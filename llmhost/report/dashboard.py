@@ -1,0 +1,235 @@
+"""Assemble the benchmark dashboard from a loaded run: tables + KPI cards + figures -> page sections.
+
+    build(run, slo)                 -> Dashboard (the HTML text and the summary rows)
+    build(run, slo, other=run_b)    -> the same page plus a regression section (run vs run_b)
+    write(dashboard, out_html)      -> out_html, summary.csv and summary.json beside it (atomic writes)
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from llmhost import stats
+from llmhost.report import figures, kpis, page, tables, timeline
+from llmhost.report.load import Run
+from llmhost.report.page import esc, num, with_ci
+
+CHARTS = {**figures.FIGURES, "kv": timeline.kv_cache, "gpu": timeline.gpu}
+SECTION_CHARTS = (("capacity", "Capacity", ("capacity", "qps")), ("latency", "Latency", ("latency", "survival")),
+                  ("h2h", "Head to head", ("head2head",)), ("telemetry", "Telemetry", ("kv", "gpu")))
+DIFF_METRICS = ("output_throughput", "ttft_p50", "ttft_p99", "tpot_p50", "goodput")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Dashboard:
+    html: str
+    summary: list[dict[str, Any]]
+    meta: dict[str, Any]
+
+
+def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> Dashboard:
+    """The page for `run` (and the regression view against `other`), plus the summary rows."""
+    groups = tables.build_groups(run)
+    rows = tables.summary_rows(groups, slo, seed)
+    ctx = figures.Context(run, groups, rows, tables.baseline_rows(run, groups, slo, seed), slo)
+    colors = {a.name: (a.label, a.color) for a in run.arms}
+    sections = [("overview", "Overview", env_card(run, slo) + page.cards(kpis.build_cards(run, rows, slo), colors)),
+                ("baseline", "Settings vs baseline", baseline_html(ctx))]
+    for anchor, title, keys in SECTION_CHARTS:
+        sections.append((anchor, title, "".join(page.chart(CHARTS[k](ctx)) for k in keys)))
+    sections.append(("tools", "Tool calls", toolcalls_html(run)))
+    if other is not None:
+        cmp_rows = tables.compare_rows(groups, tables.build_groups(other), slo, seed)
+        sections.append(("compare", f"Regression: {run.run_id} vs {other.run_id}", compare_html(run, other, cmp_rows)))
+    sections += [("points", "All points", points_html(rows)), ("methods", "Methods", methods_html(run, slo))]
+    header = (f"<h1>LLM serving benchmark — {esc(run.run_id)}</h1><p class=read>Built from {esc(run.path.name)} "
+              "(stored results only; rebuild any time with other SLOs: ./make_dashboard.py RUN_DIR --slo-ttft-ms …)"
+              "</p>")
+    meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
+            "baseline": ctx.baseline}
+    return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)
+
+
+def env_card(run: Run, slo: stats.Slo) -> str:
+    m = run.manifest
+    gpu, ver = m.get("gpu") or {}, m.get("versions") or {}
+    planned = {p.get("point_id") for p in run.plan}
+    done = {p.point_id for p in run.points}
+    facts = [("GPU", f"{gpu.get('count', '?')} × {gpu.get('name', '?')} ({gpu.get('memory_gb', '?')} GB)"),
+             ("Driver", gpu.get("driver")), ("SGLang", ver.get("sglang")), ("FlashInfer", ver.get("flashinfer")),
+             ("torch", ver.get("torch")), ("llmhost", ver.get("llmhost")), ("git commit", m.get("git_commit")),
+             ("Run date", m.get("created_at")), ("Seed", m.get("seed")),
+             ("SLO", f"TTFT ≤ {slo.ttft_ms:g} ms, TPOT ≤ {slo.itl_ms:g} ms, for ≥ {slo.pct:g}% of requests"
+                     + ("" if run.slo == slo else " (overridden at build time)")),
+             ("Points", f"{len(done)} recorded of {len(planned) or len(done)} planned"
+                        + (f" — {len(planned - done)} never ran: ./run_bench.py --resume {run.path}"
+                           if planned - done else ""))]
+    items = "".join(f"<tr><th class=l>{esc(k)}</th><td class=l>{esc(v)}</td></tr>" for k, v in facts)
+    warn = "".join(page.missing(w) for w in run.warnings)
+    return f"<div class=card><h3>Environment</h3><table>{items}</table></div>{warn}"
+
+
+def _delta_cell(metric: str) -> page.Cell:
+    m = tables.METRICS[metric]
+
+    def cell(r: dict[str, Any]) -> str:
+        verdict = r[f"{metric}_verdict"]
+        cls = {"better": "better", "worse": "worse"}.get(verdict, "noise")
+        d, lo, hi = r[f"{metric}_delta_pct"], r[f"{metric}_lo_pct"], r[f"{metric}_hi_pct"]
+        if math.isnan(d):
+            return "—"
+        ci = f" [{lo:+.1f}, {hi:+.1f}]" if not math.isnan(lo) else ""
+        return (f"class={cls}|{num(r[f'{metric}_b'])} {esc(m.unit)}<br><b>{d:+.1f}%</b>"
+                f"<span class=noise>{ci}</span><br><small>{esc(verdict)}</small>")
+    return cell
+
+
+def diff_columns(first: str, first_fn: page.Cell) -> list[tuple[str, page.Cell]]:
+    cols: list[tuple[str, page.Cell]] = [(first, first_fn), ("Point", lambda r: esc(
+        f"{r['workload']} · {r['pattern']} · {r['load']}"))]
+    return cols + [(f"{tables.METRICS[k].label} (Δ% [95% CI])", _delta_cell(k)) for k in DIFF_METRICS]
+
+
+def baseline_html(ctx: figures.Context) -> str:
+    run, rows = ctx.run, ctx.baseline
+    intro = ("<p class=read>Each arm changes exactly one setting. Cells: the arm's value, its change vs the baseline "
+             "arm at the same point, the 95% bootstrap CI of that change, and a verdict — \"within noise\" when the CI "
+             "includes 0, \"no CI\" when a side has a single repeat (throughput: run with --repeat 3).</p>")
+    if not rows:
+        return intro + page.missing("No arm shares a point with the baseline arm — run ./run_bench.py with the "
+                                    "baseline and at least one other arm (e.g. --arms baseline,fp8-kv).")
+    labels = {a.name: a.label for a in run.arms}
+    columns = diff_columns("Arm", lambda r: esc(labels.get(r["arm"], r["arm"])))
+    ref = {(wl, next(iter(g.values())).concurrency) for wl, g in figures.reference_groups(ctx).items()}
+    headline = [r for r in rows if r["pattern"] == "concurrency" and (r["workload"], r["concurrency"]) in ref]
+    head = (f"<h3>At the reference load (the highest concurrency every arm ran, per workload)</h3>"
+            f"{page.table(columns, headline, left=2)}" if headline else "")
+    return (intro + head + f"<details{'' if headline else ' open'}><summary>All {len(rows)} matched points"
+            f"</summary>{page.table(columns, rows, left=2)}</details>")
+
+
+def compare_html(run: Run, other: Run, rows: list[dict[str, Any]]) -> str:
+    intro = (f"<p class=read>Every point present in both runs (same arm, workload, pattern, load), {esc(run.run_id)} "
+             f"relative to {esc(other.run_id)}: value in this run, change in %, 95% bootstrap CI, verdict.</p>")
+    body = env_card(other, other.slo or stats.Slo(math.nan, math.nan, math.nan)).replace(
+        "<h3>Environment</h3>", f"<h3>Environment of {esc(other.run_id)}</h3>", 1)
+    if not rows:
+        return intro + body + page.missing("The two runs share no point — compare runs of the same plan "
+                                           "(same arms, workloads and loads).")
+    return intro + body + page.table(diff_columns("Arm", lambda r: esc(r["arm"])), rows, left=2)
+
+
+def toolcalls_html(run: Run) -> str:
+    intro = ("<p class=read>Does the server return correct tool calls? Right tool = the expected function was called; "
+             "args OK = its arguments parsed and matched; no-tool respected = no call when none was expected.</p>")
+    if not run.toolcalls:
+        return intro + page.missing("No toolcalls.jsonl in this run — run_bench.py runs the tool-call check per arm "
+                                    "(it is skipped with a reason on dummy weights).")
+    cols: list[tuple[str, page.Cell]] = [
+        ("Arm", lambda r: esc(run.arm(r["arm"]).label)), ("Cases", lambda r: num(r["cases"], 0)),
+        ("OK %", lambda r: num(r.get("ok_pct"))), ("Right tool %", lambda r: num(r.get("right_tool_pct"))),
+        ("Args OK %", lambda r: num(r.get("args_ok_pct"))),
+        ("No-tool respected %", lambda r: num(r.get("no_tool_respected_pct"))),
+        ("Latency p50 ms", lambda r: num(r.get("latency_p50_ms"), 0)),
+        ("Skipped because", lambda r: esc(r.get("skipped")))]
+    return intro + page.table(cols, tables.toolcall_rows(run))
+
+
+def points_html(rows: list[dict[str, Any]]) -> str:
+    def flagged(key: str, ok_key: str) -> page.Cell:
+        return lambda r: with_ci(r[key], r.get(key.replace("_ms", "_lo_ms")), r.get(key.replace("_ms", "_hi_ms"))) \
+            + ("" if r[ok_key] else " <span class=flag title='too few samples'>⚠</span>")
+
+    cols: list[tuple[str, page.Cell]] = [
+        ("Arm", lambda r: esc(r["arm"])), ("Workload", lambda r: esc(r["workload"])),
+        ("Pattern", lambda r: esc(r["pattern"])), ("Load", lambda r: esc(r["load"])),
+        ("Repeats ok/failed", lambda r: f"{r['points_ok']}/" + (
+            f"<span class=bad title='{esc(r['point_errors'])}'>{r['points_failed']}</span>" if r["points_failed"]
+            else "0")),
+        ("Requests (failed)", lambda r: f"{r['requests']:,} ({r['failed_requests']:,})"),
+        ("Out tok/s [CI]", lambda r: with_ci(r["output_throughput"], r["output_throughput_lo"],
+                                             r["output_throughput_hi"], 0)),
+        ("Achieved req/s", lambda r: num(r["achieved_rate"], 2) + (" (client-bound)" if r["client_bound"] else "")),
+        ("TTFT p50 ms", flagged("ttft_p50_ms", "ttft_p50_sufficient")),
+        ("TTFT p99 ms", flagged("ttft_p99_ms", "ttft_p99_sufficient")),
+        ("TTFT p99.9 ms", flagged("ttft_p999_ms", "ttft_p999_sufficient")),
+        ("TPOT p50 ms", flagged("tpot_p50_ms", "tpot_p50_sufficient")),
+        ("ITL p50 / p99 ms", lambda r: f"{num(r['itl_p50_ms'], 2)} / {num(r['itl_p99_ms'], 2)}"),
+        ("Goodput % [CI]", lambda r: with_ci(r["goodput_pct"], r["goodput_lo_pct"], r["goodput_hi_pct"])),
+        ("SLO", lambda r: "met" if r["meets_slo"] else "<span class=bad>missed</span>")]
+    note = ("<p class=read>Every point (repeats pooled). ⚠ = fewer samples than the percentile needs "
+            f"(≥ {stats.MIN_TAIL_SAMPLES} expected beyond it: p99 ≥ {stats.needed_samples(99):,}, "
+            f"p99.9 ≥ {stats.needed_samples(99.9):,}). Also in summary.csv / summary.json.</p>")
+    return note + (page.table(cols, rows, left=4) if rows else page.missing(
+        "No points recorded yet — run ./run_bench.py (or --resume RUN_DIR) and rebuild."))
+
+
+def methods_html(run: Run, slo: stats.Slo) -> str:
+    cmd = " ".join(map(str, run.manifest.get("command") or [])) or "(not recorded)"
+    parts = [f"<h3>Benchmark command</h3><pre>{esc(cmd)}</pre><h3>Server launch command per arm</h3>"]
+    for r in tables.methods_rows(run):
+        parts.append(f"<p><b>{esc(r['label'])}</b> — flags vs baseline: <code>{esc(r['flags'])}</code>; ready in "
+                     f"{num(r['ready_s'])} s; attention backend {esc(r['attention_backend'] or '?')}</p>"
+                     f"<pre>{esc(r['launch_command'])}</pre>")
+    parts.append("<h3>Workloads</h3>" + "".join(
+        f"<p><b>{esc(w.name)}</b> ({esc(w.kind)}): {esc(w.description)}</p><pre>{esc(json.dumps(w.params))}</pre>"
+        for w in run.workloads))
+    parts.append("<h3>Load patterns planned</h3>" + _plan_html(run))
+    parts.append(
+        "<h3>Statistics</h3><p class=read>Percentiles: linear interpolation (numpy default, as bench_serving). "
+        f"CIs: percentile bootstrap, {stats.DEFAULT_BOOT} seeded resamples, 95%; throughput CIs resample repeats, "
+        "latency CIs resample requests. Goodput: share of requests sent that completed with TTFT ≤ "
+        f"{slo.ttft_ms:g} ms and TPOT (their own mean inter-token gap) ≤ {slo.itl_ms:g} ms; a load meets the SLO "
+        f"when ≥ {slo.pct:g}% are good. Capacity = highest load with it and every lower load meeting the SLO. "
+        "ITL percentiles pool every token gap (bench_serving's definition).</p>")
+    return "".join(parts)
+
+
+def _plan_html(run: Run) -> str:
+    plan: dict[tuple, dict[str, set]] = {}
+    for p in run.plan or [dataclasses.asdict(x) for x in run.points]:
+        key = (p.get("workload"), p.get("pattern"))
+        entry = plan.setdefault(key, {"loads": set(), "prompts": set(), "repeats": set(), "arms": set()})
+        entry["loads"].add(tables.load_label(str(p.get("pattern")), p.get("concurrency"), p.get("request_rate"),
+                                             int(p.get("num_prompts") or 0)))
+        entry["prompts"].add(p.get("num_prompts"))
+        entry["repeats"].add(p.get("repeat"))
+        entry["arms"].add(p.get("arm"))
+    rows = [{"workload": k[0], "pattern": k[1], **{n: ", ".join(sorted(map(str, v))) for n, v in e.items()},
+             "n_repeats": len(e["repeats"])} for k, e in plan.items()]
+    cols: list[tuple[str, page.Cell]] = [
+        ("Workload", lambda r: esc(r["workload"])), ("Pattern", lambda r: esc(r["pattern"])),
+        ("Loads", lambda r: esc(r["loads"])), ("Prompts per point", lambda r: esc(r["prompts"])),
+        ("Repeats", lambda r: num(r["n_repeats"], 0)), ("Arms", lambda r: esc(r["arms"]))]
+    return page.table(cols, rows, left=6) if rows else page.missing("No plan recorded in manifest.json.")
+
+
+def write(dash: Dashboard, out_html: Path) -> list[Path]:
+    """Write the page, summary.csv and summary.json beside it (each atomically); return the paths."""
+    csv_path, json_path = out_html.with_name("summary.csv"), out_html.with_name("summary.json")
+    page.write_atomic(out_html, dash.html)
+    buf = io.StringIO()
+    if dash.summary:
+        writer = csv.DictWriter(buf, fieldnames=list(dash.summary[0]))
+        writer.writeheader()
+        writer.writerows(dash.summary)
+    page.write_atomic(csv_path, buf.getvalue())
+    doc = {**dash.meta, "points": dash.summary}
+    page.write_atomic(json_path, json.dumps(_json_safe(doc), indent=1) + "\n")
+    return [out_html, csv_path, json_path]
+
+
+def _json_safe(value: Any) -> Any:
+    """nan/inf -> null so summary.json is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

@@ -1,0 +1,155 @@
+"""Headline KPI cards: each card answers one question and lists every arm's answer (manifest order).
+
+Built from summary rows (tables.summary_rows), so the cards and summary.csv never disagree.
+Where the tail percentiles come from: the arm's `long` point (it exists to collect enough samples for p99.9); without
+one, its highest concurrency point that meets the SLO; without that, its lowest concurrency point.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from llmhost import stats
+from llmhost.report.load import Run
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    arm: str
+    value: str
+    detail: str
+    is_flagged: bool  # shown with a warning mark: too few samples, failures, SLO never met
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Card:
+    title: str
+    question: str
+    entries: tuple[Entry, ...]
+
+
+def fmt(value: Any, digits: int = 0, unit: str = "") -> str:
+    """Compact number: '1,234 tok/s', '—' for missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    text = f"{value:,.{digits}f}" if isinstance(value, (int, float)) else str(value)
+    return f"{text} {unit}".strip()
+
+
+def _capacity(rows: list[dict], arm: str, pattern: str) -> tuple[str, str, bool]:
+    parts, details, flagged = [], [], False
+    for wl in dict.fromkeys(r["workload"] for r in rows if r["arm"] == arm and r["pattern"] == pattern):
+        mine = [r for r in rows if r["arm"] == arm and r["workload"] == wl and r["pattern"] == pattern
+                and r["points_ok"] > 0]
+        key = "request_rate" if pattern == "qps" else "concurrency"
+        met = {float(r[key]): bool(r["meets_slo"]) for r in mine if r[key] is not None}
+        cap = stats.max_load_within_slo(met)
+        unit = " req/s" if pattern == "qps" else ""
+        if cap.load is None:
+            parts.append(f"{wl}: none")
+            details.append(f"{wl}: even {min(met):g}{unit} misses the SLO" if met else f"{wl}: no data")
+            flagged = True
+            continue
+        parts.append(f"{wl}: {cap.load:g}{unit}" + ("" if cap.is_bracketed else "+"))
+        details.append(f"{wl}: fails at {cap.first_failing:g}{unit}" if cap.is_bracketed
+                       else f"{wl}: no tested load failed")
+        if any(r["client_bound"] and r[key] == cap.load for r in mine):
+            details[-1] += f" (the load generator could not offer {cap.load:g}{unit}: client-bound)"
+            flagged = True
+        if not cap.is_monotonic:
+            details[-1] += " (a higher load passed again: noisy)"
+    if not parts:
+        return "—", f"no {pattern} points in this run", False
+    return " · ".join(parts), "; ".join(details), flagged
+
+
+def tail_row(rows: list[dict], arm: str) -> dict | None:
+    """The row the tail-latency cards use for an arm (see the module docstring)."""
+    mine = [r for r in rows if r["arm"] == arm and r["points_ok"] > 0 and r["requests"] > 0]
+    longs = [r for r in mine if r["pattern"] == "long"]
+    if longs:
+        return max(longs, key=lambda r: r["ttft_n"])
+    sweep = [r for r in mine if r["pattern"] == "concurrency" and r["concurrency"] is not None]
+    good = [r for r in sweep if r["meets_slo"]]
+    if good:
+        return max(good, key=lambda r: r["concurrency"])
+    return min(sweep, key=lambda r: r["concurrency"]) if sweep else None
+
+
+def _tail(rows: list[dict], arm: str, metric: str) -> Entry:
+    row = tail_row(rows, arm)
+    if row is None:
+        return Entry(arm, "—", "no successful point", True)
+    n_key = "ttft_n" if metric == "ttft" else "itl_n"
+    n = row[n_key]
+    value = " / ".join(fmt(row[f"{metric}_{p}_ms"], 1) for p in ("p50", "p99", "p999")) + " ms"
+    sufficient = bool(row[f"{metric}_p999_sufficient"])
+    note = "" if sufficient else f" — p99.9 needs ≥{stats.needed_samples(99.9):,}"
+    if metric == "ttft" and not row["ttft_p99_sufficient"]:
+        note = f" — p99 needs ≥{stats.needed_samples(99.0):,}, p99.9 ≥{stats.needed_samples(99.9):,}"
+    return Entry(arm, value, f"{row['workload']} {row['pattern']} {row['load']}, n={n:,}{note}", not sufficient)
+
+
+def _peak(rows: list[dict], arm: str) -> Entry:
+    mine = [r for r in rows if r["arm"] == arm and r["pattern"] in ("concurrency", "qps")
+            and not math.isnan(r["output_throughput"])]
+    if not mine:
+        return Entry(arm, "—", "no successful sweep point", True)
+    best = max(mine, key=lambda r: r["output_throughput"])
+    return Entry(arm, fmt(best["output_throughput"], 0, "tok/s"), f"{best['workload']} {best['load']}", False)
+
+
+def _cold(rows: list[dict], arm: str) -> Entry:
+    cold = [r for r in rows if r["arm"] == arm and r["pattern"] == "cold" and r["requests"]]
+    warm = [r for r in rows if r["arm"] == arm and r["pattern"] == "warm" and r["requests"]]
+    if not cold:
+        return Entry(arm, "—", "no cold point (run_bench.py plans one per arm)", False)
+    text = fmt(cold[0]["ttft_p50_ms"], 0, "ms")
+    detail = f"warm: {fmt(warm[0]['ttft_p50_ms'], 0, 'ms')} (p50, {cold[0]['workload']} {cold[0]['load']})" \
+        if warm else "no warm point to compare"
+    return Entry(arm, text, detail, False)
+
+
+def _burst(rows: list[dict], arm: str) -> Entry:
+    burst = [r for r in rows if r["arm"] == arm and r["pattern"] == "burst"]
+    if not burst:
+        return Entry(arm, "—", "no burst point", False)
+    sent = sum(r["requests"] for r in burst)
+    failed = sum(r["failed_requests"] for r in burst)
+    lost = sum(r["points_failed"] for r in burst)
+    detail = f"of {sent:,} requests" + (f"; {lost} burst point(s) failed outright" if lost else "")
+    return Entry(arm, f"{failed:,} failed", detail, failed > 0 or lost > 0)
+
+
+def _errors(rows: list[dict], arm: str) -> Entry:
+    mine = [r for r in rows if r["arm"] == arm]
+    failed = sum(r["failed_requests"] for r in mine)
+    sent = sum(r["requests"] for r in mine)
+    points = sum(r["points_failed"] for r in mine)
+    return Entry(arm, f"{failed:,} requests", f"of {sent:,}; {points} failed point(s)", failed > 0 or points > 0)
+
+
+def build_cards(run: Run, rows: list[dict], slo: stats.Slo) -> list[Card]:
+    """The KPI cards, in reading order."""
+    arms = [a.name for a in run.arms]
+    slo_text = f"TTFT ≤ {slo.ttft_ms:g} ms and TPOT ≤ {slo.itl_ms:g} ms for ≥ {slo.pct:g}% of requests"
+
+    def cap(pattern: str) -> tuple[Entry, ...]:
+        return tuple(Entry(a, *_capacity(rows, a, pattern)) for a in arms)
+
+    return [
+        Card("Max concurrency within SLO", f"How many concurrent users before the SLO ({slo_text}) breaks?",
+             cap("concurrency")),
+        Card("Max QPS within SLO", "What Poisson arrival rate can it take within the same SLO?", cap("qps")),
+        Card("Peak output throughput", "What is the most tokens/s it produced in any sweep point?",
+             tuple(_peak(rows, a) for a in arms)),
+        Card("TTFT p50 / p99 / p99.9", "How long until the first token, typically and in the tail?",
+             tuple(_tail(rows, a, "ttft") for a in arms)),
+        Card("ITL p50 / p99 / p99.9", "How smooth is streaming once it starts (all token gaps pooled)?",
+             tuple(_tail(rows, a, "itl") for a in arms)),
+        Card("Cold-start TTFT", "What does a flushed prefix cache cost the first requests (p50)?",
+             tuple(_cold(rows, a) for a in arms)),
+        Card("Burst failures", "Did a burst of simultaneous requests lose any?", tuple(_burst(rows, a) for a in arms)),
+        Card("Errors", "Did anything fail across the whole run?", tuple(_errors(rows, a) for a in arms)),
+    ]

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Build the interactive benchmark dashboard from a run directory written by run_bench.py.
+
+One self-contained HTML file (works offline: plotly.js inlined once) with the environment, KPI cards, every arm vs
+the baseline with bootstrap CIs, capacity / latency / QPS / tail / head-to-head charts, KV-cache and GPU telemetry,
+tool-call quality and the exact launch commands. Reads only the stored results, so it can be rebuilt at any time
+(e.g. with other SLOs) without re-running anything, on any machine with the toolkit's venv.
+
+    ./make_dashboard.py results/bench/latest
+    ./make_dashboard.py results/bench/latest --slo-ttft-ms 300 --slo-itl-ms 15 --slo-pct 95
+    ./make_dashboard.py results/bench/20261129-120000 --compare results/bench/20261120-090000
+
+Writes: RUN_DIR/dashboard.html (or --out FILE), and summary.csv + summary.json beside it (headline numbers per
+arm/workload/pattern/load with CIs). The last stdout line is one JSON document naming the files.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+# Fallback SLO when a run's manifest has none: an interactive-chat target (first token within 1 s, >= 20 tok/s
+# streaming, i.e. 50 ms per token) met by 99% of requests.
+FALLBACK_SLO = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Options:
+    run_dir: Path
+    out: Path
+    compare: Path | None
+    slo_ttft_ms: float | None
+    slo_itl_ms: float | None
+    slo_pct: float | None
+    seed: int
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory (results/bench/<run_id> or "
+                        "results/bench/latest)")
+    parser.add_argument("--out", type=Path, help="HTML file to write (default: RUN_DIR/dashboard.html); "
+                        "summary.csv and summary.json go beside it")
+    parser.add_argument("--slo-ttft-ms", type=float, help="SLO: time to first token per request, ms "
+                        "(default: the run's manifest, else 1000)")
+    parser.add_argument("--slo-itl-ms", type=float, help="SLO: a request's mean inter-token latency (TPOT), ms "
+                        "(default: the run's manifest, else 50)")
+    parser.add_argument("--slo-pct", type=float, help="SLO: percent of requests that must meet both limits "
+                        "(default: the run's manifest, else 99)")
+    parser.add_argument("--compare", type=Path, metavar="OTHER_RUN", help="a second run directory: add a "
+                        "regression view (matched points, deltas with CIs)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0; same seed, same CIs)")
+    args = parser.parse_args(argv)
+    for name in ("slo_ttft_ms", "slo_itl_ms"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            parser.error(f"--{name.replace('_', '-')} must be > 0 (got {value:g})")
+    if args.slo_pct is not None and not 0 < args.slo_pct <= 100:
+        parser.error(f"--slo-pct must be in (0, 100] (got {args.slo_pct:g})")
+    return Options(args.run_dir, args.out or args.run_dir / "dashboard.html", args.compare, args.slo_ttft_ms,
+                   args.slo_itl_ms, args.slo_pct, args.seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    from llmhost import stats
+    from llmhost.report import dashboard, load
+
+    # --- read the stored results (never a live server) ---
+    try:
+        run = load.load_run(opts.run_dir)
+        other = load.load_run(opts.compare) if opts.compare else None
+    except load.LoadError as exc:
+        print(f"[dashboard] error: {exc}", file=sys.stderr)
+        return 1
+
+    # --- SLO: options win over the run's recorded defaults ---
+    recorded = dataclasses.asdict(run.slo) if run.slo else FALLBACK_SLO
+    slo = stats.Slo(ttft_ms=opts.slo_ttft_ms or recorded["ttft_ms"], itl_ms=opts.slo_itl_ms or recorded["itl_ms"],
+                    pct=opts.slo_pct or recorded["pct"])
+
+    # --- build and write the page + summary files ---
+    dash = dashboard.build(run, slo, other=other, seed=opts.seed)
+    try:
+        paths = dashboard.write(dash, opts.out)
+    except OSError as exc:
+        print(f"[dashboard] error: cannot write {opts.out} ({exc.strerror}) — pass --out to a writable path",
+              file=sys.stderr)
+        return 1
+    print(f"[dashboard] {paths[0]} ({len(dash.summary)} points, {len(run.warnings)} warnings)")
+    print(json.dumps({"html": str(paths[0]), "summary_csv": str(paths[1]), "summary_json": str(paths[2]),
+                      "points": len(dash.summary), "compared_with": other.run_id if other else None}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
