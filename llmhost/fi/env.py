@@ -1,13 +1,15 @@
 """Where a kernel number was measured: library versions, GPU, driver, CPU, git commit, JIT cache location.
 
 Every Phase 4 JSON (sparse.json, balance.json, jit.json, trace.json) stores `describe()` under "env", so a number
-can always be traced back to the stack that produced it. Safe on a CPU-only machine: fields that cannot be read are
+can always be traced back to the stack that produced it; `document()` builds that envelope and `write_json_atomic()`
+writes it (temp file + rename: a reader never sees half a file). Safe on a CPU-only machine: fields that cannot be read are
 None. torch is imported only when installed, and CUDA is touched only when torch says a GPU is there.
 
     python3 -m llmhost.fi.env        # print the environment as JSON
 """
 from __future__ import annotations
 
+import datetime as dt
 import importlib.metadata
 import importlib.util
 import json
@@ -110,6 +112,20 @@ def describe(include_gpu: bool = True) -> dict[str, Any]:
     if include_gpu:
         out.update(gpu_info())
     return out
+
+
+def document(stage: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
+    """{"schema": 1, "created_at", "env", "command", **stage}: the envelope of every Phase 4 result JSON."""
+    return {"schema": 1, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "env": describe(), "command": list(sys.argv if argv is None else argv), **stage}
+
+
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    """Write JSON beside `path` under a temp name, then rename over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
