@@ -20,6 +20,9 @@
 #   ./setup_host.sh --python python3      # bring your own SGLang Python (e.g. the SGLang container): verify only
 #   ./setup_host.sh --wheelhouse ~/whl    # offline: install from local wheels; apt/driver/CUDA are only verified
 #
+# Options: --dry-run (print each phase's plan; change nothing, no sudo) | --only PHASE | --python PATH (existing
+# Python with sglang, sets SGLANG_PYTHON: skip installs, verify everything) | --wheelhouse DIR (pip/uv --no-index
+# --find-links DIR) | --skip-model | --force-os (continue on another OS) | -h, --help
 # Exit codes: 0 done (also after a driver install: the last line then says "REBOOT REQUIRED"), 1 a check or
 # step failed (one line says what and the next command), 2 bad arguments.
 # Disk: the venv needs ~25 GB free (torch + CUDA 13 libraries ~7 GB, the rest of sglang's stack ~4 GB,
@@ -54,24 +57,9 @@ PHASE=setup
 SUDO=()
 SRC=() # where pip/uv take packages from: the index, or --no-index --find-links WHEELHOUSE
 
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-  cat <<'EOF'
-Options:
-  --dry-run          print what each phase would do; change nothing (no sudo needed)
-  --only PHASE       run one phase: os packages driver cuda python sglang flashinfer jit-cache model kernel
-  --python PATH      existing Python with sglang (sets SGLANG_PYTHON): skip installs, verify everything
-  --wheelhouse DIR   offline install from DIR's wheels (pip/uv --no-index --find-links DIR)
-  --skip-model       no model download/check
-  --force-os         continue on an OS other than Ubuntu 24.04
-  -h, --help         this help
-EOF
-}
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
-usage_error() {
-  printf '[setup] error: %s (see ./setup_host.sh --help)\n' "$1" >&2
-  exit 2
-}
+usage_error() { printf '[setup] error: %s (see ./setup_host.sh --help)\n' "$1" >&2 && exit 2; }
 
 parse_args() {
   while (($#)); do
@@ -87,18 +75,15 @@ parse_args() {
     esac
     shift
   done
-  if [[ -n "$ONLY" && " ${PHASES[*]} " != *" $ONLY "* ]]; then
-    usage_error "--only $ONLY: not a phase (${PHASES[*]})"
-  fi
+  [[ -z "$ONLY" || " ${PHASES[*]} " == *" $ONLY "* ]] || usage_error "--only $ONLY: not a phase (${PHASES[*]})"
   [[ -z "$WHEELHOUSE" || -z "$PYTHON_ARG" ]] || usage_error "--wheelhouse installs, --python verifies: pick one"
   if [[ -n "$WHEELHOUSE" ]]; then
     [[ -d "$WHEELHOUSE" ]] || usage_error "--wheelhouse $WHEELHOUSE is not a directory"
     compgen -G "$WHEELHOUSE/*.whl" >/dev/null || usage_error "--wheelhouse $WHEELHOUSE holds no .whl files"
     WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
   fi
-  if [[ -n "$PYTHON_ARG" ]]; then
-    command -v "$PYTHON_ARG" >/dev/null 2>&1 || usage_error "--python $PYTHON_ARG: no such executable"
-  fi
+  [[ -z "$PYTHON_ARG" ]] || command -v "$PYTHON_ARG" >/dev/null 2>&1 \
+    || usage_error "--python $PYTHON_ARG: no such executable"
 }
 
 is_dry() { [[ "${DRY_RUN:-0}" == 1 ]]; }
@@ -107,10 +92,7 @@ fail() { die "$PHASE: $*"; }
 
 # step CMD...: run with output in the log (dry run: print it); a failure ends setup naming the log.
 step() {
-  if is_dry; then
-    run "$@"
-    return 0
-  fi
+  is_dry && { run "$@"; return 0; }
   note "+ $*"
   "$@" >>"$LOG_FILE" 2>&1 || fail "'$*' failed (exit $?) — details in $LOG_FILE"
 }
@@ -143,9 +125,8 @@ need_disk() {
   while [[ ! -d "$dir" ]]; do dir=$(dirname "$dir"); done
   free_kb=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
   [[ "$free_kb" =~ ^[0-9]+$ ]] || fail "cannot read free space of $dir from df"
-  if ((free_kb * 1024 < need)); then
-    fail "disk full: $((free_kb / 1048576)) GB free under $dir but $what needs ~$((need / 1073741824 + 1)) GB — free space or set WORK_DIR to a bigger disk"
-  fi
+  ((free_kb * 1024 >= need)) \
+    || fail "disk full: $((free_kb / 1048576)) GB free under $dir but $what needs ~$((need / 1073741824 + 1)) GB — free space or set WORK_DIR to a bigger disk"
   note "disk: $((free_kb / 1048576)) GB free under $dir, $what needs $((need / 1048576)) MB"
 }
 
@@ -192,12 +173,9 @@ phase_packages() {
   fi
 }
 
+# NVIDIA's PCI vendor id is 10de; without lspci (minimal images) read sysfs directly.
 has_nvidia_pci() {
-  if command -v lspci >/dev/null 2>&1; then
-    lspci -nn | grep -qi '\[10de:'
-  else
-    grep -qsi '0x10de' /sys/bus/pci/devices/*/vendor
-  fi
+  if command -v lspci >/dev/null 2>&1; then lspci -nn | grep -qi '\[10de:'; else grep -qsi 0x10de /sys/bus/pci/devices/*/vendor; fi
 }
 
 phase_driver() {
@@ -210,23 +188,18 @@ phase_driver() {
     version=${first%%,*}
     major=${version%%.*}
     [[ "$major" =~ ^[0-9]+$ ]] || fail "cannot read a driver version from nvidia-smi output '$first'"
-    if ((major < MIN_DRIVER)); then
-      fail "driver $version is older than R$MIN_DRIVER (CUDA $CUDA_MAJOR needs it) — upgrade: sudo apt-get install -y $DRIVER_PACKAGE && sudo reboot, then re-run ./setup_host.sh"
-    fi
+    ((major >= MIN_DRIVER)) \
+      || fail "driver $version is older than R$MIN_DRIVER (CUDA $CUDA_MAJOR needs it) — upgrade: sudo apt-get install -y $DRIVER_PACKAGE && sudo reboot, then re-run ./setup_host.sh"
     log "driver: $version on $(wc -l <<<"$out") x${first#*,} (R$major >= R$MIN_DRIVER)"
     return 0
   fi
   has_nvidia_pci || fail "no NVIDIA GPU found (no nvidia-smi, no NVIDIA PCI device) — run this on an NVIDIA GPU host"
-  if [[ $MODE != install ]]; then
-    fail "an NVIDIA GPU is present but no driver (nvidia-smi) — install it: sudo apt-get install -y $DRIVER_PACKAGE && sudo reboot"
-  fi
+  [[ $MODE == install ]] \
+    || fail "an NVIDIA GPU is present but no driver (nvidia-smi) — install it: sudo apt-get install -y $DRIVER_PACKAGE && sudo reboot"
   need_root "installing the NVIDIA driver" "sudo apt-get install -y $DRIVER_PACKAGE"
   as_root apt-get update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$DRIVER_PACKAGE"
-  if is_dry; then
-    log "driver: would install $DRIVER_PACKAGE, then stop with REBOOT REQUIRED"
-    return 0
-  fi
+  is_dry && { log "driver: would install $DRIVER_PACKAGE, then stop with REBOOT REQUIRED"; return 0; }
   log "driver: REBOOT REQUIRED — installed $DRIVER_PACKAGE; reboot and re-run ./setup_host.sh"
   exit 0
 }
@@ -333,8 +306,7 @@ phase_sglang() {
 phase_flashinfer() {
   local plan kind name version detail base="" tag="" removes=() installs=() oks=()
   if is_dry && ! "$SGLANG_PYTHON" -c 'import sglang' >/dev/null 2>&1; then
-    log "flashinfer: would read the flashinfer-python version sglang installs (V), remove flashinfer-* of other versions, install flashinfer-cubin==V (PyPI) and flashinfer-jit-cache==V (https://flashinfer.ai/whl/cu130)"
-    return 0
+    log "flashinfer: would read the flashinfer-python version sglang installs (V), remove flashinfer-* of other versions, install flashinfer-cubin==V (PyPI) and flashinfer-jit-cache==V (https://flashinfer.ai/whl/cu130)" && return 0
   fi
   plan=$(toolkit llmhost.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not read the FlashInfer packages (message above)"
   note "plan: ${plan//$'\n'/; }"
@@ -343,7 +315,7 @@ phase_flashinfer() {
       cuda) tag=$name
         [[ ${version%%.*} == "$CUDA_MAJOR" ]] || fail "torch in $SGLANG_PYTHON is built for CUDA $version, not $CUDA_MAJOR — reinstall torch for cu130" ;;
       ok) oks+=("$name $version"); [[ $name == flashinfer-python ]] && base=$version ;;
-      error) fail "$name $version: $detail — reinstall sglang: ./setup_host.sh --only sglang" ;;
+      error) fail "$name $version: $detail — reinstall sglang==$SGLANG_VERSION, which brings the flashinfer-python it pins" ;;
       remove) removes+=("$name") ;;
       install) installs+=("$name==$version${detail:+@$detail}") ;;
     esac
@@ -394,10 +366,7 @@ phase_model() {
     return 0
   fi
   note "$result"
-  if is_dry; then
-    log "model: would download $MODEL_ID $what into $MODEL_DIR (now: ${result#*incomplete: })"
-    return 0
-  fi
+  is_dry && { log "model: would download $MODEL_ID $what into $MODEL_DIR (now: ${result#*incomplete: })"; return 0; }
   [[ $MODE != wheelhouse ]] || fail "${result#model_files: } — offline (--wheelhouse): copy the model there and re-run"
   need_network "$HF_URL"
   bytes=$("$SGLANG_PYTHON" -m llmhost.model_files size --model-id "$MODEL_ID" "${scope[@]}" 2>>"$LOG_FILE") \
@@ -410,10 +379,7 @@ phase_model() {
 }
 
 phase_kernel() {
-  if is_dry; then
-    log "kernel: would run $SGLANG_PYTHON -m llmhost.fi.verify --model-dir $MODEL_DIR (GQA decode, CUDA-core + tensor-core paths)"
-    return 0
-  fi
+  is_dry && { log "kernel: would run $SGLANG_PYTHON -m llmhost.fi.verify --model-dir $MODEL_DIR (CUDA-core + tensor-core GQA decode)"; return 0; }
   [[ -f "$MODEL_DIR/config.json" ]] || fail "$MODEL_DIR/config.json is missing — run ./setup_host.sh --only model"
   note "+ $SGLANG_PYTHON -m llmhost.fi.verify --model-dir $MODEL_DIR"
   "$SGLANG_PYTHON" -m llmhost.fi.verify --model-dir "$MODEL_DIR" 2>&1 | tee -a "$LOG_FILE" | grep --line-buffered '^\[verify\]\|^verify:' \
