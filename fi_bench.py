@@ -206,7 +206,10 @@ def cmd_balance(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 def cmd_report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from llmhost.fi import report
 
-    written = report.build(out_dir(args))
+    try:
+        written = report.build(out_dir(args))
+    except report.ReportError as exc:
+        raise EnvProblem(str(exc)) from None
     print(json.dumps({k: str(v) for k, v in written.items()}))
     return 0
 

@@ -1,0 +1,194 @@
+"""fi_report.html + fi_summary.json: the FlashInfer results as one offline page and one headline document.
+
+Reads sparse.json, balance.json, jit.json and trace.json from the results directory (any may be missing) and never
+touches a GPU or a server, so it can be rebuilt anywhere. The page opens with an environment card and a headline
+table; each section explains its mechanism with an inline SVG diagram above the measured charts and tables; a
+section without data says which command produces it. plotly.js is inlined once (offline). The jit and trace
+sections come from llmhost.fi.jit_report / llmhost.fi.trace_report (render_section, headline) when present.
+
+    .venv/bin/python fi_bench.py report --out-dir results/fi
+"""
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import importlib.util
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from llmhost.fi import balance, diagrams, env, sparse
+from llmhost.fi import report_figures as figures
+
+STAGES = ("sparse", "balance", "jit", "trace")
+PRODUCE = {  # the exact command that writes each stage's JSON (defaults: MODEL_DIR / RESULTS_DIR from config.env)
+    "sparse": "python3 fi_bench.py sparse --out-dir {out}",
+    "balance": "python3 fi_bench.py balance --out-dir {out}",
+    "jit": "./fi_jit_setup.sh, then python3 fi_bench.py jit --out-dir {out}",
+    "trace": "python3 fi_trace.py --out-dir {out}  (with ./serve.sh start running)",
+}
+EXTERNAL = {"jit": "llmhost.fi.jit_report", "trace": "llmhost.fi.trace_report"}
+
+
+class ReportError(RuntimeError):
+    """A results file that cannot be read, or a missing dependency; one line with the next command."""
+
+
+def load(out_dir: Path) -> dict[str, dict | None]:
+    """Each stage's JSON document, or None when its file does not exist."""
+    docs: dict[str, dict | None] = {}
+    for stage in STAGES:
+        path = out_dir / f"{stage}.json"
+        try:
+            docs[stage] = json.loads(path.read_text()) if path.exists() else None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportError(f"{path} is unreadable ({exc}): re-run {PRODUCE[stage].format(out=out_dir)}") from None
+    return docs
+
+
+def external(stage: str) -> Any | None:
+    """The other engineer's section module, when it exists in this checkout."""
+    name = EXTERNAL[stage]
+    return importlib.import_module(name) if importlib.util.find_spec(name) else None
+
+
+def summary(docs: dict[str, dict | None]) -> dict:
+    """fi_summary.json: the headline numbers of every stage that has data (None for the others)."""
+    out: dict[str, Any] = {"schema": 1, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                           "sparse": sparse.headline(docs["sparse"]) if docs["sparse"] else None,
+                           "balance": balance.headline(docs["balance"]) if docs["balance"] else None}
+    for stage in EXTERNAL:
+        module = external(stage)
+        out[stage] = module.headline(docs[stage]) if module and docs[stage] else None
+    first = next((d for d in docs.values() if d), None)
+    out["env"] = first.get("env") if first else None
+    return out
+
+
+def build(out_dir: Path) -> dict[str, Path]:
+    """Write fi_summary.json (always) and fi_report.html (needs plotly); returns their paths."""
+    docs = load(out_dir)
+    summary_path, html_path = out_dir / "fi_summary.json", out_dir / "fi_report.html"
+    head = summary(docs)
+    env.write_json_atomic(summary_path, head)
+    if importlib.util.find_spec("plotly") is None:
+        raise ReportError(f"{summary_path} written, but the HTML needs plotly: run "
+                          f".venv/bin/python fi_bench.py report --out-dir {out_dir} (the toolkit venv)")
+    html = render(docs, head, out_dir)
+    tmp = html_path.with_name(f".{html_path.name}.tmp")
+    tmp.write_text(html)
+    tmp.replace(html_path)
+    return {"summary": summary_path, "html": html_path}
+
+
+def render(docs: dict[str, dict | None], head: dict, out_dir: Path) -> str:
+    """The whole page: environment card, headline table, then one section per stage."""
+    from plotly.offline import get_plotlyjs
+
+    sections = [sparse_section(docs["sparse"], out_dir), balance_section(docs["balance"], out_dir)]
+    for stage in EXTERNAL:
+        module = external(stage)
+        sections.append(module.render_section(docs[stage]) if module else placeholder(stage, out_dir))
+    return PAGE.format(plotly=get_plotlyjs(), env=env_card(docs), headline=headline_table(head),
+                       sections="\n".join(sections))
+
+
+def env_card(docs: dict[str, dict | None]) -> str:
+    rows = []
+    for stage, doc in docs.items():
+        if not doc:
+            continue
+        e, c = doc.get("env") or {}, doc.get("ceilings") or {}
+        rows.append([stage, doc.get("created_at"), e.get("gpu_name"), e.get("sm_count"), e.get("gpu_memory_gib"),
+                     e.get("driver"), e.get("cuda_runtime"), e.get("torch"), e.get("flashinfer"), e.get("sglang"),
+                     e.get("git_commit"), e.get("jit_cache_dir"),
+                     figures.fmt(c.get("peak_gb_s")), figures.fmt(c.get("copy_gb_s"))])
+    if not rows:
+        return "<p>No results yet: run the commands in each section below.</p>"
+    return figures.table(["stage", "measured", "GPU", "SMs", "GiB", "driver", "CUDA", "torch", "flashinfer",
+                          "sglang", "git", "JIT cache", "peak GB/s", "copy GB/s"], rows)
+
+
+def headline_table(head: dict) -> str:
+    """One row per headline number, flattened (nested dicts become 'a / b' labels)."""
+    rows = []
+    for stage in STAGES:
+        data = head.get(stage)
+        if not data:
+            rows.append([stage, "no data", "-"])
+            continue
+        for key, value in figures.flatten(data):
+            if key not in ("planning", "best_case"):
+                rows.append([stage, key, figures.fmt(value)])
+    return figures.table(["stage", "number", "value"], rows)
+
+
+def placeholder(stage: str, out_dir: Path) -> str:
+    """A section with no data (or no renderer yet): what it would show and the command that produces it."""
+    what = {
+        "sparse": "decode attention time and bandwidth over page size, page placement, batch shape, KV dtype and "
+                  "kernel path, against the GPU's peak and measured copy bandwidth.",
+        "balance": "split-KV on vs off across length distributions and batch sizes, and plan() CPU cost next to "
+                   "the kernel time it schedules.",
+        "jit": "what first use of each attention variant costs: generate, compile (nvcc/ninja), load, and the "
+               "cached start.",
+        "trace": "the live server's decode batches: sizes, lengths and how scattered the KV pool really is.",
+    }[stage]
+    svg = {"sparse": diagrams.paged_kv, "balance": diagrams.split_kv, "jit": diagrams.jit,
+           "trace": diagrams.trace}[stage]()
+    return (f'<section id="{stage}"><h2>{stage}</h2>{svg}<p>This section shows {escape(what)}</p>'
+            f'<p class="todo">No data yet. Produce it with: <code>{escape(PRODUCE[stage].format(out=out_dir))}'
+            f"</code>, then rebuild this page.</p></section>")
+
+
+def sparse_section(doc: dict | None, out_dir: Path) -> str:
+    if not doc or not doc.get("cases"):
+        return placeholder("sparse", out_dir)
+    checks = doc.get("checks", [])
+    failed = [c for c in checks if not c.get("ok")]
+    errors = "".join(f"<p class='bad'>{escape(k)}: {escape(v)}</p>" for k, v in (doc.get("errors") or {}).items())
+    return (
+        '<section id="sparse"><h2>Paged KV: does page size or placement slow decode down?</h2>'
+        f"{diagrams.paged_kv()}"
+        "<p>Each case decodes one step of one layer for a batch with equal total tokens, calling FlashInfer as "
+        "SGLang does. <b>contiguous</b> puts each request's pages in order, <b>random</b> scatters them over the "
+        "whole pool, <b>churned</b> replays SGLang's allocator after background traffic (prompts in the holes "
+        "evictions leave, decode tokens interleaved across the batch).</p>"
+        f"<p>Correctness: {len(checks) - len(failed)} of {len(checks)} checks passed (torch float32 reference; "
+        f"scattered output equal to contiguous) before any timing.</p>{errors}"
+        + figures.sparse_figures(doc) + figures.sparse_table(doc) + "</section>")
+
+
+def balance_section(doc: dict | None, out_dir: Path) -> str:
+    if not doc or not doc.get("cases"):
+        return placeholder("balance", out_dir)
+    control = doc.get("split_control") or {}
+    return (
+        '<section id="balance"><h2>Split-KV and planning: when does splitting pay, what does plan() cost?</h2>'
+        f"{diagrams.split_kv()}"
+        f"<p>Split-KV switched off with: <code>{escape(str(control.get('method')))}</code> "
+        f"({escape(control.get('note', ''))}); kernel path: {escape(doc.get('path', ''))}. "
+        f"Planning: {escape(doc.get('planning', ''))}, so plan() is paid once per decode step and its per-layer "
+        f"share is plan / {doc.get('num_layers')} layers.</p>"
+        + figures.balance_figures(doc) + figures.balance_table(doc) + "</section>")
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>FlashInfer report</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;line-height:1.45;padding:0 1em}}
+table{{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}} td,th{{border:1px solid #ddd;padding:3px 7px;
+text-align:right}} th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}
+section{{border-top:2px solid #eee;margin-top:2em;padding-top:.5em}} .todo{{background:#fff7e0;padding:.6em}}
+.bad{{color:#b00}} .how{{color:#555;font-style:italic;margin-top:-.3em}} details{{margin:.5em 0 1.5em}}
+svg.diagram{{display:block;margin:1em 0;background:#fcfcfc;border:1px solid #eee}}
+</style><script>{plotly}</script></head><body>
+<h1>FlashInfer, opened up</h1>
+<p>Decode attention over a paged KV cache, split-KV scheduling, JIT compilation and the live server's batches,
+measured on the GPU below. Every number comes from the JSON files next to this page.</p>
+<h2>Environment</h2>{env}
+<h2>Headline</h2>{headline}
+{sections}
+</body></html>
+"""
