@@ -295,6 +295,7 @@ phase_sglang() {
     need_network "$PYPI_URL"
     extra+=(--torch-backend cu130) # torch, torchvision, torchaudio from PyTorch's CUDA 13.0 index; the rest from PyPI
   fi
+  is_dry || need_disk $((VENV_NEED_GB * 1073741824)) "$WORK_DIR" "sglang + torch + flashinfer"
   log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB, typically 3-8 min)"
   uv_pip install "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
   is_dry && return 0

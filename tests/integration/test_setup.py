@@ -334,3 +334,11 @@ def test_install_mode_notices_addons_that_stay_wrong(host):
     venv_host(host, stale, stale)
     proc = host.run("--only", "flashinfer")
     assert proc.returncode == 1 and "still inconsistent" in proc.stderr
+
+
+def test_full_disk_stops_before_installing_sglang(host):
+    venv_host(host, {"pip": "24.0"}, SGLANG_ENV)
+    host.shim("df", 'printf "Filesystem 1024-blocks Used Available Capacity Mounted\\n/dev/x 100 90 2097152 90%% /\\n"')
+    proc = host.run("--only", "sglang")
+    assert proc.returncode == 1 and "disk full: 2 GB free" in proc.stderr
+    assert "uv pip install" not in host.called()
