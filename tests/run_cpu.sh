@@ -18,6 +18,20 @@ ensure_tmux() {
     || die "could not install tmux — install it (sudo apt-get install -y tmux) and re-run"
 }
 
+# The dashboard integration test opens the page in headless Chromium (no script errors, every chart drawn).
+ensure_chromium() {
+  local name
+  for name in chromium chromium-browser google-chrome; do
+    command -v "$name" >/dev/null 2>&1 && return 0
+  done
+  log "installing chromium + chromium-driver (the dashboard test renders its page headless)"
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
+  "${sudo[@]}" apt-get update -qq >/dev/null \
+    && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
+    || die "could not install chromium — install it (sudo apt-get install -y chromium chromium-driver) and re-run"
+}
+
 ensure_venv() {
   local stamp=.venv/.deps-$(sha1sum pyproject.toml | cut -c1-12)
   [[ -f "$stamp" ]] && return 0
@@ -30,6 +44,7 @@ ensure_venv() {
 
 main() {
   ensure_tmux
+  ensure_chromium
   ensure_venv
   log "shellcheck"
   mapfile -t scripts < <(git ls-files '*.sh' 2>/dev/null || ls ./*.sh tests/*.sh)
