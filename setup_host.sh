@@ -280,7 +280,9 @@ phase_python() {
 
 phase_sglang() {
   local have=-
-  [[ -x "$SGLANG_PYTHON" ]] && have=$(installed_version sglang)
+  if [[ -x "$SGLANG_PYTHON" ]]; then
+    have=$(installed_version sglang) || fail "cannot list the packages of $SGLANG_PYTHON (message above)"
+  fi
   if [[ "$have" != - ]] && toolkit llmhost.versions same "$have" "$SGLANG_VERSION"; then
     [[ $MODE == byo ]] || uv_pip install "${SRC[@]}" -e "$REPO_DIR"
     log "sglang: $have (= SGLANG_VERSION) in $SGLANG_PYTHON"
@@ -299,7 +301,7 @@ phase_sglang() {
   log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB, typically 3-8 min)"
   uv_pip install "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
   is_dry && return 0
-  have=$(installed_version sglang)
+  have=$(installed_version sglang) || fail "cannot list the packages of $SGLANG_PYTHON (message above)"
   toolkit llmhost.versions same "$have" "$SGLANG_VERSION" || fail "asked for sglang==$SGLANG_VERSION, got $have — see $LOG_FILE"
   log "sglang: installed $have (+ toolkit client deps) in $SGLANG_PYTHON"
 }

@@ -342,3 +342,10 @@ def test_full_disk_stops_before_installing_sglang(host):
     proc = host.run("--only", "sglang")
     assert proc.returncode == 1 and "disk full: 2 GB free" in proc.stderr
     assert "uv pip install" not in host.called()
+
+
+def test_a_python_that_cannot_list_its_packages_is_one_setup_line(host):
+    broken = host.shim("brokenpython", 'echo "ImportError: no module named importlib" >&2; exit 1')
+    proc = host.run("--python", str(broken), "--only", "sglang")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1].startswith("[setup] error: sglang: cannot list the packages")
