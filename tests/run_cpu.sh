@@ -27,9 +27,10 @@ ensure_chromium() {
   log "installing chromium + chromium-driver (the dashboard test renders its page headless)"
   local sudo=()
   [[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
-  "${sudo[@]}" apt-get update -qq >/dev/null \
-    && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
-    || die "could not install chromium — install it (sudo apt-get install -y chromium chromium-driver) and re-run"
+  if ! { "${sudo[@]}" apt-get update -qq >/dev/null &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }; then
+    die "could not install chromium — install it (sudo apt-get install -y chromium chromium-driver) and re-run"
+  fi
 }
 
 ensure_venv() {
