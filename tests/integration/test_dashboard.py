@@ -1,0 +1,159 @@
+"""make_dashboard.py as a subprocess on synthetic runs: outputs, --compare, missing data, bad input, and the page
+opened in headless Chromium (no script errors, every chart drawn). ./tests/run_cpu.sh installs Chromium."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures_bench import make_run
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "make_dashboard.py"
+
+
+def dashboard(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two runs of the same plan (the second one faster) and the first one's dashboard with --compare."""
+    root = tmp_path_factory.mktemp("bench")
+    other = make_run(root, run_id="20261128-090000", seed=3, n=16, repeats=1, speed=1.25)
+    current = make_run(root, run_id="20261129-120000", seed=0, n=16, repeats=2)
+    proc = dashboard(str(current), "--compare", str(other))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"run": current, "other": other, "html": Path(doc["html"]), "csv": Path(doc["summary_csv"]),
+            "json": Path(doc["summary_json"]), "doc": doc}  # type: ignore[dict-item]
+
+
+def test_dashboard_and_summaries_are_written_beside_each_other(built: dict) -> None:
+    assert built["html"] == built["run"] / "dashboard.html"
+    assert built["csv"].parent == built["json"].parent == built["run"]
+    summary = json.loads(built["json"].read_text())  # strict JSON: nan became null
+    rows = list(csv.DictReader(built["csv"].open()))
+    assert len(rows) == len(summary["points"]) == built["doc"]["points"] > 40
+    assert summary["compared_with"] == "20261128-090000" and summary["slo"]["ttft_ms"] == 500.0
+    first = summary["points"][0]
+    assert {"arm", "workload", "pattern", "load", "output_throughput", "ttft_p99_ms", "ttft_p99_lo_ms",
+            "goodput_pct", "meets_slo"} <= set(first)
+
+
+def test_page_is_self_contained_with_plotly_inlined_once(built: dict) -> None:
+    html = built["html"].read_text()
+    assert html.count("plotly.js v") == 1  # the bundle's banner
+    assert not re.search(r"<script[^>]+src=", html)  # nothing fetched from the network
+    for section in ("Environment", "Max concurrency within SLO", "Settings vs baseline", "Tool calls",
+                    "Regression: 20261129-120000 vs 20261128-090000", "Methods", "sglang.launch_server"):
+        assert section in html, section
+
+
+def test_compare_view_finds_the_faster_run_faster(built: dict) -> None:
+    summary = json.loads(built["json"].read_text())
+    assert summary["points"]
+    html = built["html"].read_text()
+    regression = html[html.index("id=compare"):html.index("id=points")]
+    assert regression.count("<tr>") > 40  # every shared point
+    assert "worse" in regression  # the other run was 25% faster, so this run's latencies read worse
+
+
+def test_slo_options_change_the_verdicts_without_a_rerun(built: dict, tmp_path: Path) -> None:
+    out = tmp_path / "strict.html"
+    proc = dashboard(str(built["run"]), "--out", str(out), "--slo-ttft-ms", "1", "--slo-itl-ms", "1")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert not any(p["meets_slo"] for p in summary["points"])
+    assert "overridden at build time" in out.read_text()
+
+
+def test_missing_data_is_explained_not_fatal(tmp_path: Path) -> None:
+    run = make_run(tmp_path, run_id="bare", n=8, repeats=1, telemetry=False, toolcalls=False)
+    (run / "servers" / "triton.json").unlink()
+    proc = dashboard(str(run))
+    assert proc.returncode == 0, proc.stderr
+    html = (run / "dashboard.html").read_text()
+    assert "No toolcalls.jsonl in this run" in html
+    assert html.count("Not available: no ") >= 2 and "samples in telemetry.jsonl" in html
+    assert "not recorded: servers/&lt;arm&gt;.json missing" in html
+
+
+def test_a_run_with_only_a_manifest_builds_and_points_at_resume(tmp_path: Path) -> None:
+    full = make_run(tmp_path / "src", n=8, repeats=1)
+    run = tmp_path / "empty"
+    run.mkdir()
+    shutil.copy(full / "manifest.json", run / "manifest.json")
+    proc = dashboard(str(run))
+    assert proc.returncode == 0, proc.stderr
+    html = (run / "dashboard.html").read_text()
+    assert "0 recorded of" in html and "--resume" in html and "No points recorded yet" in html
+
+
+@pytest.mark.parametrize(("args", "code", "needle"), [
+    (["/nonexistent-run"], 1, "is not a directory"),
+    (["."], 1, "manifest.json is missing"),
+    (["RUN", "--slo-pct", "0"], 2, "--slo-pct must be in (0, 100]"),
+    (["RUN", "--slo-ttft-ms", "-5"], 2, "--slo-ttft-ms must be > 0"),
+])
+def test_bad_input_ends_in_one_line_and_an_exit_code(tmp_path: Path, args: list[str], code: int,
+                                                     needle: str) -> None:
+    args = [str(tmp_path) if a == "RUN" else a for a in args]
+    proc = dashboard(*args)
+    assert proc.returncode == code
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    if code == 1:
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_help_describes_the_outputs() -> None:
+    proc = dashboard("--help")
+    assert proc.returncode == 0 and "summary.csv" in proc.stdout and "--compare" in proc.stdout
+
+
+# --- headless browser ---------------------------------------------------------------------------------------
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    pytest.skip("chromium not installed — ./tests/run_cpu.sh installs it (apt-get install chromium)")
+
+
+def render(page: Path, profile: Path) -> tuple[str, list[str]]:
+    """The DOM after scripts ran, and the page's console lines, from headless Chromium."""
+    proc = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000",
+         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def test_every_chart_renders_in_a_headless_browser_without_script_errors(built: dict, tmp_path: Path) -> None:
+    source = built["html"].read_text()
+    dom, console = render(built["html"], tmp_path / "profile")
+    expected = source.count('class="plotly-graph-div"')
+    assert expected >= 7
+    assert 'data-js-errors="0"' in dom, re.findall(r'id="js-errors"[^<]*<', dom)
+    assert len(re.findall(r'<div[^>]+class="[^"]*js-plotly-plot', dom)) == expected
+    assert dom.count('class="main-svg"') >= expected  # plotly drew each chart
+    assert not [line for line in console if "Uncaught" in line or "Error" in line], console
+
+
+def test_the_browser_check_catches_a_broken_chart(built: dict, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.html"
+    html = built["html"].read_text()
+    at = html.index("Plotly.newPlot(", html.index('id="chart-capacity"'))  # the chart's call, not the bundle's
+    broken.write_text(html[:at] + "Plotly.noSuchFunction(" + html[at + len("Plotly.newPlot("):])
+    dom, console = render(broken, tmp_path / "profile")
+    assert 'data-js-errors="1"' in dom and "Some charts failed to draw" in dom
+    assert any("Uncaught" in line for line in console)

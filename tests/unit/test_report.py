@@ -1,0 +1,196 @@
+"""Report builders on synthetic runs: loading (torn lines, retries), tables, KPI cards, figures, page rendering."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures_bench import ARMS, make_run
+from llmhost import stats
+from llmhost.report import figures, kpis, load, page, tables, timeline
+
+SLO = stats.Slo(500.0, 20.0, 99.0)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("runs"), n=16, repeats=2)
+
+
+@pytest.fixture(scope="module")
+def run(run_dir: Path) -> load.Run:
+    return load.load_run(run_dir)
+
+
+@pytest.fixture(scope="module")
+def ctx(run: load.Run) -> figures.Context:
+    groups = tables.build_groups(run)
+    return figures.Context(run, groups, tables.summary_rows(groups, SLO), tables.baseline_rows(run, groups, SLO), SLO)
+
+
+def test_torn_last_lines_are_ignored_without_a_warning(run: load.Run) -> None:
+    assert run.warnings == ()
+    assert all(p.point_id != "torn" for p in run.points)
+    assert len(run.points) == len(run.plan)
+
+
+def test_a_corrupt_line_in_the_middle_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"a": 1}\n{oops\n{"a": 2}\n{"a": 3, "tor')
+    warnings: list[str] = []
+    assert load.read_jsonl(path, warnings) == [{"a": 1}, {"a": 2}]
+    assert warnings == ["x.jsonl: line 2 is not JSON (skipped)"]
+
+
+def test_the_latest_attempt_of_a_point_wins(run: load.Run) -> None:
+    by_id = {p.point_id: p for p in run.points}
+    retried = by_id["baseline.agent.concurrency.16.r1"]  # failed once, then succeeded
+    assert (retried.attempt, retried.status) == (2, "ok")
+    failed = by_id["baseline.chat.concurrency.4.r1"]  # failed after the retry
+    assert (failed.attempt, failed.status) == (2, "failed") and "server died" in failed.error
+    assert failed.point_id not in run.requests
+
+
+def test_request_rows_become_arrays_with_per_request_mean_itl() -> None:
+    r = load.requests_from_rows([
+        {"start_s": 1.0, "ok": True, "error": "", "prompt_tokens": 10, "output_tokens": 3, "ttft_ms": 20.0,
+         "itl_ms": [4.0, 6.0], "e2e_ms": 30.0},
+        {"start_s": 2.0, "ok": False, "error": "timeout", "prompt_tokens": 10, "output_tokens": 0, "ttft_ms": None,
+         "itl_ms": [], "e2e_ms": 5.0}])
+    assert r.itl_mean_ms[0] == 5.0 and math.isnan(r.itl_mean_ms[1])
+    assert math.isnan(r.ttft_ms[1]) and r.itl_all_ms.tolist() == [4.0, 6.0]
+    assert r.errors == ("timeout",) and r.n == 2
+
+
+def test_a_directory_without_manifest_or_with_another_schema_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(load.LoadError, match="manifest.json is missing"):
+        load.load_run(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema": 2}))
+    with pytest.raises(load.LoadError, match="schema 2"):
+        load.load_run(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(load.LoadError, match="not readable JSON"):
+        load.load_run(tmp_path)
+
+
+def test_groups_pool_repeats_and_follow_manifest_arm_order(run: load.Run, ctx: figures.Context) -> None:
+    g = next(g for g in ctx.groups if g.key == ("baseline", "agent", "concurrency", 4, None, 16))
+    assert [p.repeat for p in g.points] == [0, 1]
+    assert g.requests.n == sum(run.requests[p.point_id].n for p in g.points)
+    assert list(dict.fromkeys(g.arm for g in ctx.groups)) == [a["name"] for a in ARMS]
+
+
+def test_summary_row_numbers_agree_with_the_raw_data(ctx: figures.Context) -> None:
+    i, g = next((i, g) for i, g in enumerate(ctx.groups) if g.key[:4] == ("fp8-kv", "chat", "concurrency", 16))
+    row = ctx.rows[i]
+    assert row["requests"] == g.requests.n and row["repeats"] == 2
+    assert row["output_throughput"] == pytest.approx(np.mean(g.throughputs))
+    ok_ttft = g.requests.ttft_ms[g.requests.ok]
+    assert row["ttft_p99_ms"] == pytest.approx(np.percentile(ok_ttft, 99))
+    share = stats.goodput_share(g.requests.ok, g.requests.ttft_ms, g.requests.itl_mean_ms, SLO)
+    assert row["goodput_pct"] == pytest.approx(100 * share) and row["meets_slo"] == stats.meets_slo(share, SLO)
+    assert row["ttft_p99_sufficient"] is False  # 32 samples < 500
+
+
+def test_an_arm_compared_with_itself_is_within_noise(ctx: figures.Context) -> None:
+    g = next(g for g in ctx.groups if g.key[:4] == ("baseline", "agent", "concurrency", 4))
+    row = tables.diff_row(g, g, SLO)
+    for metric in tables.METRICS:
+        assert row[f"{metric}_delta_pct"] == pytest.approx(0.0, abs=1e-9)
+        assert row[f"{metric}_verdict"] in ("within noise", "no CI"), metric
+
+
+def test_disabling_the_prefix_cache_shows_as_worse_ttft_on_the_agent_workload(ctx: figures.Context) -> None:
+    row = next(r for r in ctx.baseline if r["arm"] == "no-prefix-cache" and r["workload"] == "agent"
+               and r["pattern"] == "concurrency" and r["concurrency"] == 16)
+    assert row["ttft_p50_verdict"] == "worse" and row["ttft_p50_lo_pct"] > 100
+    assert not any(r["arm"] == "baseline" for r in ctx.baseline)
+
+
+def test_toolcall_rows_score_cases_and_keep_the_skip_reason(run: load.Run) -> None:
+    rows = {r["arm"]: r for r in tables.toolcall_rows(run)}
+    assert rows["triton"]["skipped"].startswith("dummy weights")
+    cases = [t for t in run.toolcalls if t.get("arm") == "baseline"]
+    assert rows["baseline"]["cases"] == len(cases)
+    assert rows["baseline"]["ok_pct"] == pytest.approx(100 * sum(c["ok"] for c in cases) / len(cases))
+
+
+def _row(conc: int, met: bool, client_bound: bool = False, key: str = "concurrency") -> dict:
+    return {"arm": "a", "workload": "w", "pattern": "qps" if key == "request_rate" else "concurrency",
+            "concurrency": conc if key == "concurrency" else None, "request_rate": conc if key != "concurrency"
+            else None, "meets_slo": met, "client_bound": client_bound, "points_ok": 1}
+
+
+def test_capacity_card_brackets_flags_and_explains() -> None:
+    value, detail, flagged = kpis._capacity([_row(1, True), _row(4, True), _row(16, False)], "a", "concurrency")
+    assert (value, detail, flagged) == ("w: 4", "w: fails at 16", False)
+    value, detail, flagged = kpis._capacity([_row(2, False), _row(8, False)], "a", "concurrency")
+    assert value == "w: none" and "even 2 misses" in detail and flagged
+    rows = [_row(2, True, key="request_rate"), _row(32, True, True, key="request_rate")]
+    value, detail, flagged = kpis._capacity(rows, "a", "qps")
+    assert value == "w: 32 req/s+" and "client-bound" in detail and flagged
+
+
+def test_cards_cover_every_arm_in_manifest_order(run: load.Run, ctx: figures.Context) -> None:
+    cards = kpis.build_cards(run, ctx.rows, SLO)
+    assert [c.title for c in cards][:3] == ["Max concurrency within SLO", "Max QPS within SLO",
+                                            "Peak output throughput"]
+    for card in cards:
+        assert [e.arm for e in card.entries] == [a["name"] for a in ARMS]
+    tail = next(c for c in cards if c.title.startswith("TTFT"))
+    assert all(e.is_flagged and "p99.9" in e.detail for e in tail.entries)  # long run of 192 < 5000
+
+
+def test_every_figure_is_built_with_manifest_colours_and_order(ctx: figures.Context) -> None:
+    colours = {a["label"]: a["color"] for a in ARMS}
+    for key, build in {**figures.FIGURES, "kv": timeline.kv_cache, "gpu": timeline.gpu}.items():
+        chart = build(ctx)
+        assert chart.figure is not None, (key, chart.missing)
+        assert chart.title.endswith("?") and chart.how_to_read
+        # traces are named by arm label, or label + " p50"/" p99" on the latency chart
+        named = [(t, label) for t in chart.figure.data for label in colours
+                 if t.name == label or t.name.startswith(label + " p")]
+        assert named, key
+        for trace, label in named:
+            colour = trace.marker.color if trace.type == "bar" else trace.line.color
+            assert colour == colours[label], (key, trace.name)
+        legend = list(dict.fromkeys(label for t, label in named if t.showlegend is not False))
+        assert legend == [a["label"] for a in ARMS if a["label"] in legend], key
+
+
+def test_figures_follow_a_reordered_manifest(tmp_path: Path) -> None:
+    arms = [dict(ARMS[2], is_baseline=True, color="#000000"), dict(ARMS[0], is_baseline=False)]
+    run = load.load_run(make_run(tmp_path, n=8, repeats=1, arms=arms, telemetry=False, toolcalls=False))
+    groups = tables.build_groups(run)
+    ctx = figures.Context(run, groups, tables.summary_rows(groups, SLO), tables.baseline_rows(run, groups, SLO),
+                          SLO)
+    fig = figures.capacity(ctx).figure
+    assert [t.name for t in fig.data][:2] == [ARMS[2]["label"], ARMS[0]["label"]]
+    assert fig.data[0].line.color == "#000000"
+    assert {r["arm"] for r in ctx.baseline} == {"baseline"}  # compared against the new baseline, fp8-kv
+
+
+def test_missing_telemetry_says_how_to_produce_it(tmp_path: Path) -> None:
+    run = load.load_run(make_run(tmp_path, n=8, repeats=1, telemetry=False, toolcalls=False))
+    ctx = figures.Context(run, [], [], [], SLO)
+    for build in (timeline.kv_cache, timeline.gpu, figures.capacity, figures.survival, figures.head_to_head):
+        chart = build(ctx)
+        assert chart.figure is None and "run_bench.py" in chart.missing
+
+
+def test_tables_escape_cell_text_and_mark_verdict_cells() -> None:
+    html = page.table([("Name", lambda r: page.esc(r["n"])), ("V", lambda r: f"class=worse|{r['v']}")],
+                      [{"n": "<script>x</script>", "v": 1}])
+    assert "<script>x" not in html and "&lt;script&gt;" in html
+    assert "<td class='worse'>1</td>" in html
+
+
+def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "page.html"
+    page.write_atomic(target, "one")
+    page.write_atomic(target, "two")
+    assert target.read_text() == "two"
+    assert [p.name for p in target.parent.iterdir()] == ["page.html"]

@@ -1,0 +1,135 @@
+"""llmhost.stats on hand-made inputs: percentile definition, sufficiency rule, bootstrap CIs, goodput, capacity."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmhost import stats
+
+SLO = stats.Slo(ttft_ms=100.0, itl_ms=10.0, pct=90.0)
+
+
+def test_percentile_interpolates_linearly_between_ranks() -> None:
+    assert stats.percentile([1, 2, 3, 4], 50) == 2.5
+    assert stats.percentile([1, 2, 3, 4], 0) == 1.0
+    assert stats.percentile([1, 2, 3, 4], 100) == 4.0
+    assert stats.percentile([10, 20], 99) == pytest.approx(19.9)
+
+
+def test_percentile_drops_missing_values_and_is_nan_when_empty() -> None:
+    assert stats.percentile([None, 3.0, float("nan"), 1.0], 50) == 2.0
+    assert math.isnan(stats.percentile([], 50))
+    assert math.isnan(stats.percentile([None], 99))
+
+
+def test_sufficiency_needs_five_samples_beyond_the_percentile() -> None:
+    assert stats.needed_samples(50) == 10
+    assert stats.needed_samples(99) == 500
+    assert stats.needed_samples(99.9) == 5000
+    assert stats.is_sufficient(500, 99) and not stats.is_sufficient(499, 99)
+    assert not stats.is_sufficient(1000, 99.9)
+    with pytest.raises(ValueError):
+        stats.needed_samples(100)
+
+
+def test_percentile_summary_flags_too_few_samples() -> None:
+    summary = stats.percentile_summary(np.arange(1000.0), (50.0, 99.0, 99.9))
+    assert summary[50.0].is_sufficient and summary[99.0].is_sufficient
+    assert not summary[99.9].is_sufficient and summary[99.9].needed_n == 5000
+    assert summary[99.0].value == pytest.approx(np.percentile(np.arange(1000.0), 99))
+    assert summary[99.0].lo <= summary[99.0].value <= summary[99.0].hi
+
+
+def test_bootstrap_ci_is_reproducible_with_a_seed_and_changes_without() -> None:
+    x = np.random.default_rng(1).lognormal(3, 0.5, 300)
+    a = stats.bootstrap_ci(x, 99.0, seed=7)
+    assert a == stats.bootstrap_ci(x, 99.0, seed=7)
+    assert (a.lo, a.hi) != (stats.bootstrap_ci(x, 99.0, seed=8).lo, stats.bootstrap_ci(x, 99.0, seed=8).hi)
+
+
+def test_shared_resamples_give_the_same_cis_as_separate_calls() -> None:
+    x = np.random.default_rng(2).exponential(50, 400)
+    both = stats.bootstrap_cis(x, [50.0, 99.0], seed=3)
+    assert both[0] == stats.bootstrap_ci(x, 50.0, seed=3)
+    assert both[1] == stats.bootstrap_ci(x, 99.0, seed=3)
+
+
+def test_bootstrap_ci_of_the_mean_covers_the_truth_near_the_nominal_rate() -> None:
+    rng = np.random.default_rng(0)
+    trials, covered = 120, 0
+    for i in range(trials):
+        ci = stats.bootstrap_ci(rng.normal(10.0, 2.0, 200), "mean", seed=i)
+        covered += ci.lo <= 10.0 <= ci.hi
+    assert 0.88 <= covered / trials <= 0.99  # nominal 95%; percentile bootstrap runs slightly narrow
+
+
+def test_ci_narrows_as_samples_grow_and_is_absent_for_one_sample() -> None:
+    rng = np.random.default_rng(5)
+    small = stats.bootstrap_ci(rng.normal(0, 1, 50), "mean")
+    large = stats.bootstrap_ci(rng.normal(0, 1, 5000), "mean")
+    assert (large.hi - large.lo) < (small.hi - small.lo) / 5
+    one = stats.bootstrap_ci([4.2], "mean")
+    assert one.value == 4.2 and not one.has_ci and one.n == 1
+
+
+def test_difference_of_identical_distributions_is_within_noise() -> None:
+    rng = np.random.default_rng(11)
+    d = stats.bootstrap_diff(rng.normal(100, 10, 400), rng.normal(100, 10, 400), 50.0)
+    assert d.has_ci and d.is_within_noise
+    assert d.lo < 0 < d.hi
+
+
+def test_a_real_shift_is_outside_noise_with_the_right_sign_and_size() -> None:
+    rng = np.random.default_rng(12)
+    a, b = rng.normal(100, 10, 400), rng.normal(80, 10, 400)
+    d = stats.bootstrap_diff(a, b, "mean")
+    assert not d.is_within_noise
+    assert d.rel_pct == pytest.approx(-20, abs=3) and d.rel_hi < 0
+    assert d.lo < d.delta < d.hi < 0
+
+
+def test_difference_without_enough_samples_has_no_ci_and_counts_as_noise() -> None:
+    d = stats.bootstrap_diff([1000.0], [1200.0], "mean")
+    assert d.rel_pct == pytest.approx(20.0) and not d.has_ci and d.is_within_noise
+    assert math.isnan(stats.bootstrap_diff([], [1.0], "mean").delta)
+
+
+def test_goodput_counts_requests_meeting_both_limits_among_all_sent() -> None:
+    ok = np.array([True, True, True, True, False])
+    ttft = np.array([50.0, 150.0, 80.0, 100.0, np.nan])
+    itl = np.array([5.0, 5.0, 12.0, np.nan, np.nan])  # nan ITL = single-token answer: passes the ITL limit
+    assert stats.good_mask(ok, ttft, itl, SLO).tolist() == [True, False, False, True, False]
+    assert stats.goodput_share(ok, ttft, itl, SLO) == pytest.approx(0.4)
+
+
+def test_a_completed_request_without_ttft_is_not_good() -> None:
+    assert not stats.good_mask(np.array([True]), np.array([np.nan]), np.array([1.0]), SLO)[0]
+
+
+def test_meets_slo_at_exactly_the_required_share() -> None:
+    assert stats.meets_slo(0.9, SLO)
+    assert not stats.meets_slo(0.8999, SLO)
+    assert not stats.meets_slo(math.nan, SLO)
+
+
+def test_capacity_is_bounded_below_when_every_load_passes() -> None:
+    cap = stats.max_load_within_slo({1: True, 4: True, 16: True})
+    assert cap.load == 16 and not cap.is_bracketed and cap.first_failing is None and cap.is_monotonic
+
+
+def test_capacity_is_the_load_before_the_first_failure() -> None:
+    cap = stats.max_load_within_slo({16: False, 1: True, 4: True, 64: False})
+    assert cap.load == 4 and cap.first_failing == 16 and cap.is_bracketed and cap.is_monotonic
+
+
+def test_a_pass_above_a_failure_is_not_trusted() -> None:
+    cap = stats.max_load_within_slo({1: True, 4: False, 16: True})
+    assert cap.load == 1 and cap.first_failing == 4 and not cap.is_monotonic
+
+
+def test_capacity_is_none_when_even_the_lowest_load_fails_or_nothing_ran() -> None:
+    cap = stats.max_load_within_slo({2.0: False, 8.0: True})
+    assert cap.load is None and cap.first_failing == 2.0
+    assert stats.max_load_within_slo({}).load is None
