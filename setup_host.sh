@@ -274,7 +274,7 @@ phase_python() {
     # uv goes into the venv itself: Ubuntu 24.04's PEP 668 guard refuses `pip install --user` on the system Python.
     step "$venv/bin/python" -m pip install -q "${SRC[@]}" uv
   fi
-  is_dry && { log "python: would use $venv (Python 3.12) with uv"; return 0; }
+  is_dry && { log "python: would use $venv (Python 3.12) with uv; the install needs ~$VENV_NEED_GB GB free there"; return 0; }
   log "python: $venv (Python $("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])')), $("$venv/bin/uv" --version)"
 }
 
@@ -298,7 +298,7 @@ phase_sglang() {
     extra+=(--torch-backend cu130) # torch, torchvision, torchaudio from PyTorch's CUDA 13.0 index; the rest from PyPI
   fi
   is_dry || need_disk $((VENV_NEED_GB * 1073741824)) "$WORK_DIR" "sglang + torch + flashinfer"
-  log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB, typically 3-8 min)"
+  log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB of wheels, typically 3-8 min)"
   uv_pip install "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
   is_dry && return 0
   have=$(installed_version sglang) || fail "cannot list the packages of $SGLANG_PYTHON (message above)"
@@ -355,8 +355,8 @@ phase_jit_cache() {
       [[ $MODE == byo ]] || fail "$dir is not writable — fix its owner or set FLASHINFER_WORKSPACE_BASE"
       warn "jit-cache: $dir is read-only — cached kernels load, new ones cannot be compiled into it"
     fi
-    kernels=$(find "$dir" -name '*.so' 2>/dev/null | wc -l)
   fi
+  [[ -d "$dir" ]] && kernels=$(find "$dir" -name '*.so' 2>/dev/null | wc -l)
   log "jit-cache: FLASHINFER_WORKSPACE_BASE=$dir ($kernels compiled kernels cached; serve.sh passes it to the server)"
 }
 
