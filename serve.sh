@@ -61,7 +61,7 @@ forwarded_env() {
 cmd_start() {
   require_cmd tmux "install it: sudo apt-get install -y tmux"
   mkdir -p "$STATE"
-  local pgid holder
+  local pgid
   pgid=$(our_pgid)
   if [[ -n "$pgid" ]]; then
     if py -m llmhost.server wait-ready --pgid "$pgid" --timeout-s 0.1 >/dev/null 2>&1; then
@@ -71,13 +71,11 @@ cmd_start() {
     log "already starting (process group $pgid) — waiting for it"
   else
     clear_state
-    if holder=$(py -m llmhost.procfs "$PORT" --host "$HOST" 2>/dev/null); then
-      die "port $PORT is held by $holder — stop it (./serve.sh stop if it is ours) or set PORT=<free port>"
-    fi
     if tmux has-session -t "=$TMUX_SESSION" 2>/dev/null; then
       warn "removing the leftover tmux session $TMUX_SESSION (no server of ours runs in it)"
       tmux kill-session -t "=$TMUX_SESSION"
     fi
+    # Checks inputs and that nobody holds PORT (one line naming the holder), then records the command.
     py -m llmhost.server prepare >/dev/null || exit 1
     log "launching: $(<"$STATE/launch_command.txt")"
     [[ -f "$STATE/server.log" ]] && mv -f "$STATE/server.log" "$STATE/server.log.1"
@@ -215,6 +213,7 @@ main() {
     "") usage >&2; exit 2 ;;
   esac
   shift
+  [[ "$sub" == _run ]] && { cmd__run "$@"; return; } # the pane reads everything from its state directory
   load_config
   STATE="$WORK_DIR/server"
   case $sub in
@@ -222,7 +221,6 @@ main() {
     logs) cmd_logs "$@" ;;
     dashboard) cmd_dashboard "$@" ;;
     print-command) cmd_print_command ;;
-    _run) cmd__run "$@" ;;
     *) usage >&2; exit 2 ;;
   esac
 }

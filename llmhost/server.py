@@ -381,6 +381,10 @@ def _check_inputs(cfg: Config) -> None:
         raise SpecError(f"SGLANG_PYTHON={cfg.sglang_python} is not an executable — run ./setup_host.sh or set it")
     if cfg.api_key_file and not cfg.api_key():
         raise SpecError(f"API_KEY_FILE={cfg.api_key_file} is empty — put the key on its first line")
+    holder = port_holder(cfg.host, cfg.port)
+    if holder:
+        raise SpecError(f"port {cfg.port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
+                        "or set PORT=<free port>")
 
 
 def _cmd_spec(cfg: Config, args: argparse.Namespace) -> int:
@@ -431,7 +435,7 @@ def _cmd_redact(cfg: Config, args: argparse.Namespace) -> int:
 COMMANDS = {
     "print-command": (_cmd_spec, "print the launch command start would run (no side effects)"),
     "argv": (_cmd_spec, "print the launch argv NUL-separated (no side effects)"),
-    "prepare": (_cmd_spec, "check inputs, write launch_command.{txt,json}, launch.argv0 and the 0600 key YAML"),
+    "prepare": (_cmd_spec, "check inputs and the port, write launch_command.{txt,json}, launch.argv0, key YAML"),
     "wait-ready": (_cmd_wait_ready, "wait until our process group serves a generation on PORT"),
     "status": (_cmd_status, "health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1: down)"),
     "chat": (_cmd_status, "send one test chat completion and print it with its latency"),

@@ -1,0 +1,91 @@
+"""GPU suite fixtures: skip with a stated reason unless CUDA and sglang are usable, an isolated serve.sh setup,
+and the results record written to $GPU_SUITE_OUT (default results/gpu_suite/gpu_suite.json).
+
+Run on the GPU host (see tests/gpu/test_serve_gpu.py for the one command)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _probe(python: str, code: str) -> tuple[bool, str]:
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    lines = (out.stdout.strip() or out.stderr.strip()).splitlines()
+    return out.returncode == 0, lines[-1] if lines else ""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def gpu_env() -> dict[str, str]:
+    """serve.sh's environment: the caller's settings, a free port, a private tmux server and session name."""
+    from llmhost import config
+
+    cfg = config.load()
+    python = shutil.which(cfg.sglang_python)
+    if python is None:
+        pytest.skip(f"SGLANG_PYTHON={cfg.sglang_python} not found (set SGLANG_PYTHON=python3 on a host with sglang)")
+    ok, detail = _probe(python, "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(0))")
+    if not ok:
+        pytest.skip(f"no CUDA via {python}: {detail}")
+    ok, detail = _probe(python, "import sglang; print(sglang.__version__)")
+    if not ok:
+        pytest.skip(f"sglang not importable by {python}: {detail}")
+    if not (Path(cfg.model_dir) / "config.json").is_file():
+        pytest.skip(f"MODEL_DIR={cfg.model_dir} has no config.json (set MODEL_DIR, LOAD_FORMAT=dummy needs no weights)")
+    tmux_dir = tempfile.mkdtemp(prefix="tmxgpu", dir="/tmp")
+    env = {**os.environ, "TMUX_TMPDIR": tmux_dir, "TMUX_SESSION": f"llmhost-gpu-suite-{os.getpid()}",
+           "PORT": os.environ.get("PORT") or str(_free_port())}
+    env.pop("TMUX", None)
+    yield env
+    subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)
+    shutil.rmtree(tmux_dir, ignore_errors=True)
+
+
+class Record:
+    """Timings and outcomes per step, rewritten atomically after every step so a failed run still reports."""
+
+    def __init__(self, path: Path, header: dict):
+        self.path, self.data = path, {**header, "steps": {}}
+
+    def step(self, name: str, **values: object) -> None:
+        self.data["steps"].setdefault(name, {}).update(values)
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2) + "\n")
+        os.replace(tmp, self.path)
+
+
+@pytest.fixture(scope="session")
+def record(gpu_env):
+    out_dir = Path(os.environ.get("GPU_SUITE_OUT") or REPO / "results" / "gpu_suite")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    rec = Record(out_dir / "gpu_suite.json", {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git,
+        "settings": {k: gpu_env.get(k, "") for k in ("SGLANG_PYTHON", "MODEL_DIR", "LOAD_FORMAT", "PORT")},
+    })
+    rec.save()
+    yield rec
+    rec.data["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    rec.save()
+    print(f"\nGPU suite record: {rec.path}")

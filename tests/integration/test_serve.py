@@ -1,0 +1,288 @@
+"""serve.sh end to end with REAL tmux (a private socket) and the SGLang stand-in: readiness tied to our process,
+idempotent start/stop, foreign port holders, crashes, the API key kept out of argv/logs/pane, dashboard, tunnel."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llmhost import metrics, procfs
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = REPO / "serve.sh"
+STANDIN = REPO / "tests" / "standin"
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed (tests/run_cpu.sh installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Serve:
+    """One isolated serve.sh setup: own WORK_DIR, ports, tmux session and tmux server socket."""
+
+    def __init__(self, root: Path, **overrides: str):
+        self.tmux_dir = Path(tempfile.mkdtemp(prefix="tmx", dir="/tmp"))  # short: tmux socket paths are limited
+        model = root / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "config.json").write_text("{}")
+        self.work = root / "work"
+        self.port = free_port()
+        self.env = {
+            **os.environ, "TMUX_TMPDIR": str(self.tmux_dir), "WORK_DIR": str(self.work), "MODEL_DIR": str(model),
+            "RESULTS_DIR": str(root / "results"), "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",
+            "PORT": str(self.port), "DASHBOARD_PORT": str(free_port()), "TMUX_SESSION": f"t{os.getpid()}{self.port}",
+            "SERVER_ENV": f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=1", "API_KEY_FILE": "", "READY_TIMEOUT_S": "60",
+            "SERVER_EXTRA_ARGS": "", "TOKENIZER_WORKER_NUM": "auto", "MEM_FRACTION_STATIC": "auto",
+            "LLMHOST_CONFIG": "", "SSH_CONNECTION": "203.0.113.9 50000 198.51.100.7 22",
+        }
+        self.env.pop("TMUX", None)
+        self.env.update(overrides)
+        self.state = self.work / "server"
+
+    def __call__(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+        return subprocess.run([str(SERVE), *args], env=self.env, cwd=REPO, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", *args], env=self.env, capture_output=True, text=True, timeout=10)
+
+    def pgid(self) -> int:
+        return int((self.state / "pgid").read_text())
+
+    def pane(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", self.env["TMUX_SESSION"]).stdout
+
+    def cleanup(self) -> None:
+        pgid = (self.state / "pgid").read_text().strip() if (self.state / "pgid").exists() else ""
+        if (self.state / "dashboard.pid").exists():
+            self("dashboard", "stop", timeout=30)
+        if pgid:
+            self("stop", timeout=90)
+        if pgid and procfs.group_alive(int(pgid)):
+            os.killpg(int(pgid), signal.SIGKILL)
+        self.tmux("kill-server")
+        shutil.rmtree(self.tmux_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def serve(tmp_path):
+    made: list[Serve] = []
+
+    def make(**overrides: str) -> Serve:
+        made.append(Serve(tmp_path / f"s{len(made)}", **overrides))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.cleanup()
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    """One server started by serve.sh, shared by the read-only checks below."""
+    s = Serve(tmp_path_factory.mktemp("running"))
+    result = s("start")
+    yield s, result
+    s.cleanup()
+
+
+def get(url: str, api_key: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+# ---------------------------------------------------------------- a started server
+def test_start_waits_for_a_generation_then_prints_a_test_reply_and_the_tunnel(running):
+    s, result = running
+    assert result.returncode == 0, result.stderr
+    assert "ready after" in result.stdout and "a generation succeeded" in result.stdout
+    assert "test reply in " in result.stdout and "tokens):" in result.stdout
+    assert f"ssh -N -L {s.port}:127.0.0.1:{s.port}" in result.stdout and "@198.51.100.7" in result.stdout
+    assert procfs.group_alive(s.pgid())
+    owners = procfs.port_owners(s.port)
+    assert owners and all(procfs.pgid_of(p) == s.pgid() for p in owners)
+
+
+def test_second_start_says_already_running_and_launches_nothing(running):
+    s, _ = running
+    pgid = s.pgid()
+    again = s("start")
+    assert again.returncode == 0 and "already running" in again.stdout
+    assert s.pgid() == pgid and "launching" not in again.stdout
+
+
+def test_recorded_launch_command_is_exactly_what_runs(running):
+    s, _ = running
+    record = json.loads((s.state / "launch_command.json").read_text())
+    pid = int((s.state / "pid").read_text())
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    assert cmdline == record["argv"]
+    environ = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
+    assert all(environ[k] == v for k, v in record["env"].items())
+    assert (s.state / "launch_command.txt").read_text().strip() == record["command"]
+    for feature in ("--attention-backend", "--enable-metrics", "--enable-cache-report", "--tokenizer-worker-num"):
+        assert feature in cmdline
+
+
+def test_status_reports_the_live_metrics(running):
+    s, _ = running
+    status = s("status")
+    assert status.returncode == 0, status.stderr
+    _, body = get(f"http://127.0.0.1:{s.port}/metrics")
+    live = metrics.parse(body)
+    pool = metrics.value(live, "sglang:max_total_num_tokens")
+    assert f"KV pool      : {pool:,.0f} tokens" in status.stdout
+    assert "served model : qwen3-4b" in status.stdout
+    assert f"group {s.pgid()} (ours)" in status.stdout and "uptime" in status.stdout
+    assert "GPU memory" in status.stdout
+
+
+def test_logs_show_the_server_output_and_print_command_has_no_side_effects(running, tmp_path):
+    s, _ = running
+    logs = s("logs", "-n", "500")
+    assert logs.returncode == 0 and "/health_generate" in logs.stdout
+    fresh = Serve(tmp_path)
+    shown = fresh("print-command")
+    assert shown.returncode == 0 and "sglang.launch_server" in shown.stdout
+    assert not fresh.work.exists()
+
+
+# ---------------------------------------------------------------- refusing what is not ours
+def test_a_foreign_listener_on_the_port_is_named_and_start_fails(serve):
+    s = serve()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", s.port))
+        sock.listen()
+        result = s("start")
+    assert result.returncode == 1
+    assert f"port {s.port} is held by pid {os.getpid()}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (s.state / "pgid").exists()
+
+
+def test_a_stale_server_started_outside_serve_sh_is_refused_never_ready(serve):
+    from standin.harness import launch
+
+    s = serve()
+    with launch(s.port, "--served-model-name", "qwen3-4b", "--enable-metrics") as stale:
+        result = s("start")
+        assert stale.proc.poll() is None  # left alone
+    assert result.returncode == 1 and "ready" not in result.stdout
+    assert f"pid {stale.proc.pid} (" in result.stderr and "sglang.launch_server" in result.stderr
+
+
+def test_a_crash_during_start_fails_with_the_log_tail(serve):
+    s = serve(SERVER_ENV=f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=20 STANDIN_CRASH_AFTER_S=1")
+    result = s("start")
+    assert result.returncode == 1
+    assert "exited" in result.stderr and "Traceback" in result.stderr
+    assert "ready after" not in result.stdout
+    assert not (s.state / "pgid").exists()
+
+
+def test_ready_timeout_fails_and_stops_the_half_started_server(serve):
+    s = serve(SERVER_ENV=f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=60", READY_TIMEOUT_S="3")
+    result = s("start")
+    assert result.returncode == 1 and "READY_TIMEOUT_S" in result.stderr
+    assert procfs.port_owners(s.port) == []
+
+
+# ---------------------------------------------------------------- stop and restart
+def test_restart_then_stop_end_only_our_groups_and_session(serve):
+    from standin.harness import launch
+
+    s = serve()
+    assert s("start").returncode == 0
+    old = s.pgid()
+    restarted = s("restart")
+    assert restarted.returncode == 0, restarted.stderr
+    assert "ready after" in restarted.stdout and s.pgid() != old and not procfs.group_alive(old)
+    assert (s.state / "server.log.1").exists()  # the previous run's log is kept once
+    pgid = s.pgid()
+    with launch(free_port(), "--served-model-name", "qwen3-4b") as lookalike:  # same command line name, not ours
+        stopped = s("stop")
+        assert stopped.returncode == 0
+        assert not procfs.group_alive(pgid)
+        assert s.tmux("has-session", "-t", s.env["TMUX_SESSION"]).returncode != 0
+        assert lookalike.proc.poll() is None
+    again = s("stop")
+    assert again.returncode == 0 and "no server of ours" in again.stdout
+    down = s("status")
+    assert down.returncode == 1 and len(down.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- the API key
+def test_api_key_works_end_to_end_and_never_leaks(serve, tmp_path):
+    key = "sk-test-7c1f9d2a"
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    s = serve(API_KEY_FILE=str(key_file))
+    result = s("start")
+    assert result.returncode == 0, result.stderr
+    assert "test reply in" in result.stdout
+    url = f"http://127.0.0.1:{s.port}/v1/models"
+    assert get(url)[0] == 401 and get(url, key)[0] == 200
+    assert s("status").returncode == 0
+    leaks = [p for p in s.work.rglob("*") if p.is_file() and key in p.read_text(errors="replace")]
+    assert leaks == [s.state / "sglang_config.yaml"]
+    assert (s.state / "sglang_config.yaml").stat().st_mode & 0o777 == 0o600
+    assert key not in s.pane() and "sglang.launch_server" in (s.state / "launch_command.txt").read_text()
+    assert key not in result.stdout + result.stderr
+    pid = int((s.state / "pid").read_text())
+    assert key not in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    assert "--config" in (s.state / "launch_command.txt").read_text()
+
+
+# ---------------------------------------------------------------- dashboard and tunnel
+def test_dashboard_serves_results_on_loopback_only(serve):
+    s = serve()
+    results = Path(s.env["RESULTS_DIR"])
+    results.mkdir(parents=True)
+    (results / "index.html").write_text("<h1>dash</h1>")
+    port = int(s.env["DASHBOARD_PORT"])
+    started = s("dashboard")
+    assert started.returncode == 0, started.stderr
+    assert f"http://127.0.0.1:{port}/" in started.stdout and f"-L {port}:127.0.0.1:{port}" in started.stdout
+    assert get(f"http://127.0.0.1:{port}/index.html") == (200, "<h1>dash</h1>")
+    local = [ln.split()[1] for ln in Path("/proc/net/tcp").read_text().splitlines()[1:]
+             if ln.split()[3] == "0A" and int(ln.split()[1].split(":")[1], 16) == port]
+    assert local == [f"0100007F:{port:04X}"]  # 127.0.0.1, not 0.0.0.0
+    again = s("dashboard")
+    assert again.returncode == 0 and f"(pid {(s.state / 'dashboard.pid').read_text().strip()};" in again.stdout
+    assert s("dashboard", "stop").returncode == 0
+    assert procfs.port_owners(port) == []
+
+
+def test_tunnel_uses_the_address_the_user_connected_to_and_warns_off_loopback(serve):
+    s = serve()
+    out = s("tunnel")
+    assert out.returncode == 0 and "198.51.100.7" in out.stdout and "warning" not in out.stderr
+    wide = serve(HOST="0.0.0.0")("tunnel")
+    assert "HOST=0.0.0.0" in wide.stderr and "ssh -N -L" in wide.stdout
+
+
+def test_usage_errors_are_one_line_with_exit_2_and_help_works(serve):
+    s = serve()
+    assert s("--help").returncode == 0 and "print-command" in s("--help").stdout
+    assert s("bogus").returncode == 2
+    assert s("").returncode == 2
+    missing = s("logs")
+    assert missing.returncode == 1 and "./serve.sh start" in missing.stderr
