@@ -82,7 +82,7 @@ def _delta_cell(metric: str) -> page.Cell:
         cls = {"better": "better", "worse": "worse"}.get(verdict, "noise")
         d, lo, hi = r[f"{metric}_delta_pct"], r[f"{metric}_lo_pct"], r[f"{metric}_hi_pct"]
         if math.isnan(d):
-            return "—"
+            return f"<span class=noise>{esc(verdict)}</span>"  # "no data": a side's point failed or is missing
         ci = f" [{lo:+.1f}, {hi:+.1f}]" if not math.isnan(lo) else ""
         return (f"class={cls}|{num(r[f'{metric}_b'])} {esc(m.unit)}<br><b>{d:+.1f}%</b>"
                 f"<span class=noise>{ci}</span><br><small>{esc(verdict)}</small>")
@@ -121,7 +121,10 @@ def compare_html(run: Run, other: Run, rows: list[dict[str, Any]]) -> str:
     if not rows:
         return intro + body + page.missing("The two runs share no point — compare runs of the same plan "
                                            "(same arms, workloads and loads).")
-    return intro + body + page.table(diff_columns("Arm", lambda r: esc(r["arm"])), rows, left=2)
+    chart = page.chart(figures.regression(run, other.run_id, rows))
+    labels = {a.name: a.label for a in run.arms}
+    return intro + body + chart + page.table(diff_columns("Arm", lambda r: esc(labels.get(r["arm"], r["arm"]))),
+                                             rows, left=2)
 
 
 def toolcalls_html(run: Run) -> str:

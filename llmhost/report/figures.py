@@ -156,7 +156,7 @@ def qps_sweep(ctx: Context) -> Chart:
 
 
 def reference_groups(ctx: Context) -> dict[str, dict[str, Group]]:
-    """Per workload: the highest concurrency every arm ran successfully, and each arm's group there."""
+    """Per workload: the highest concurrency every arm with data ran successfully, and each arm's group there."""
     out: dict[str, dict[str, Group]] = {}
     arms = [a.name for a in ctx.run.arms]
     for wl in _workloads_with(ctx, "concurrency"):
@@ -164,9 +164,10 @@ def reference_groups(ctx: Context) -> dict[str, dict[str, Group]]:
         for g in ctx.groups:
             if g.workload == wl and g.pattern == "concurrency" and g.ok_points and g.concurrency is not None:
                 by_arm.setdefault(g.arm, {})[g.concurrency] = g
-        common = set.intersection(*(set(by_arm.get(a, {})) for a in arms)) if arms else set()
+        present = [a for a in arms if a in by_arm]  # an arm whose every point failed cannot be compared
+        common = set.intersection(*(set(by_arm[a]) for a in present)) if present else set()
         if common:
-            out[wl] = {a: by_arm[a][max(common)] for a in arms}
+            out[wl] = {a: by_arm[a][max(common)] for a in present}
     return out
 
 
@@ -182,7 +183,7 @@ def survival(ctx: Context) -> Chart:
                                              for wl, g in ref.items()])
     for col, (wl, groups) in enumerate(ref.items(), 1):
         for arm in ctx.run.arms:
-            x = np.sort(stats.clean(groups[arm.name].requests.ttft_ms))
+            x = np.sort(stats.clean(groups[arm.name].requests.ttft_ms) if arm.name in groups else np.array([]))
             if not x.size:
                 continue
             y = 1.0 - np.arange(1, x.size + 1) / x.size
@@ -240,6 +241,35 @@ def head_to_head(ctx: Context) -> Chart:
 
 def _nz(v: float) -> float:
     return 0.0 if math.isnan(v) else v
+
+
+def regression(run: Run, other_id: str, rows: list[dict[str, Any]]) -> Chart:
+    """Run-vs-run deltas at every shared concurrency point (rows from tables.compare_rows)."""
+    title = f"Did throughput or tail latency move since {other_id}?"
+    read = (f"This run relative to {other_id} at every shared concurrency point, per arm (bars = 95% bootstrap CI); "
+            "throughput up and TTFT p99 down are improvements, a CI crossing 0 is noise.")
+    rows = [r for r in rows if r["pattern"] == "concurrency"]
+    if not rows:
+        return Chart("regression", title, read, None, "the runs share no concurrency point — compare two runs of the "
+                     "same plan (same arms, workloads, concurrency levels)")
+    go = _go()
+    panels = (("output_throughput", "output tok/s change (%)"), ("ttft_p99", "TTFT p99 change (%)"))
+    fig = _subplots(len(panels), 1, [p[1] for p in panels], shared_xaxes=True)
+    for arm in run.arms:
+        mine = [r for r in rows if r["arm"] == arm.name]
+        if not mine:
+            continue
+        x = [f"{r['workload']} c={r['concurrency']}" for r in mine]
+        for i, (m, _) in enumerate(panels, 1):
+            d = [r[f"{m}_delta_pct"] for r in mine]
+            fig.add_trace(go.Bar(
+                x=x, y=d, name=arm.label, legendgroup=arm.name, showlegend=i == 1, marker={"color": arm.color},
+                error_y={"type": "data", "symmetric": False, "visible": True,
+                         "array": [_nz(r[f"{m}_hi_pct"] - v) for r, v in zip(mine, d)],
+                         "arrayminus": [_nz(v - r[f"{m}_lo_pct"]) for r, v in zip(mine, d)]}), row=i, col=1)
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(zeroline=True, zerolinecolor="#444")
+    return Chart("regression", title, read, _layout(fig, 560))
 
 
 FIGURES: dict[str, Callable[[Context], Chart]] = {
