@@ -5,8 +5,9 @@ Definitions (the dashboard and its tests rely on exactly these):
 * Percentile: linear interpolation between the closest ranks (numpy's default "linear", Hyndman & Fan type 7) —
   the definition SGLang's bench_serving uses for its own p99 lines, so our numbers agree with its logs.
 * Sample sufficiency: a p-th percentile is trusted only when at least MIN_TAIL_SAMPLES samples are expected beyond
-  it, i.e. n * (1 - p/100) >= MIN_TAIL_SAMPLES. With 5: p50 needs 10, p99 needs 500, p99.9 needs 5,000 samples.
-  With fewer, the estimate is one of the few largest samples and its bootstrap CI collapses onto them.
+  it, i.e. n * (1 - p/100) >= MIN_TAIL_SAMPLES. With 10: p50 needs 20, p99 needs 1,000, p99.9 needs 10,000
+  samples (run_bench.py flags low support with the same rule and sizes its long run to 10,000 requests). With
+  fewer, the estimate is one of the few largest samples and its bootstrap CI collapses onto them.
 * Bootstrap CI: percentile bootstrap, B resamples drawn with a seeded numpy Generator (same seed -> same CI),
   vectorised over resamples in chunks so memory stays ~16 MB whatever n is.
 * Difference: statistic(b) - statistic(a) and 100 * (statistic(b) / statistic(a) - 1), with a and b resampled
@@ -27,7 +28,7 @@ from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-MIN_TAIL_SAMPLES = 5
+MIN_TAIL_SAMPLES = 10
 DEFAULT_BOOT = 1000
 DEFAULT_CONF = 0.95
 _CHUNK_ELEMENTS = 2_000_000  # resample elements per vectorised chunk (2e6 float64 = 16 MB)
@@ -115,7 +116,7 @@ def needed_samples(pct: float, min_tail: int = MIN_TAIL_SAMPLES) -> int:
     """Samples needed for `min_tail` expected samples beyond the pct-th percentile: ceil(min_tail / (1 - pct/100))."""
     if not 0.0 <= pct < 100.0:
         raise ValueError(f"percentile {pct} outside [0, 100)")
-    return math.ceil(round(min_tail / (1.0 - pct / 100.0), 6))  # round: 5 / (1 - 0.999) = 5000.0000000004
+    return math.ceil(round(min_tail / (1.0 - pct / 100.0), 6))  # round: 10 / (1 - 0.999) = 10000.0000000009
 
 
 def is_sufficient(n: int, pct: float, min_tail: int = MIN_TAIL_SAMPLES) -> bool:

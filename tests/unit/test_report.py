@@ -92,7 +92,7 @@ def test_summary_row_numbers_agree_with_the_raw_data(ctx: figures.Context) -> No
     assert row["ttft_p99_ms"] == pytest.approx(np.percentile(ok_ttft, 99))
     share = stats.goodput_share(g.requests.ok, g.requests.ttft_ms, g.requests.itl_mean_ms, SLO)
     assert row["goodput_pct"] == pytest.approx(100 * share) and row["meets_slo"] == stats.meets_slo(share, SLO)
-    assert row["ttft_p99_sufficient"] is False  # 32 samples < 500
+    assert row["ttft_p99_sufficient"] is False  # 32 samples < 1,000
 
 
 def test_an_arm_compared_with_itself_is_within_noise(ctx: figures.Context) -> None:
@@ -141,7 +141,7 @@ def test_cards_cover_every_arm_in_manifest_order(run: load.Run, ctx: figures.Con
     for card in cards:
         assert [e.arm for e in card.entries] == [a["name"] for a in ARMS]
     tail = next(c for c in cards if c.title.startswith("TTFT"))
-    assert all(e.is_flagged and "p99.9" in e.detail for e in tail.entries)  # long run of 192 < 5000
+    assert all(e.is_flagged and "p99.9" in e.detail for e in tail.entries)  # long run of 192 < 10,000
 
 
 def test_every_figure_is_built_with_manifest_colours_and_order(ctx: figures.Context) -> None:

@@ -24,12 +24,12 @@ def test_percentile_drops_missing_values_and_is_nan_when_empty() -> None:
     assert math.isnan(stats.percentile([None], 99))
 
 
-def test_sufficiency_needs_five_samples_beyond_the_percentile() -> None:
-    assert stats.needed_samples(50) == 10
-    assert stats.needed_samples(99) == 500
-    assert stats.needed_samples(99.9) == 5000
-    assert stats.is_sufficient(500, 99) and not stats.is_sufficient(499, 99)
-    assert not stats.is_sufficient(1000, 99.9)
+def test_sufficiency_needs_ten_samples_beyond_the_percentile() -> None:
+    assert stats.needed_samples(50) == 20
+    assert stats.needed_samples(99) == 1000
+    assert stats.needed_samples(99.9) == 10_000  # not 10,001: float 1 - 0.999 is rounded away
+    assert stats.is_sufficient(1000, 99) and not stats.is_sufficient(999, 99)
+    assert stats.is_sufficient(10_000, 99.9) and not stats.is_sufficient(9_999, 99.9)
     with pytest.raises(ValueError):
         stats.needed_samples(100)
 
@@ -37,7 +37,7 @@ def test_sufficiency_needs_five_samples_beyond_the_percentile() -> None:
 def test_percentile_summary_flags_too_few_samples() -> None:
     summary = stats.percentile_summary(np.arange(1000.0), (50.0, 99.0, 99.9))
     assert summary[50.0].is_sufficient and summary[99.0].is_sufficient
-    assert not summary[99.9].is_sufficient and summary[99.9].needed_n == 5000
+    assert not summary[99.9].is_sufficient and summary[99.9].needed_n == 10_000
     assert summary[99.0].value == pytest.approx(np.percentile(np.arange(1000.0), 99))
     assert summary[99.0].lo <= summary[99.0].value <= summary[99.0].hi
 
