@@ -92,7 +92,7 @@ cmd_start() {
     clear_state
     exit 1
   fi
-  client_py -m llmhost.server chat || exit 1
+  client_py -m llmhost.status chat || exit 1
   cmd_tunnel
 }
 
@@ -107,7 +107,7 @@ cmd__run() {
   local log="$state/server.log" pid rc=0
   date -u +%Y-%m-%dT%H:%M:%SZ >"$state/started_at"
   if [[ -f "$state/sglang_config.yaml" ]]; then
-    "${cmd[@]}" > >(py -m llmhost.server redact --config-file "$state/sglang_config.yaml" | tee -a "$log") 2>&1 &
+    "${cmd[@]}" > >(py -m llmhost.serverlog redact --config-file "$state/sglang_config.yaml" | tee -a "$log") 2>&1 &
   else
     "${cmd[@]}" > >(tee -a "$log") 2>&1 &
   fi
@@ -146,7 +146,7 @@ cmd_restart() {
   cmd_start
 }
 
-cmd_status() { client_py -m llmhost.server status; }
+cmd_status() { client_py -m llmhost.status; }
 
 cmd_logs() {
   local follow=() lines=100

@@ -7,8 +7,8 @@ serve.sh drives it (stdlib only, so the host's python3 runs it before any venv e
     python3 -m llmhost.server argv              # the same, NUL-separated, for bash
     python3 -m llmhost.server prepare           # write $WORK_DIR/server/launch_command.{txt,json} (+ 0600 key YAML)
     python3 -m llmhost.server wait-ready --pgid N   # poll until OUR process group serves a generation
-    python3 -m llmhost.server status | chat     # see llmhost/status.py
-Who holds a port and process groups come from llmhost/procfs.py.
+Who holds a port and process groups: llmhost/procfs.py; status and the test reply: llmhost/status.py; the log
+(key redaction, tail): llmhost/serverlog.py.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
+from llmhost import serverlog
 from llmhost.config import Config, ConfigError, load
 from llmhost.procfs import group_alive, listen_inodes, pgid_of, port_holder, port_owners
 
@@ -310,16 +310,6 @@ def readiness(cfg: Config, pgid: int) -> tuple[str, str]:
     return "starting", f"/health_generate -> {status or body}"
 
 
-def _last_line(log: Path) -> str:
-    try:
-        with log.open("rb") as handle:
-            handle.seek(max(0, log.stat().st_size - 4096))
-            lines = [ln for ln in handle.read().decode(errors="replace").replace("\r", "\n").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip()[:160] if lines else ""
-
-
 def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: float = 5.0) -> tuple[bool, str]:
     """Poll readiness until ready, dead, foreign or timeout; a progress line every `every_s` seconds."""
     start = time.monotonic()
@@ -336,31 +326,8 @@ def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: flo
         if elapsed - last_print >= every_s:
             last_print = elapsed
             print(f"[serve] starting: {elapsed:.0f}s elapsed, timeout in {timeout_s - elapsed:.0f}s "
-                  f"(~75 s with warm kernel caches, ~7 min on a first JIT start) | log: {_last_line(log)}", flush=True)
+                  f"(~75 s with warm kernel caches, ~7 min on a first JIT start) | log: {serverlog.last_line(log)}", flush=True)
         time.sleep(1.0)
-
-
-def log_tail(log: Path, lines: int = 30) -> str:
-    """The last `lines` lines of the server log (already redacted on the way in)."""
-    try:
-        text = log.read_bytes()[-256 * 1024:].decode(errors="replace").replace("\r", "\n")
-    except OSError:
-        return f"(no log at {log})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-# ---------------------------------------------------------------- output filter
-def redact_stream(config_file: Path, source: BinaryIO | None = None, sink: BinaryIO | None = None) -> None:
-    """Copy the server's output, replacing the API key with ***.
-
-    SGLang 0.5.17 logs `server_args=ServerArgs(... api_key='<key>' ...)` at startup, even when the key came
-    from --config, so the tmux pane and server.log only ever see this filtered stream.
-    """
-    source, sink = source or sys.stdin.buffer, sink or sys.stdout.buffer
-    secret = json.loads(config_file.read_text().split(":", 1)[1].strip()).encode()
-    for chunk in iter(source.readline, b""):
-        sink.write(chunk.replace(secret, b"***") if secret else chunk)
-        sink.flush()
 
 
 # ---------------------------------------------------------------- CLI used by serve.sh
@@ -407,29 +374,9 @@ def _cmd_wait_ready(cfg: Config, args: argparse.Namespace) -> int:
     if ok:
         print(f"[serve] {detail}")
         return 0
-    print(f"[serve] last lines of {log}:\n{log_tail(log)}", file=sys.stderr)
+    print(f"[serve] last lines of {log}:\n{serverlog.tail(log)}", file=sys.stderr)
     print(f"[serve] error: {detail} — see ./serve.sh logs, fix, then ./serve.sh start", file=sys.stderr)
     return 1
-
-
-def _cmd_status(cfg: Config, args: argparse.Namespace) -> int:
-    from llmhost import status
-
-    if args.cmd == "chat":
-        ok, line = status.test_chat(cfg, cfg.api_key())
-        print(f"[serve] {line}", file=sys.stdout if ok else sys.stderr)
-        return 0 if ok else 1
-    healthy, lines = status.status_lines(cfg, cfg.api_key())
-    if not healthy:
-        print(f"[serve] {lines[0]} — start it with ./serve.sh start", file=sys.stderr)
-        return 1
-    print("\n".join(lines))
-    return 0
-
-
-def _cmd_redact(cfg: Config, args: argparse.Namespace) -> int:
-    redact_stream(Path(args.config_file))
-    return 0
 
 
 COMMANDS = {
@@ -437,9 +384,6 @@ COMMANDS = {
     "argv": (_cmd_spec, "print the launch argv NUL-separated (no side effects)"),
     "prepare": (_cmd_spec, "check inputs and the port, write launch_command.{txt,json}, launch.argv0, key YAML"),
     "wait-ready": (_cmd_wait_ready, "wait until our process group serves a generation on PORT"),
-    "status": (_cmd_status, "health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1: down)"),
-    "chat": (_cmd_status, "send one test chat completion and print it with its latency"),
-    "redact": (_cmd_redact, "copy stdin to stdout with the API key replaced by ***"),
 }
 
 
@@ -452,8 +396,6 @@ def main(argv: list[str] | None = None) -> int:
         if name == "wait-ready":
             cmd.add_argument("--pgid", type=int, required=True, help="process group of the server serve.sh started")
             cmd.add_argument("--timeout-s", type=float, default=0, help="seconds (default READY_TIMEOUT_S)")
-        if name == "redact":
-            cmd.add_argument("--config-file", required=True, help="the 0600 YAML holding api-key")
     args = parser.parse_args(argv)
     try:
         return args.func(load(), args)

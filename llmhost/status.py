@@ -1,17 +1,19 @@
 """What a running server reports about itself, and one test reply: the body of `./serve.sh status` and of
 the check `./serve.sh start` ends with.
 
-    python3 -m llmhost.server status     # health, model, KV pool, requests, cache hits, uptime, GPU memory
-    python3 -m llmhost.server chat       # one chat completion through the OpenAI SDK, with its latency
+    python3 -m llmhost.status            # health, model, KV pool, requests, cache hits, uptime, GPU memory
+    python3 -m llmhost.status chat       # one chat completion through the OpenAI SDK, with its latency
 Reads the live server and $WORK_DIR/server/{pid,pgid,started_at}; writes nothing.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-from llmhost.config import Config
+from llmhost.config import Config, ConfigError, load
 from llmhost.procfs import group_alive
 from llmhost.server import http_get
 
@@ -96,3 +98,30 @@ def test_chat(cfg: Config, api_key: str | None) -> tuple[bool, str]:
     latency = time.perf_counter() - start
     text = (reply.choices[0].message.content or "").strip().replace("\n", " ")
     return True, f"test reply in {latency:.2f} s ({reply.usage.completion_tokens} tokens): {text[:200]!r}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", nargs="?", choices=("status", "chat"), default="status",
+                        help="status: the report, exit 1 when down (default); chat: one test reply")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load()
+        api_key = cfg.api_key()
+    except (ConfigError, OSError) as exc:
+        print(f"[serve] error: {exc}", file=sys.stderr)
+        return 1
+    if args.what == "chat":
+        ok, line = test_chat(cfg, api_key)
+        print(f"[serve] {line}", file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
+    healthy, lines = status_lines(cfg, api_key)
+    if not healthy:
+        print(f"[serve] {lines[0]} — start it with ./serve.sh start", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

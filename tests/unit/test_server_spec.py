@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from llmhost import config, server
+from llmhost import config, server, serverlog
 from llmhost.server import SpecError, build_spec
 
 
@@ -150,5 +150,5 @@ def test_redactor_replaces_the_key_in_the_server_output(tmp_path):
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text('api-key: "sk-abc"\n')
     sink = io.BytesIO()
-    server.redact_stream(yaml_file, io.BytesIO(b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n"), sink)
+    serverlog.redact_stream(yaml_file, io.BytesIO(b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n"), sink)
     assert sink.getvalue() == b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
