@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import difflib
 import json
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.fi import jit_variants
+from llmhost.fi.env import write_json_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACT_SUFFIXES = (".so", ".o")
@@ -59,14 +59,6 @@ def cache_artifacts(cache_base: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in ARTIFACT_SUFFIXES)
-
-
-def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """Write JSON to a temp file beside `path`, then rename over it: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 def source_diff(dir_a: Path, dir_b: Path, *, module_a: str = "", module_b: str = "",
@@ -263,14 +255,12 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"jit: {exc}", file=sys.stderr)
         return 1
     out_path = plan.out_dir / "jit.json"
-    doc: dict[str, Any] = {
-        "schema": 1, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "env": fi_env.describe(), "command": [sys.argv[0], *sys.argv[1:]], "warm": warm,
-        "cache_base": str(plan.cache_base), "probe": probe, "shape": plan.shape,
+    doc: dict[str, Any] = fi_env.document({
+        "stage": "jit", "warm": warm, "cache_base": str(plan.cache_base), "probe": probe, "shape": plan.shape,
         "workload": {"batch": jit_variants.BATCH, "kv_len": jit_variants.KV_LEN, "qo_len": jit_variants.QO_LEN,
                      "page_size": jit_variants.PAGE_SIZE, "repeat": plan.repeat},
         "variants": [], "diff": None, "complete": False,
-    }
+    })
     write_json_atomic(out_path, doc)
     print(f"[jit] {len(plan.variants)} variants, cache {plan.cache_base}, {probe['cpu_cores']} cores, "
           f"MAX_JOBS={probe['max_jobs'] or 'unset'}, FLASHINFER_NVCC_THREADS={probe['flashinfer_nvcc_threads'] or 1}"
