@@ -46,6 +46,7 @@ class Config:
     server_env: str
     ready_timeout_s: int
     tmux_session: str
+    bench_user_arms: str
 
     @property
     def base_url(self) -> str:
