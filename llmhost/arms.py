@@ -1,0 +1,93 @@
+"""Benchmark arms: server configurations that each differ from the baseline by exactly one setting.
+
+The registry is data (order = display order, baseline first); run_bench.py, the plan and the dashboard read names,
+labels and colours from here. User arms come from `run_bench.py --arm NAME="flags"` or the BENCH_USER_ARMS setting
+(`NAME=flags;NAME2=flags`) and are appended after the built-in ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+# Colours for user arms, in order (the built-ins carry their own).
+_USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Arm:
+    name: str
+    label: str
+    color: str
+    flags: tuple[str, ...]
+    description: str
+    is_baseline: bool = False
+
+    def as_manifest(self) -> dict[str, object]:
+        out = dataclasses.asdict(self)
+        out["flags"] = list(self.flags)
+        return out
+
+
+class ArmError(ValueError):
+    """A user arm that cannot be used; the message is one line."""
+
+
+REGISTRY: dict[str, Arm] = {
+    arm.name: arm
+    for arm in (
+        Arm("baseline", "Baseline (FlashInfer)", "#1f77b4", (),
+            "FlashInfer attention, radix prefix cache, bf16 KV cache, page size 1: the serve.sh defaults.", True),
+        Arm("no-prefix-cache", "Prefix cache off", "#d62728", ("--disable-radix-cache",),
+            "Radix (prefix) KV cache disabled: every request prefills its whole prompt."),
+        Arm("fp8-kv", "FP8 KV cache", "#2ca02c", ("--kv-cache-dtype", "fp8_e5m2"),
+            "KV cache stored as fp8 e5m2: half the KV bytes per token, twice the cache capacity."),
+        Arm("page-16", "KV page size 16", "#ff7f0e", ("--page-size", "16"),
+            "KV cache paged in blocks of 16 tokens instead of 1 (prefix matches round down to a page)."),
+        Arm("triton", "Triton attention", "#9467bd", ("--attention-backend", "triton"),
+            "SGLang's Triton attention kernels instead of FlashInfer."),
+    )
+}
+
+
+def parse_user_arm(spec: str, index: int = 0) -> Arm:
+    """`NAME=flags` (flags split like a shell line) -> Arm; raises ArmError with a one-line reason."""
+    name, sep, flags_text = spec.partition("=")
+    name = name.strip()
+    if not sep or not _NAME.fullmatch(name):
+        raise ArmError(f"bad arm {spec!r}: expected NAME=\"--flag value\" with NAME like my-arm")
+    try:
+        flags = tuple(shlex.split(flags_text))
+    except ValueError as exc:
+        raise ArmError(f"arm {name}: cannot split flags {flags_text!r} ({exc})") from None
+    if not flags or not flags[0].startswith("--"):
+        raise ArmError(f"arm {name}: flags must start with a launch_server option such as --page-size")
+    color = _USER_COLORS[index % len(_USER_COLORS)]
+    return Arm(name, name, color, flags, f"User arm: baseline + {' '.join(flags)}")
+
+
+def config_arm_specs(text: str) -> list[str]:
+    """Split the BENCH_USER_ARMS setting (`NAME=flags;NAME2=flags`) into specs."""
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+def select(names: list[str] | None, user_specs: list[str]) -> list[Arm]:
+    """Built-in + user arms, filtered to `names` (None = all) in registry order, baseline always first."""
+    arms = dict(REGISTRY)
+    for index, spec in enumerate(user_specs):
+        arm = parse_user_arm(spec, index)
+        if arm.name in arms:
+            raise ArmError(f"arm {arm.name} is defined twice (built-in arms: {', '.join(REGISTRY)})")
+        arms[arm.name] = arm
+    if names is None:
+        return list(arms.values())
+    unknown = [n for n in names if n not in arms]
+    if unknown:
+        raise ArmError(f"unknown arm {', '.join(unknown)} (known: {', '.join(arms)})")
+    return [arm for arm in arms.values() if arm.name in names]
+
+
+def server_extra_args(base: str, arm: Arm) -> str:
+    """SERVER_EXTRA_ARGS for this arm: the configured extra args plus the arm's one difference."""
+    return shlex.join([*shlex.split(base), *arm.flags])

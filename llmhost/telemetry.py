@@ -1,0 +1,133 @@
+"""Telemetry sampler: SGLang /metrics and GPU counters once a second, on one clock, into telemetry.jsonl.
+
+Each tick stamps one `time.time()` (the clock the per-request start times use) on every row it writes:
+    {"t", "source": "metrics", "name": "sglang:num_running_reqs", "labels": {...}, "value", "point_id"}
+    {"t", "source": "gpu", "name": "gpu_util_pct" | "gpu_mem_used_gb" | "gpu_power_w" | "gpu_sm_clock_mhz",
+     "labels": {"gpu": "0"}, "value", "point_id"}
+Only the live-state series below are kept (the full exposition is ~390 samples, ~100 MB an hour at 1 Hz).
+GPU counters come from NVML (nvidia-ml-py) and fall back to `nvidia-smi`; without either, only metrics are written.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from llmhost import metrics
+from llmhost.server import http_get
+
+METRICS_KEPT = (
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
+    "sglang:gen_throughput", "sglang:kv_used_tokens", "sglang:kv_available_tokens", "sglang:kv_evictable_tokens",
+    "sglang:max_total_num_tokens", "sglang:num_retracted_reqs", "sglang:utilization",
+    "sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:num_requests_total",
+    "sglang:time_to_first_token_seconds_sum", "sglang:time_to_first_token_seconds_count",
+    "sglang:queue_time_seconds_sum", "sglang:queue_time_seconds_count",
+)
+SMI_FIELDS = (("utilization.gpu", "gpu_util_pct", 1.0), ("memory.used", "gpu_mem_used_gb", 1 / 1024),
+              ("power.draw", "gpu_power_w", 1.0), ("clocks.sm", "gpu_sm_clock_mhz", 1.0))
+
+
+def metric_rows(text: str, t: float, point_id: str | None) -> list[dict]:
+    """Rows for the kept series of one /metrics scrape."""
+    return [{"t": t, "source": "metrics", "name": s.name, "labels": s.labels, "value": s.value, "point_id": point_id}
+            for s in metrics.parse(text) if s.name in METRICS_KEPT]
+
+
+def smi_rows(csv_text: str, t: float, point_id: str | None) -> list[dict]:
+    """Rows from `nvidia-smi --query-gpu=index,<SMI_FIELDS> --format=csv,noheader,nounits` output."""
+    rows = []
+    for line in csv_text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 1 + len(SMI_FIELDS):
+            continue
+        for cell, (_, name, scale) in zip(cells[1:], SMI_FIELDS):
+            try:
+                value = float(cell) * scale
+            except ValueError:  # "[N/A]" (e.g. power on some boards)
+                continue
+            rows.append({"t": t, "source": "gpu", "name": name, "labels": {"gpu": cells[0]}, "value": value,
+                         "point_id": point_id})
+    return rows
+
+
+def gpu_reader() -> Callable[[float, str | None], list[dict]]:
+    """The best available GPU counter source: NVML, else nvidia-smi, else nothing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+
+        def nvml(t: float, point_id: str | None) -> list[dict]:
+            rows = []
+            for i, h in enumerate(handles):
+                values = {"gpu_util_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                          "gpu_mem_used_gb": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**30,
+                          "gpu_power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                          "gpu_sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}
+                rows += [{"t": t, "source": "gpu", "name": k, "labels": {"gpu": str(i)}, "value": float(v),
+                          "point_id": point_id} for k, v in values.items()]
+            return rows
+
+        return nvml
+    except Exception:  # no nvidia-ml-py, no driver: try the CLI
+        pass
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return lambda t, point_id: []
+    query = ",".join(["index", *(f for f, _, _ in SMI_FIELDS)])
+
+    def smi(t: float, point_id: str | None) -> list[dict]:
+        try:
+            out = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=5, check=True).stdout
+        except (subprocess.SubprocessError, OSError):
+            return []
+        return smi_rows(out, t, point_id)
+
+    return smi
+
+
+class Sampler:
+    """Background thread: every interval_s, scrape /metrics + GPU and hand the rows to `sink`."""
+
+    def __init__(self, base_url: str, sink: Callable[[list[dict]], None], api_key: str | None = None,
+                 interval_s: float = 1.0):
+        self.base_url, self.sink, self.api_key, self.interval_s = base_url, sink, api_key, interval_s
+        self.point_id: str | None = None  # set by the runner; rows carry the point running at sample time
+        self.ticks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self._gpu: Callable[[float, str | None], list[dict]] = lambda t, p: []
+
+    def start(self) -> "Sampler":
+        self._gpu = gpu_reader()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def sample_once(self) -> list[dict]:
+        t, point_id = time.time(), self.point_id
+        rows: list[dict] = []
+        status, body = http_get(self.base_url, "/metrics", timeout=2.0, api_key=self.api_key)
+        if status == 200:
+            try:
+                rows += metric_rows(body, t, point_id)
+            except metrics.MetricsError:
+                pass  # a garbled scrape is a missing sample, not a failed run
+        rows += self._gpu(t, point_id)
+        return rows
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self.sink(self.sample_once())
+            self.ticks += 1
+            next_t += self.interval_s  # fixed ticks: a slow scrape does not push the schedule back
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
