@@ -49,6 +49,13 @@ def _point(arm: str, wl: str, pattern: str, conc: int | None, rate: float | None
             "concurrency": conc, "request_rate": rate, "num_prompts": n, "repeat": rep}
 
 
+def build_quick_plan(arms: list[dict], n: int) -> list[dict]:
+    """run_bench.py --quick's shape: one point per arm, a few extra points on the baseline only."""
+    plan = [_point(a["name"], "agent", "concurrency", 16, None, n, 1) for a in arms]
+    base = next(a["name"] for a in arms if a["is_baseline"])
+    return plan + [_point(base, "agent", "warm", 16, None, n, 1), _point(base, "chat", "qps", None, 8.0, n, 1)]
+
+
 def build_plan(arms: list[dict], repeats: int, n: int) -> list[dict]:
     plan = []
     for arm in (a["name"] for a in arms):
@@ -168,17 +175,17 @@ def _jsonl(path: Path, rows: list[dict], torn: bool = False) -> None:
 
 def make_run(root: Path, *, run_id: str = "20261129-120000", seed: int = 0, arms: list[dict] | None = None,
              repeats: int = 2, n: int = 40, speed: float = 1.0, telemetry: bool = True,
-             toolcalls: bool = True, torn: bool = True) -> Path:
+             toolcalls: bool = True, torn: bool = True, quick: bool = False) -> Path:
     """Write root/bench/<run_id>/ and return it. speed > 1 makes every arm's ITL/TTFT faster (a 'better' run)."""
     arms = ARMS if arms is None else arms
     rng = np.random.default_rng(seed)
     run = root / "bench" / run_id
-    plan = build_plan(arms, repeats, n)
+    plan = build_quick_plan(arms, n) if quick else build_plan(arms, repeats, n)
     points, tele, clock = [], [], 1_764_417_600.0
     for idx, p in enumerate(plan):
-        attempts = 2 if idx in (5, 11) else 1
+        attempts = 2 if idx in (5, 11) and not quick else 1
         for attempt in range(1, attempts + 1):
-            failed = (idx == 11) or (idx == 5 and attempt == 1)
+            failed = not quick and ((idx == 11) or (idx == 5 and attempt == 1))
             rows = _requests(rng, p, clock)
             for r in rows:
                 r["e2e_ms"] = round(r["e2e_ms"] / speed, 3)

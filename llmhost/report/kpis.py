@@ -14,6 +14,9 @@ from llmhost import stats
 from llmhost.report.load import Run
 
 
+FULL_RUN = "a full ./run_bench.py (without --quick) measures it"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Entry:
     arm: str
@@ -60,7 +63,7 @@ def _capacity(rows: list[dict], arm: str, pattern: str) -> tuple[str, str, bool]
         if not cap.is_monotonic:
             details[-1] += " (a higher load passed again: noisy)"
     if not parts:
-        return "—", f"no {pattern} points in this run", False
+        return "—", f"no {pattern} points in this run — {FULL_RUN}", False
     return " · ".join(parts), "; ".join(details), flagged
 
 
@@ -104,7 +107,7 @@ def _cold(rows: list[dict], arm: str) -> Entry:
     cold = [r for r in rows if r["arm"] == arm and r["pattern"] == "cold" and r["requests"]]
     warm = [r for r in rows if r["arm"] == arm and r["pattern"] == "warm" and r["requests"]]
     if not cold:
-        return Entry(arm, "—", "no cold point (run_bench.py plans one per arm)", False)
+        return Entry(arm, "—", f"not measured in this run — {FULL_RUN}", False)
     text = fmt(cold[0]["ttft_p50_ms"], 0, "ms")
     detail = f"warm: {fmt(warm[0]['ttft_p50_ms'], 0, 'ms')} (p50, {cold[0]['workload']} {cold[0]['load']})" \
         if warm else "no warm point to compare"
@@ -114,7 +117,7 @@ def _cold(rows: list[dict], arm: str) -> Entry:
 def _burst(rows: list[dict], arm: str) -> Entry:
     burst = [r for r in rows if r["arm"] == arm and r["pattern"] == "burst"]
     if not burst:
-        return Entry(arm, "—", "no burst point", False)
+        return Entry(arm, "—", f"not measured in this run — {FULL_RUN}", False)
     sent = sum(r["requests"] for r in burst)
     failed = sum(r["failed_requests"] for r in burst)
     lost = sum(r["points_failed"] for r in burst)

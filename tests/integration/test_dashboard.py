@@ -97,6 +97,17 @@ def test_a_run_with_only_a_manifest_builds_and_points_at_resume(tmp_path: Path) 
     assert "0 recorded of" in html and "--resume" in html and "No points recorded yet" in html
 
 
+def test_a_quick_run_with_one_point_per_arm_still_compares_every_arm(tmp_path: Path) -> None:
+    run = make_run(tmp_path, run_id="quick", n=24, quick=True)
+    proc = dashboard(str(run))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert len(summary["points"]) == 6
+    assert {r["arm"] for r in summary["baseline"]} == {"no-prefix-cache", "fp8-kv", "triton"}
+    html = (run / "dashboard.html").read_text()
+    assert html.count('class="plotly-graph-div"') >= 6  # capacity, qps, latency, survival, head-to-head, telemetry
+
+
 @pytest.mark.parametrize(("args", "code", "needle"), [
     (["/nonexistent-run"], 1, "is not a directory"),
     (["."], 1, "manifest.json is missing"),
