@@ -1,0 +1,107 @@
+"""The JIT section of fi_report.html and its fi_summary.json numbers, from jit.json (`fi_bench.py jit`).
+
+render_section(doc) -> HTML fragment (intro, diagram, plotly divs without plotly.js, tables, the source diff);
+headline(doc) -> dict. Both accept None (no jit.json yet) and then say which command produces the data.
+"""
+from __future__ import annotations
+
+import statistics
+from html import escape
+from typing import Any
+
+from llmhost.fi import diagrams
+from llmhost.fi import report_figures as figures
+
+COMMAND = "./fi_jit_setup.sh, then (with the environment it prints) $PY fi_bench.py jit"
+
+
+def plot_html(fig: Any, how: str) -> str:
+    """A plotly figure as a div (plotly.js is included once by the page) and the sentence saying how to read it."""
+    import plotly.io as pio
+
+    fig.update_layout(template="plotly_white", margin={"t": 70, "l": 60, "r": 20, "b": 50})
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False) + f'<p class="how">{escape(how)}</p>'
+
+
+def _ok(doc: dict) -> list[dict]:
+    return [r for r in doc.get("variants", []) if r.get("ok")]
+
+
+def headline(doc: dict | None) -> dict[str, Any]:
+    """Numbers for fi_summary.json: typical and worst compile, cached start, how many modules one start compiles."""
+    rows = _ok(doc) if doc else []
+    if not rows:
+        return {"variants": 0, "command": COMMAND}
+    compiled = [r for r in rows if r.get("new_modules")]
+    worst = max(rows, key=lambda r: r.get("compile_s") or 0)
+    return {"variants": len(rows), "failed": len(doc["variants"]) - len(rows), "warm_cache": doc.get("warm"),
+            "compile_s_median": statistics.median(r["compile_s"] for r in compiled) if compiled else None,
+            "compile_s_max": worst.get("compile_s"), "slowest_variant": worst["variant"],
+            "compile_s_total": sum(r.get("compile_s") or 0 for r in rows),
+            "cached_first_call_s_median": statistics.median(r["first_call_cached_s"] for r in rows),
+            "modules_built": sum(len(r.get("new_modules", [])) for r in rows),
+            "cpu_cores": (doc.get("probe") or {}).get("cpu_cores")}
+
+
+def figure(doc: dict) -> str:
+    """Stacked bars per variant: data setup, compile, and the cached first call (load + first run)."""
+    import plotly.graph_objects as go
+
+    rows = _ok(doc)
+    names = [r["variant"] for r in rows]
+    parts = (("data setup", "setup_s", "#9D755D"), ("JIT: generate + compile", "compile_s", "#F58518"),
+             ("cached load + first run", "first_call_cached_s", "#4C78A8"))
+    fig = go.Figure([go.Bar(y=names, x=[r.get(key) or 0 for r in rows], name=label, orientation="h",
+                            marker_color=color) for label, key, color in parts])
+    fig.update_layout(barmode="stack", height=110 + 28 * len(rows), xaxis_title="seconds",
+                      yaxis={"autorange": "reversed"},
+                      title="What does the first request of each attention variant wait for?")
+    return plot_html(fig, "Orange is paid once per new module on a cold cache; blue is what every later "
+                           "server start pays for that variant. A bar with no orange reused a module built "
+                           "earlier (see 'modules built').")
+
+
+def table(doc: dict) -> str:
+    rows = []
+    for r in doc.get("variants", []):
+        if not r.get("ok"):
+            rows.append([r["variant"], escape(r.get("error", "failed")), "-", "-", "-", "-", "-", "-"])
+            continue
+        rows.append([r["variant"], r.get("what", ""), ", ".join(r.get("new_modules") or ["none (reused)"]),
+                     r.get("setup_s"), r.get("first_call_cold_s"), r.get("first_call_cached_s"), r.get("compile_s"),
+                     r.get("steady_median_ms")])
+    return figures.table(["variant", "what differs", "modules built", "setup s", "first call cold s",
+                          "first call cached s", "compile s", "steady run ms"], rows)
+
+
+def diff_block(doc: dict) -> str:
+    diff = doc.get("diff")
+    if not diff:
+        return "<p>No source diff: the two --diff variants did not both build a module in this run.</p>"
+    src, ninja = diff["sources"], diff["build_ninja"]
+    return (f"<details><summary>Generated sources, {escape(diff['a'])} vs {escape(diff['b'])}: "
+            f"{len(src['changed_files'])} file(s) differ ({escape(', '.join(src['changed_files']))}), "
+            f"{len(src['identical_files'])} identical — click to open</summary>"
+            f"<pre>{escape(src['text'])}</pre><p>build.ninja:</p><pre>{escape(ninja['text'] or '(same flags)')}"
+            "</pre></details>")
+
+
+def render_section(doc: dict | None) -> str:
+    """The report's JIT section (placeholder with the producing command when doc is None or empty)."""
+    head = ('<section id="jit"><h2>JIT: what does a cold FlashInfer cache cost at server start?</h2>'
+            + diagrams.jit())
+    if not doc or not _ok(doc):
+        return (head + "<p class='todo'>No JIT measurement yet. It would show, per attention variant, the data "
+                "setup, the compile a cold cache pays on first use, the cached load every later start pays, and "
+                f"the steady kernel time. Produce it with: <code>{escape(COMMAND)}</code></p></section>")
+    probe = doc.get("probe") or {}
+    warm = ("<p class='bad'>Measured over a WARM cache (--allow-warm): first calls are cache hits, not compiles."
+            "</p>" if doc.get("warm") else "")
+    intro = (f"<p>Each variant ran twice in fresh processes on a private JIT cache ({escape(str(doc.get('cache_base')))}"
+             f"): cold (generate + compile + load + first run), then cached (load + first run). compile = cold first "
+             f"call - cached first call. Build parallelism: {probe.get('cpu_cores')} CPU cores, MAX_JOBS="
+             f"{escape(str(probe.get('max_jobs') or 'unset (ninja: cores + 2)'))}, FLASHINFER_NVCC_THREADS="
+             f"{escape(str(probe.get('flashinfer_nvcc_threads') or '1 (default)'))}, CUDA archs "
+             f"{escape(', '.join(probe.get('cuda_archs', [])))}. SGLang decodes Qwen3-4B (GQA group 4) on tensor "
+             "cores, which is FlashInfer's prefill kernel: its decode needs no decode module at all.</p>")
+    return head + warm + intro + figure(doc) + table(doc) + diff_block(doc) + "</section>"

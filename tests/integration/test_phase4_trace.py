@@ -1,0 +1,93 @@
+"""fi_trace.py analyze on a recorded-like trace (an SGLang-style allocator replayed through the real recorder:
+shared prefixes, one new slot per request per decode step, CUDA-graph padding), the report section built from it,
+and the SERVER_ENV the capture hands to serve.sh."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fi_trace
+from llmhost.fi import trace, trace_report
+
+REPO = Path(__file__).resolve().parents[2]
+PREFIX, REQUESTS, STEPS = 64, 8, 12
+
+
+def record_like_sglang(trace_dir: Path) -> None:
+    """Two 64-token system prompts cached once; 8 requests (4 per prompt) decode 12 steps; the graph batch is padded
+    to 16 with length-1 dummy requests, as SGLang's CUDA-graph runner does."""
+    rec = trace.Recorder(trace.TraceSettings(trace_dir=str(trace_dir), every=1, slots=64))
+    free = list(range(1000, 5000))
+    prefixes = [list(range(100, 100 + PREFIX)), list(range(300, 300 + PREFIX))]
+    private: list[list[int]] = [[] for _ in range(REQUESTS)]
+    for step in range(STEPS):
+        for r in range(REQUESTS):
+            private[r].append(free.pop(0))  # interleaved across the batch: private pages never form runs
+        tables = [prefixes[r % 2] + private[r] for r in range(REQUESTS)] + [[0]] * 8
+        indptr = np.cumsum([0] + [len(t) for t in tables]).astype(np.int32)
+        meta = {"mode": "decode", "bs": len(tables), "graph": True, "fast_plan": True, "spec": False,
+                "page_size": 1}
+        rec.observe(meta, {"indptr": indptr, "indices": np.concatenate(tables).astype(np.int32)})
+        rec.drain()
+    rec.flush()
+
+
+def test_analyze_cli_writes_trace_json_with_known_sharing_and_runs(tmp_path):
+    record_like_sglang(tmp_path / "raw")
+    proc = subprocess.run([sys.executable, "fi_trace.py", "analyze", "--trace-dir", str(tmp_path / "raw"),
+                           "--out-dir", str(tmp_path / "out"), "--windows", "3"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["decode_steps_graph"] == STEPS
+    doc = json.loads((tmp_path / "out" / "trace.json").read_text())
+    assert doc["schema"] == 1 and doc["stage"] == "trace" and "env" in doc
+    last = doc["batches"][-1]
+    k = STEPS  # private tokens per request at the last step
+    assert last["requests"] == REQUESTS and last["padding"] == 8
+    assert last["sharing_ratio"] == pytest.approx(PREFIX / (PREFIX + k))
+    assert last["mean_run_len"] == pytest.approx((PREFIX + k) / (1 + k))
+    first = doc["batches"][0]
+    assert first["sharing_ratio"] == pytest.approx(PREFIX / (PREFIX + 1))
+    assert [w["window"] for w in doc["windows"]] == [0, 1, 2]
+    html = trace_report.render_section(doc)
+    assert html.count('class="plotly-graph-div"') == 2 and "CUDA-graph decode replays" in html
+    head = trace_report.headline(doc)
+    assert head["decode_steps_graph"] == STEPS and head["decode_requests_mean"] == REQUESTS
+
+
+def test_analyze_of_an_empty_directory_is_one_line_and_exit_1(tmp_path):
+    proc = subprocess.run([sys.executable, "fi_trace.py", "analyze", "--trace-dir", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
+    assert "fi_trace.py capture" in proc.stderr
+
+
+def test_report_sections_without_data_name_the_command():
+    assert "fi_trace.py capture" in trace_report.render_section(None)
+    assert trace_report.headline(None)["samples"] == 0
+
+
+def test_capture_server_env_puts_the_hook_first_and_keeps_the_users_settings(tmp_path):
+    env = fi_trace.hook_server_env("FOO=1 PYTHONPATH=/opt/sg LLMHOST_FI_TRACE_DIR=/old", "/ignored", tmp_path, 4)
+    pairs = dict(item.split("=", 1) for item in shlex.split(env))
+    assert pairs["FOO"] == "1" and pairs["LLMHOST_FI_TRACE_DIR"] == str(tmp_path)
+    assert pairs["PYTHONPATH"].split(os.pathsep) == [str(fi_trace.HOOK_DIR), "/opt/sg"]
+    plain = dict(item.split("=", 1) for item in shlex.split(fi_trace.hook_server_env("", "/site", tmp_path, 2)))
+    assert plain["PYTHONPATH"].split(os.pathsep) == [str(fi_trace.HOOK_DIR), "/site"]
+    assert plain["LLMHOST_FI_TRACE_EVERY"] == "2"
+
+
+def test_capture_help_and_bad_arguments(tmp_path):
+    ok = subprocess.run([sys.executable, "fi_trace.py", "capture", "--help"], cwd=REPO, capture_output=True,
+                        text=True, timeout=60)
+    assert ok.returncode == 0 and "--duration-s" in ok.stdout
+    bad = subprocess.run([sys.executable, "fi_trace.py", "capture", "--concurrency", "0"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2

@@ -1,0 +1,48 @@
+"""The JIT report section and headline from a hand-made jit.json (no data -> the producing command)."""
+from __future__ import annotations
+
+import pytest
+
+from llmhost.fi import jit_report
+
+
+def _row(name, cold, cached, modules, setup=0.2, steady=0.05):
+    return {"variant": name, "ok": True, "what": f"{name} differs", "new_modules": modules, "setup_s": setup,
+            "first_call_cold_s": cold, "first_call_cached_s": cached, "compile_s": cold - cached,
+            "steady_median_ms": steady}
+
+
+DOC = {"schema": 1, "warm": False, "cache_base": "/w/fi-jit-clean/cache",
+       "probe": {"cpu_cores": 16, "max_jobs": None, "flashinfer_nvcc_threads": None, "cuda_archs": ["90a"]},
+       "variants": [_row("decode_base", 20.5, 0.5, ["batch_decode_a"]),
+                    _row("prefill_paged", 40.4, 0.4, ["batch_prefill_b"]),
+                    _row("decode_tensor_cores", 0.45, 0.4, []),
+                    {"variant": "decode_swa", "ok": False, "error": "worker ran past 300s"}],
+       "diff": {"a": "decode_base", "b": "decode_softcap",
+                "sources": {"changed_files": ["batch_decode_config.inc"], "identical_files": ["batch_decode.cu"],
+                            "text": "-DefaultAttention<false, false, false, false>\n+DefaultAttention<false, false, "
+                                    "true, false>\n"},
+                "build_ninja": {"text": ""}}}
+
+
+def test_headline_reports_median_and_worst_compile_and_the_failure():
+    head = jit_report.headline(DOC)
+    assert head["variants"] == 3 and head["failed"] == 1
+    assert head["compile_s_median"] == pytest.approx(30.0)  # only variants that built a module
+    assert head["slowest_variant"] == "prefill_paged" and head["compile_s_max"] == pytest.approx(40.0)
+    assert head["modules_built"] == 2
+
+
+def test_section_has_figure_table_reuse_note_diff_and_failure():
+    html = jit_report.render_section(DOC)
+    assert html.count('class="plotly-graph-div"') == 1
+    assert "none (reused)" in html and "worker ran past 300s" in html
+    assert "+DefaultAttention&lt;false, false, true, false&gt;" in html
+    assert "MAX_JOBS=unset" in html and "WARM" not in html
+
+
+def test_warm_results_are_labelled_and_no_data_names_the_command():
+    assert "WARM cache" in jit_report.render_section({**DOC, "warm": True})
+    empty = jit_report.render_section(None)
+    assert "fi_jit_setup.sh" in empty and "plotly-graph-div" not in empty
+    assert jit_report.headline(None)["variants"] == 0
