@@ -155,12 +155,17 @@ def read_jsonl(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
 
 
 def _float(value: Any) -> float:
-    return math.nan if value is None else float(value)
+    """A number, or nan for anything missing or malformed (a bad field must not sink the whole report)."""
+    try:
+        return math.nan if value is None else float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def requests_from_rows(rows: list[dict[str, Any]]) -> Requests:
     """Arrays from contract rows (missing keys become nan/empty, so a partial writer never crashes the report)."""
-    itl_lists = [[float(g) for g in (r.get("itl_ms") or []) if g is not None] for r in rows]
+    itl_lists = [[g for g in map(_float, r.get("itl_ms") or []) if not math.isnan(g)]
+                 if isinstance(r.get("itl_ms"), list) else [] for r in rows]
     return Requests(
         start_s=np.array([_float(r.get("start_s")) for r in rows], float),
         ok=np.array([bool(r.get("ok")) for r in rows], bool),
@@ -204,7 +209,9 @@ def _manifest(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise LoadError(f"{path} is not a directory — pass a run directory such as results/bench/latest")
     if not file.is_file():
-        raise LoadError(f"{file} is missing — is {path} a run directory of run_bench.py? (results/bench/<run_id>)")
+        hint = f"did you mean {path / 'latest'}?" if (path / "latest").is_dir() else \
+            "pass a run directory of run_bench.py (results/bench/<run_id>)"
+        raise LoadError(f"{file} is missing — {hint}")
     try:
         manifest = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError) as exc:

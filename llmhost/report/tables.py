@@ -225,7 +225,8 @@ def toolcall_rows(run: Run) -> list[dict[str, Any]]:
                                    len(expect_tool)),
             "args_ok_pct": _pct(sum(bool(c.get("args_ok")) for c in expect_tool), len(expect_tool)),
             "no_tool_respected_pct": _pct(sum(not c.get("called_tool") for c in no_tool), len(no_tool)),
-            "latency_p50_ms": stats.percentile([c.get("latency_ms") for c in cases], 50),
+            "latency_p50_ms": stats.percentile([c["latency_ms"] for c in cases
+                                                if isinstance(c.get("latency_ms"), (int, float))], 50),
         })
     return rows
 

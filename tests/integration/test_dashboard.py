@@ -110,7 +110,7 @@ def test_a_quick_run_with_one_point_per_arm_still_compares_every_arm(tmp_path: P
 
 @pytest.mark.parametrize(("args", "code", "needle"), [
     (["/nonexistent-run"], 1, "is not a directory"),
-    (["."], 1, "manifest.json is missing"),
+    (["RUN"], 1, "manifest.json is missing — pass a run directory of run_bench.py"),
     (["RUN", "--slo-pct", "0"], 2, "--slo-pct must be in (0, 100]"),
     (["RUN", "--slo-ttft-ms", "-5"], 2, "--slo-ttft-ms must be > 0"),
 ])

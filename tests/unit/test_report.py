@@ -194,3 +194,18 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     page.write_atomic(target, "two")
     assert target.read_text() == "two"
     assert [p.name for p in target.parent.iterdir()] == ["page.html"]
+
+
+def test_malformed_request_fields_become_missing_values_not_crashes() -> None:
+    r = load.requests_from_rows([{"ok": True, "ttft_ms": "abc", "itl_ms": "x", "e2e_ms": None},
+                                 {"ok": True, "ttft_ms": 12, "itl_ms": [1, "bad", None, 3]}])
+    assert math.isnan(r.ttft_ms[0]) and r.ttft_ms[1] == 12.0
+    assert r.itl_all_ms.tolist() == [1.0, 3.0] and math.isnan(r.itl_mean_ms[0])
+
+
+def test_the_bench_directory_itself_gets_a_hint_towards_latest(tmp_path: Path) -> None:
+    run = make_run(tmp_path, n=4, repeats=1, telemetry=False, toolcalls=False, quick=True)
+    (tmp_path / "bench" / "latest").symlink_to(run.name)
+    with pytest.raises(load.LoadError, match="did you mean .*latest"):
+        load.load_run(tmp_path / "bench")
+    assert load.load_run(tmp_path / "bench" / "latest").run_id == run.name
