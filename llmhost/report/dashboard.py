@@ -194,16 +194,16 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
 
 
 def _plan_html(run: Run) -> str:
-    plan: dict[tuple, dict[str, set]] = {}
+    plan: dict[tuple, dict[str, dict]] = {}  # dicts as ordered sets: loads and arms keep the plan's order
     for p in run.plan or [dataclasses.asdict(x) for x in run.points]:
         key = (p.get("workload"), p.get("pattern"))
-        entry = plan.setdefault(key, {"loads": set(), "prompts": set(), "repeats": set(), "arms": set()})
-        entry["loads"].add(tables.load_label(str(p.get("pattern")), p.get("concurrency"), p.get("request_rate"),
-                                             int(p.get("num_prompts") or 0)))
-        entry["prompts"].add(p.get("num_prompts"))
-        entry["repeats"].add(p.get("repeat"))
-        entry["arms"].add(p.get("arm"))
-    rows = [{"workload": k[0], "pattern": k[1], **{n: ", ".join(sorted(map(str, v))) for n, v in e.items()},
+        entry = plan.setdefault(key, {"loads": {}, "prompts": {}, "repeats": {}, "arms": {}})
+        entry["loads"][tables.load_label(str(p.get("pattern")), p.get("concurrency"), p.get("request_rate"),
+                                         int(p.get("num_prompts") or 0))] = None
+        entry["prompts"][p.get("num_prompts")] = None
+        entry["repeats"][p.get("repeat")] = None
+        entry["arms"][p.get("arm")] = None
+    rows = [{"workload": k[0], "pattern": k[1], **{n: ", ".join(map(str, v)) for n, v in e.items()},
              "n_repeats": len(e["repeats"])} for k, e in plan.items()]
     cols: list[tuple[str, page.Cell]] = [
         ("Workload", lambda r: esc(r["workload"])), ("Pattern", lambda r: esc(r["pattern"])),
