@@ -127,6 +127,9 @@ cmd_stop() {
     stop_group "$pgid" 60 || die "process group $pgid survived SIGKILL — check ps -g $pgid"
   else
     log "no server of ours is running"
+    local holder
+    holder=$(py -m llmhost.procfs "$PORT" --host "$HOST" 2>/dev/null) \
+      && warn "port $PORT is held by $holder, which this serve.sh did not start — left alone; stop it yourself"
   fi
   if tmux has-session -t "=$TMUX_SESSION" 2>/dev/null; then
     tmux kill-session -t "=$TMUX_SESSION"

@@ -106,14 +106,26 @@ def held_by(pids: Iterable[int]) -> list[GpuProcess]:
 
 
 def wait_released(pids: Iterable[int], timeout_s: float, interval_s: float = 1.0) -> bool:
-    """Poll until none of `pids` holds GPU memory (the driver frees it shortly after exit); False on timeout."""
+    """Poll until none of `pids` holds GPU memory and the GPUs' used memory has settled; False on timeout.
+
+    The settling step covers containers, where NVML reports host PIDs that never match ours: the driver frees
+    a process's memory as it exits, so two equal readings (within 64 MiB) mean the release is done.
+    """
     wanted = set(pids)
     deadline = time.monotonic() + timeout_s
     while held_by(wanted):
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval_s)
-    return True
+    last = None
+    while True:
+        used = sum(d.used_mib for d in devices())
+        if last is not None and abs(used - last) < 64:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        last = used
+        time.sleep(interval_s)
 
 
 def describe(gpus: list[GpuMemory]) -> str:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from llmhost.config import Config, ConfigError, load
-from llmhost.procfs import group_alive
+from llmhost.procfs import group_alive, port_holder
 from llmhost.server import http_get
 
 
@@ -64,11 +64,12 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
         ]
     else:
         lines.append(f"metrics      : /metrics -> {code or body} (start with --enable-metrics)")
-    if "started_at" in state:
-        pgid = int(state.get("pgid", "0") or 0)
-        ours = "ours" if pgid and group_alive(pgid) else "NOT started by this serve.sh"
-        lines.append(f"process      : pid {state.get('pid', '?')}, group {pgid} ({ours}), started {state['started_at']}")
+    pgid = int(state.get("pgid", "0") or 0)
+    if pgid and group_alive(pgid) and "started_at" in state:
+        lines.append(f"process      : pid {state.get('pid', '?')}, group {pgid} (ours), started {state['started_at']}")
         lines.append(f"uptime       : {_uptime(state['started_at'])}")
+    else:
+        lines.append(f"process      : NOT started by this serve.sh — {port_holder(cfg.host, cfg.port) or '?'}")
     lines.append(f"GPU memory   : {gpu.describe(gpu.devices())}")
     return True, lines
 

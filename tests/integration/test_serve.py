@@ -183,9 +183,13 @@ def test_a_stale_server_started_outside_serve_sh_is_refused_never_ready(serve):
     s = serve()
     with launch(s.port, "--served-model-name", "qwen3-4b", "--enable-metrics") as stale:
         result = s("start")
-        assert stale.proc.poll() is None  # left alone
+        status = s("status")
+        stop = s("stop")
+        assert stale.proc.poll() is None  # left alone by start and stop
     assert result.returncode == 1 and "ready" not in result.stdout
     assert f"pid {stale.proc.pid} (" in result.stderr and "sglang.launch_server" in result.stderr
+    assert f"NOT started by this serve.sh — pid {stale.proc.pid} (" in status.stdout
+    assert stop.returncode == 0 and "did not start — left alone" in stop.stderr
 
 
 def test_a_crash_during_start_fails_with_the_log_tail(serve):

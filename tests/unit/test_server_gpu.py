@@ -41,7 +41,7 @@ def test_nvidia_smi_fallback_reads_memory_and_processes(fake_smi):
 
 def test_wait_released_times_out_while_a_pid_still_holds_memory(fake_smi):
     assert gpu.wait_released([4121], timeout_s=0.2, interval_s=0.05) is False
-    assert gpu.wait_released([1, 2], timeout_s=0.2) is True
+    assert gpu.wait_released([1, 2], timeout_s=0.5, interval_s=0.05) is True
 
 
 def test_without_a_driver_every_query_answers_no_gpu(tmp_path, monkeypatch, no_nvml):
@@ -49,3 +49,17 @@ def test_without_a_driver_every_query_answers_no_gpu(tmp_path, monkeypatch, no_n
     assert gpu.devices() == [] and gpu.processes() == []
     assert gpu.describe([]).startswith("no GPU")
     assert gpu.main(["wait-released", "--pids", "1"]) == 0
+
+
+def test_wait_released_also_waits_for_used_memory_to_settle(monkeypatch):
+    readings = iter([120000.0, 60000.0, 900.0, 900.0, 900.0])
+    seen = []
+
+    def devices():
+        seen.append(next(readings))
+        return [gpu.GpuMemory(0, "H200", seen[-1], 143771.0)]
+
+    monkeypatch.setattr(gpu, "held_by", lambda pids: [])  # NVML shows other PID namespaces: nothing to match
+    monkeypatch.setattr(gpu, "devices", devices)
+    assert gpu.wait_released([4121], timeout_s=5, interval_s=0.01) is True
+    assert seen == [120000.0, 60000.0, 900.0, 900.0]
