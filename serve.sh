@@ -21,7 +21,12 @@ LOG_PREFIX=serve
 # shellcheck source=lib.sh
 source "$(dirname "$SELF")/lib.sh"
 
-usage() { sed -n '2,18p' "$SELF" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$SELF"; }
+# A usage mistake: one line, exit 2.
+die_usage() {
+  printf '[%s] error: %s\n' "$LOG_PREFIX" "$*" >&2
+  exit 2
+}
 
 # The toolkit's own helpers: stdlib modules under the host python3 ...
 py() { PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$(host_python)" "$@"; }
@@ -156,8 +161,8 @@ cmd_logs() {
   while (($#)); do
     case $1 in
       -f) follow=(-F) ;;
-      -n) [[ $# -ge 2 ]] || die "logs -n needs a number"; lines=$2; shift ;;
-      *) die "unknown logs option '$1' — ./serve.sh logs [-f] [-n N]" ;;
+      -n) [[ $# -ge 2 && "$2" =~ ^[0-9]+$ ]] || die_usage "logs -n needs a number of lines"; lines=$2; shift ;;
+      *) die_usage "unknown logs option '$1' — ./serve.sh logs [-f] [-n N]" ;;
     esac
     shift
   done
@@ -173,7 +178,7 @@ cmd_dashboard() {
     rm -f "$pid_file"
     return 0
   fi
-  [[ -z "${1:-}" ]] || die "unknown dashboard option '$1' — ./serve.sh dashboard [stop]"
+  [[ -z "${1:-}" ]] || die_usage "unknown dashboard option '$1' — ./serve.sh dashboard [stop]"
   dir=$RESULTS_DIR
   [[ "$dir" == /* ]] || dir="$LIB_DIR/$dir"
   mkdir -p "$dir" "$STATE"
@@ -220,11 +225,11 @@ main() {
   load_config
   STATE="$WORK_DIR/server"
   case $sub in
-    start | stop | restart | status | tunnel) [[ $# -eq 0 ]] || die "$sub takes no arguments — ./serve.sh --help"; "cmd_$sub" ;;
+    start | stop | restart | status | tunnel) [[ $# -eq 0 ]] || die_usage "$sub takes no arguments — ./serve.sh --help"; "cmd_$sub" ;;
     logs) cmd_logs "$@" ;;
     dashboard) cmd_dashboard "$@" ;;
     print-command) cmd_print_command ;;
-    *) usage >&2; exit 2 ;;
+    *) die_usage "unknown command '$sub' — ./serve.sh --help" ;;
   esac
 }
 

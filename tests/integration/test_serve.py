@@ -286,7 +286,8 @@ def test_tunnel_uses_the_address_the_user_connected_to_and_warns_off_loopback(se
 def test_usage_errors_are_one_line_with_exit_2_and_help_works(serve):
     s = serve()
     assert s("--help").returncode == 0 and "print-command" in s("--help").stdout
-    assert s("bogus").returncode == 2
-    assert s("").returncode == 2
+    bogus = s("bogus")
+    assert bogus.returncode == 2 and bogus.stderr.count("\n") == 1 and "unknown command 'bogus'" in bogus.stderr
+    assert s("").returncode == 2 and s("logs", "-n", "x").returncode == 2 and s("stop", "now").returncode == 2
     missing = s("logs")
     assert missing.returncode == 1 and "./serve.sh start" in missing.stderr
