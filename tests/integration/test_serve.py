@@ -291,3 +291,12 @@ def test_usage_errors_are_one_line_with_exit_2_and_help_works(serve):
     assert s("").returncode == 2 and s("logs", "-n", "x").returncode == 2 and s("stop", "now").returncode == 2
     missing = s("logs")
     assert missing.returncode == 1 and "./serve.sh start" in missing.stderr
+
+
+def test_bad_settings_end_in_one_line_naming_what_to_change(serve, tmp_path):
+    flagged = serve(SERVER_EXTRA_ARGS="--port 1")("print-command")
+    assert flagged.returncode == 1 and flagged.stderr.strip().endswith("set PORT instead")
+    assert flagged.stderr.count("\n") == 1
+    no_model = serve(MODEL_DIR=str(tmp_path / "nowhere"))("start")
+    assert no_model.returncode == 1 and "MODEL_DIR=" in no_model.stderr and "setup_host.sh" in no_model.stderr
+    assert no_model.stderr.count("\n") == 1 and "Traceback" not in no_model.stderr
