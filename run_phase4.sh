@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# run_phase4.sh — open FlashInfer up: kernel benchmarks, JIT cost, a live trace of the server, one HTML report.
+#
+#   ./run_phase4.sh all                  # kernels, jit, trace, report (in that order)
+#   ./run_phase4.sh kernels report       # any subset of the stages, run in the order given
+#   ./run_phase4.sh all --quick          # sparse --quick, 5 JIT variants, 20 s of trace traffic (~7 min on an H200)
+#
+# Stages:
+#   kernels  fi_bench.py sparse + balance            (server stopped meanwhile: the GPU must be ours alone)
+#   jit      fi_jit_setup.sh, then fi_bench.py jit in the clean environment it prints (server stopped too)
+#   trace    fi_trace.py capture                      (restarts the server with the tracer, then restores it)
+#   report   fi_bench.py report -> fi_report.html + fi_summary.json (needs plotly: the toolkit venv)
+# A server that was running before kernels/jit is started again at the end. A failed stage does not stop the
+# others; the run ends with a table (stage, status, seconds) and exits 1 when any stage failed.
+# Options: --quick | --jit-variants LIST (fi_bench.py jit --variants) | --trace-duration-s N | --dry-run |
+# -h, --help. Writes $RESULTS_DIR/fi/{sparse,balance,jit,trace}.json, fi_report.html, fi_summary.json and the log
+# $RESULTS_DIR/fi/phase4-<UTC timestamp>.log.
+set -euo pipefail
+SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+REPO_DIR=$(dirname "$SELF")
+LOG_PREFIX=phase4
+# shellcheck source=lib.sh
+source "$REPO_DIR/lib.sh"
+
+QUICK_JIT_VARIANTS=decode_base,decode_softcap,decode_fp8_kv,prefill_paged,decode_tensor_cores
+usage() { sed -n '2,19p' "$SELF" | sed 's/^# \{0,1\}//'; }
+
+# The first of .venv/bin/python, SGLANG_PYTHON, python3 that imports every module named.
+python_with() {
+  local candidate
+  for candidate in "$REPO_DIR/.venv/bin/python" "$SGLANG_PYTHON" python3; do
+    command -v "$candidate" >/dev/null 2>&1 || continue
+    "$candidate" -c "import $(IFS=,; echo "$*")" >/dev/null 2>&1 && { echo "$candidate"; return 0; }
+  done
+  echo "$SGLANG_PYTHON" # none has them: the stage's own one-line error says what is missing
+}
+
+# --- server handling: kernel timings need the GPU to themselves --------------------------------------------------
+SERVER_WAS_RUNNING=0 SERVER_STOPPED=0
+pause_server() {
+  ((SERVER_STOPPED)) && return 0
+  if "$REPO_DIR/serve.sh" status >/dev/null 2>&1; then
+    SERVER_WAS_RUNNING=1
+    log "stopping the server for the kernel benchmarks (it is started again afterwards)"
+    run "$REPO_DIR/serve.sh" stop
+  fi
+  SERVER_STOPPED=1
+}
+
+resume_server() {
+  ((SERVER_STOPPED)) || return 0
+  SERVER_STOPPED=0
+  if ((SERVER_WAS_RUNNING)); then
+    log "starting the server again"
+    run "$REPO_DIR/serve.sh" start || warn "./serve.sh start failed — run it by hand"
+  fi
+}
+
+# --- stages ------------------------------------------------------------------------------------------------------
+stage_kernels() {
+  pause_server
+  local -a quick=()
+  ((QUICK)) && quick=(--quick)
+  run "$SGLANG_PYTHON" "$REPO_DIR/fi_bench.py" sparse --out-dir "$OUT_DIR" "${quick[@]}" || return 1
+  run "$SGLANG_PYTHON" "$REPO_DIR/fi_bench.py" balance --out-dir "$OUT_DIR"
+}
+
+stage_jit() {
+  pause_server
+  run "$REPO_DIR/fi_jit_setup.sh" || return 1
+  local -a variants=()
+  [[ -n "$JIT_VARIANTS" ]] && variants=(--variants "$JIT_VARIANTS")
+  if [[ "${DRY_RUN:-0}" == 1 ]]; then
+    log "would run, with $WORK_DIR/fi-jit-clean/env.sh sourced: \$PY fi_bench.py jit --out-dir $OUT_DIR ${variants[*]}"
+    return 0
+  fi
+  # a subshell: the clean environment (its own PYTHONPATH, private cache) must not leak into later stages
+  (
+    # shellcheck source=/dev/null
+    source "$WORK_DIR/fi-jit-clean/env.sh"
+    export FLASHINFER_WORKSPACE_BASE PYTHONPATH
+    "$PY" "$REPO_DIR/fi_bench.py" jit --out-dir "$OUT_DIR" "${variants[@]}"
+  )
+}
+
+stage_trace() {
+  # capture starts the server with the tracer and puts it back as it found it; a server paused for the kernels
+  # stays down until the end, so it is started once (resume_server), not restarted twice
+  run "$SGLANG_PYTHON" "$REPO_DIR/fi_trace.py" capture --out-dir "$OUT_DIR" --duration-s "$TRACE_DURATION_S"
+}
+
+stage_report() {
+  run "$(python_with plotly pandas)" "$REPO_DIR/fi_bench.py" report --out-dir "$OUT_DIR"
+}
+
+# --- runner ------------------------------------------------------------------------------------------------------
+NAMES=() STATUSES=() SECONDS_TAKEN=()
+run_stage() {
+  local name=$1 start=$SECONDS status=ok
+  log "== stage $name =="
+  "stage_$name" || status=FAILED
+  NAMES+=("$name") STATUSES+=("$status") SECONDS_TAKEN+=("$((SECONDS - start))")
+  log "== stage $name: $status in $((SECONDS - start))s =="
+}
+
+summary() {
+  local i failed=0
+  printf '\n%-8s %-7s %8s\n' stage status seconds
+  for i in "${!NAMES[@]}"; do
+    printf '%-8s %-7s %8s\n' "${NAMES[$i]}" "${STATUSES[$i]}" "${SECONDS_TAKEN[$i]}"
+    [[ "${STATUSES[$i]}" == ok ]] || failed=1
+  done
+  printf 'log: %s\n' "$LOG_FILE"
+  return "$failed"
+}
+
+main() {
+  local -a stages=()
+  QUICK=0 JIT_VARIANTS="" TRACE_DURATION_S=30
+  while (($#)); do
+    case "$1" in
+      -h | --help) usage && return 0 ;;
+      all) stages+=(kernels jit trace report) ;;
+      kernels | jit | trace | report) stages+=("$1") ;;
+      --quick) QUICK=1 ;;
+      --dry-run) export DRY_RUN=1 ;;
+      --jit-variants | --trace-duration-s)
+        [[ $# -ge 2 ]] || { echo "$1 needs a value (see ./run_phase4.sh --help)" >&2; exit 2; }
+        if [[ "$1" == --jit-variants ]]; then JIT_VARIANTS=$2; else TRACE_DURATION_S=$2; fi
+        shift ;;
+      *) echo "unknown stage or option '$1' (see ./run_phase4.sh --help)" >&2; exit 2 ;;
+    esac
+    shift
+  done
+  ((${#stages[@]})) || { echo "name a stage: kernels | jit | trace | report | all (see --help)" >&2; exit 2; }
+  ((QUICK)) && [[ -z "$JIT_VARIANTS" ]] && JIT_VARIANTS=$QUICK_JIT_VARIANTS
+  ((QUICK)) && [[ "$TRACE_DURATION_S" == 30 ]] && TRACE_DURATION_S=20
+  load_config
+  [[ "$RESULTS_DIR" == /* ]] && OUT_DIR=$RESULTS_DIR/fi || OUT_DIR=$REPO_DIR/$RESULTS_DIR/fi
+  mkdir -p "$OUT_DIR"
+  LOG_FILE=$OUT_DIR/phase4-$(date -u +%Y%m%dT%H%M%SZ).log
+  exec > >(tee -a "$LOG_FILE") 2>&1
+  log "stages: ${stages[*]}; results in $OUT_DIR"
+  local stage
+  for stage in "${stages[@]}"; do
+    run_stage "$stage"
+  done
+  resume_server
+  summary
+}
+
+main "$@"

@@ -1,0 +1,51 @@
+"""run_phase4.sh: stages that really fail or succeed on a CPU machine (fi_bench.py sparse without torch fails with
+its one-line error; fi_bench.py report builds the placeholder page), the summary table and the exit code."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path: Path, free_port: int, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RESULTS_DIR": str(tmp_path / "results"), "WORK_DIR": str(tmp_path / "work"),
+           "SGLANG_PYTHON": sys.executable, "MODEL_DIR": str(tmp_path / "no-model"), "PORT": str(free_port)}
+    return subprocess.run([str(REPO / "run_phase4.sh"), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _table(stdout: str) -> dict[str, tuple[str, int]]:
+    rows = re.findall(r"^(kernels|jit|trace|report)\s+(ok|FAILED)\s+(\d+)$", stdout, re.M)
+    return {name: (status, int(secs)) for name, status, secs in rows}
+
+
+def test_a_failed_stage_does_not_stop_the_next_and_the_run_exits_1(tmp_path, free_port):
+    proc = _run(tmp_path, free_port, "kernels", "report")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert _table(proc.stdout).keys() == {"kernels", "report"}
+    assert _table(proc.stdout)["kernels"][0] == "FAILED" and _table(proc.stdout)["report"][0] == "ok"
+    out = tmp_path / "results" / "fi"
+    assert (out / "fi_report.html").exists() and (out / "fi_summary.json").exists()
+    logs = list(out.glob("phase4-*.log"))
+    assert len(logs) == 1 and "stage kernels: FAILED" in logs[0].read_text()
+
+
+def test_successful_stages_exit_0(tmp_path, free_port):
+    proc = _run(tmp_path, free_port, "report")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _table(proc.stdout) == {"report": ("ok", _table(proc.stdout)["report"][1])}
+
+
+def test_dry_run_of_all_prints_every_stage_command_and_usage_errors_exit_2(tmp_path, free_port):
+    proc = _run(tmp_path, free_port, "all", "--quick", "--dry-run")
+    assert "fi_bench.py sparse" in proc.stdout and "--quick" in proc.stdout
+    assert "fi_jit_setup.sh" in proc.stdout and "--variants decode_base" in proc.stdout
+    assert "fi_trace.py capture" in proc.stdout and "--duration-s 20" in proc.stdout
+    assert list(_table(proc.stdout)) == ["kernels", "jit", "trace", "report"]
+    assert _run(tmp_path, free_port, "bogus").returncode == 2
+    assert _run(tmp_path, free_port).returncode == 2
+    assert "kernels" in _run(tmp_path, free_port, "--help").stdout
