@@ -91,8 +91,11 @@ cmd_start() {
     pgid=$(<"$STATE/pgid")
     log "server in tmux session $TMUX_SESSION (process group $pgid); log: $STATE/server.log"
   fi
-  if ! py -m llmhost.server wait-ready --pgid "$pgid"; then
-    # Never leave a half-started server holding the GPU; the log stays for ./serve.sh logs.
+  local rc=0
+  py -m llmhost.server wait-ready --pgid "$pgid" || rc=$?
+  ((rc != 130)) || exit 130 # Ctrl-C: the server starts on in tmux; start again to resume waiting
+  if ((rc != 0)); then
+    # Never leave a crashed or timed-out server holding the GPU; the log stays for ./serve.sh logs.
     group_gone "$pgid" || stop_group "$pgid" 30 || true
     clear_state
     exit 1

@@ -402,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SpecError, OSError) as exc:
         print(f"[serve] error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C while waiting: the server itself runs on in tmux
+        print("[serve] interrupted — the server keeps starting in tmux; ./serve.sh start resumes waiting, "
+              "./serve.sh stop ends it", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
