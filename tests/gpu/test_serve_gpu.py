@@ -84,8 +84,11 @@ def test_smoke_test_passes_with_forced_tool_calls(gpu_env, record):
 def test_status_shows_the_kv_pool_from_live_metrics(gpu_env, record):
     out, seconds = serve(gpu_env, "status", timeout=120)
     code, body = server.http_get(cfg_of(gpu_env), "/metrics", timeout=10)
-    pool = metrics.value(metrics.parse(body), "sglang:max_total_num_tokens", tp_rank="0") if code == 200 else None
-    record.step("status", rc=out.returncode, wall_s=seconds, kv_pool_tokens=pool, output=out.stdout)
+    samples = metrics.parse(body) if code == 200 else []
+    pool = metrics.value(samples, "sglang:max_total_num_tokens", tp_rank="0")
+    startup = {s.labels.get("phase", "?"): round(s.value, 1) for s in metrics.select(samples, "sglang:startup_time_seconds")}
+    record.step("status", rc=out.returncode, wall_s=seconds, kv_pool_tokens=pool, sglang_startup_s=startup,
+                gpus=[f"{d.name} {d.total_mib / 1024:.0f} GiB" for d in gpu.devices()], output=out.stdout)
     assert out.returncode == 0, out.stderr
     assert pool and pool > 0 and f"KV pool      : {pool:,.0f} tokens" in out.stdout
     assert "GPU memory   : gpu" in out.stdout
