@@ -131,7 +131,9 @@ def bench_argv(point: Point, workload: Workload, *, base_url: str, model_dir: st
                seed: int, output_file: Path, measured: bool = True) -> list[str]:
     """bench_serving arguments for one point (`measured=False`: the warm pass of a warm point)."""
     argv = workload.dataset_args(point.num_prompts)
-    argv += ["--base-url", base_url, "--model", model_dir, "--served-model-name", served_model_name,
+    # --tokenizer explicitly: otherwise bench_serving asks the server's /model_info for a path on the server side.
+    argv += ["--base-url", base_url, "--model", model_dir, "--tokenizer", model_dir,
+             "--served-model-name", served_model_name,
              "--seed", str(seed), "--output-file", str(output_file), "--disable-tqdm",
              "--ready-check-timeout-sec", "30"]
     argv += ["--request-rate", f"{point.request_rate:g}" if point.request_rate else "inf"]
@@ -145,6 +147,30 @@ def bench_argv(point: Point, workload: Workload, *, base_url: str, model_dir: st
         # One warm-up request absorbs first-request costs; --flush-cache then drops the prefix it left behind.
         argv += ["--warmup-requests", "1", "--flush-cache"]
     return argv
+
+
+LOADGEN_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")  # new name first (0.5.17 deprecates the old)
+
+
+class LoadgenError(Exception):
+    """No usable load generator; the message is one line naming the fix."""
+
+
+def find_loadgen(python: str, env: dict[str, str]) -> tuple[str, str]:
+    """(module, --help text) of the installed load generator; the help validates every point's flags."""
+    why = ""
+    for module in LOADGEN_MODULES:
+        try:
+            proc = subprocess.run([python, "-m", module, "--help"], capture_output=True, text=True, env=env,
+                                  timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise LoadgenError(f"cannot run SGLANG_PYTHON={python} ({exc}) — run ./setup_host.sh or set "
+                               "SGLANG_PYTHON") from None
+        if proc.returncode == 0 and "--dataset-name" in proc.stdout:
+            return module, proc.stdout
+        why = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    raise LoadgenError(f"no SGLang load generator in SGLANG_PYTHON={python} (python -m {LOADGEN_MODULES[0]} "
+                       f"--help: {why}) — run ./setup_host.sh or point SGLANG_PYTHON at the Python that has sglang")
 
 
 def run_loadgen(python: str, module: str, argv: list[str], *, starts_file: Path, log_file: Path,

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 _APPEND_LOCK = threading.Lock()  # telemetry appends from its own thread
 
@@ -54,6 +57,40 @@ def read_jsonl(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def versions(python: str) -> dict[str, str | None]:
+    """Package versions of the server's Python (metadata only: no torch import) and of this toolkit."""
+    code = ("import importlib.metadata as m, json\nout = {}\nfor n in ('sglang', 'flashinfer-python', 'torch'):\n"
+            "    try: out[n] = m.version(n)\n    except Exception: out[n] = None\nprint(json.dumps(out))")
+    try:
+        found = json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60).stdout)
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
+        found = {}
+    try:
+        from importlib.metadata import version
+        ours: str | None = version("llmhost")
+    except Exception:  # noqa: BLE001 - a plain checkout, not installed
+        ours = None
+    return {"sglang": found.get("sglang"), "flashinfer": found.get("flashinfer-python"), "torch": found.get("torch"),
+            "llmhost": ours}
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def redact(value: object) -> object:
+    """A copy with every non-empty *api_key* value replaced (SGLang's /server_info echoes its server_args)."""
+    if isinstance(value, dict):
+        return {k: ("<redacted>" if "api_key" in str(k) and v else redact(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
 
 
 def new_run_id(tag: str = "", now: float | None = None) -> str:

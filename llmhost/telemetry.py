@@ -91,6 +91,34 @@ def gpu_reader() -> Callable[[float, str | None], list[dict]]:
     return smi
 
 
+def gpu_info() -> dict[str, object]:
+    """{"name", "count", "memory_gb", "driver"} of the visible GPUs (None values on a host without one)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name, driver = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlSystemGetDriverVersion()
+        return {"name": name.decode() if isinstance(name, bytes) else name, "count": count,
+                "memory_gb": pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
+                "driver": driver.decode() if isinstance(driver, bytes) else driver}
+    except Exception:  # noqa: BLE001 - no NVML: ask the CLI
+        pass
+    exe = shutil.which("nvidia-smi")
+    rows: list[list[str]] = []
+    if exe:
+        try:
+            out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout
+            rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+        except (subprocess.SubprocessError, OSError):
+            rows = []
+    if not rows or len(rows[0]) != 3:
+        return {"name": None, "count": 0, "memory_gb": None, "driver": None}
+    return {"name": rows[0][0], "count": len(rows), "memory_gb": float(rows[0][1]) / 1024, "driver": rows[0][2]}
+
+
 class Sampler:
     """Background thread: every interval_s, scrape /metrics + GPU and hand the rows to `sink`."""
 
