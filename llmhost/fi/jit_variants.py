@@ -95,7 +95,7 @@ class Case:
 
 
 def _workspace(torch: Any) -> Any:
-    return torch.empty(128 * 2**20, dtype=torch.uint8, device="cuda")
+    return torch.zeros(128 * 2**20, dtype=torch.uint8, device="cuda")  # FlashInfer: zeroed before first use
 
 
 def _paged_kv(torch: Any, shape: dict, head_dim: int, kv_dtype: Any, batch: int, kv_len: int) -> tuple:

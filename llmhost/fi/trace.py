@@ -138,6 +138,7 @@ class Recorder:
         self._shard: list[tuple[dict, dict]] = []
         self._shard_no = 0
         self._thread: threading.Thread | None = None
+        self._thread_pid = 0
 
     # ---- forward thread
     def count(self, key: str) -> int:
@@ -173,10 +174,13 @@ class Recorder:
                 "truncated": layout["indices"][1] < len(arrays["indices"])}
         self.count("sampled")
         self._pending.put((buf, layout, wait, meta))
+        if self._thread is not None and self._thread_pid != os.getpid():
+            self.start()  # a forked child inherits the patch but not the writer thread
 
     # ---- writer thread
     def start(self) -> None:
-        if self._thread is None:
+        if self._thread is None or self._thread_pid != os.getpid():
+            self._thread_pid = os.getpid()
             self._thread = threading.Thread(target=self._run, name="llmhost-fi-trace", daemon=True)
             self._thread.start()
             atexit.register(self.close)

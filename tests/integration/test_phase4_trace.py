@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,9 @@ def test_analyze_cli_writes_trace_json_with_known_sharing_and_runs(tmp_path):
     assert last["mean_run_len"] == pytest.approx((PREFIX + k) / (1 + k))
     first = doc["batches"][0]
     assert first["sharing_ratio"] == pytest.approx(PREFIX / (PREFIX + 1))
-    assert [w["window"] for w in doc["windows"]] == [0, 1, 2]
+    windows = [w["window"] for w in doc["windows"]]
+    assert windows == sorted(windows) and set(windows) <= {0, 1, 2}
+    assert sum(w["batches"] for w in doc["windows"]) == STEPS  # every batch lands in exactly one window
     html = trace_report.render_section(doc)
     assert html.count('class="plotly-graph-div"') == 2 and "CUDA-graph decode replays" in html
     head = trace_report.headline(doc)
@@ -91,3 +94,42 @@ def test_capture_help_and_bad_arguments(tmp_path):
     bad = subprocess.run([sys.executable, "fi_trace.py", "capture", "--concurrency", "0"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
+
+
+def test_capture_restarts_with_the_hook_env_and_stops_again_when_the_tracer_is_absent(tmp_path, free_port):
+    """Against the SGLang stand-in (no FlashInfer backend to patch): serve.sh really starts it with the hook on
+    PYTHONPATH and the trace dir set, capture reports the missing tracer in one line and stops the server again."""
+    import socket
+    import tempfile
+
+    standin = REPO / "tests" / "standin"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    tmux_dir = Path(tempfile.mkdtemp(prefix="tmx", dir="/tmp"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dash_port = sock.getsockname()[1]
+    env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
+           "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "PORT": str(free_port),
+           "DASHBOARD_PORT": str(dash_port), "TMUX_SESSION": f"fit{free_port}", "SERVER_ENV": "STANDIN_STARTUP_S=1",
+           "PYTHONPATH": str(standin), "API_KEY_FILE": "", "READY_TIMEOUT_S": "60", "LLMHOST_CONFIG": ""}
+    env.pop("TMUX", None)
+    trace_dir = tmp_path / "trace"
+    try:
+        proc = subprocess.run([sys.executable, "fi_trace.py", "capture", "--trace-dir", str(trace_dir),
+                               "--hook-timeout-s", "2", "--duration-s", "1"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("fi_trace.py capture: the tracer did not load")
+        launch = json.loads((tmp_path / "work" / "server" / "launch_command.json").read_text())
+        assert launch["env"]["PYTHONPATH"].split(os.pathsep) == [str(fi_trace.HOOK_DIR), str(standin)]
+        assert launch["env"]["LLMHOST_FI_TRACE_DIR"] == str(trace_dir) and launch["env"]["STANDIN_STARTUP_S"] == "1"
+        assert "restoring the server without the tracer (stop)" in proc.stdout
+        status = subprocess.run([str(REPO / "serve.sh"), "status"], cwd=REPO, env=env, capture_output=True,
+                                timeout=60)
+        assert status.returncode == 1  # it was not running before, so it is not running after
+    finally:
+        subprocess.run([str(REPO / "serve.sh"), "stop"], cwd=REPO, env=env, capture_output=True, timeout=90)
+        subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=10)
+        shutil.rmtree(tmux_dir, ignore_errors=True)
