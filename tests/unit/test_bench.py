@@ -1,0 +1,142 @@
+"""Arms, telemetry rows and the tool-call scorer (pure parts), and the stand-in load generator's CLI subset."""
+from __future__ import annotations
+
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from llmhost import arms, telemetry, toolcalls
+
+
+def test_builtin_arms_each_change_one_setting_and_the_baseline_comes_first():
+    built_in = list(arms.REGISTRY.values())
+    assert built_in[0].is_baseline and built_in[0].flags == ()
+    assert [a.name for a in built_in] == ["baseline", "no-prefix-cache", "fp8-kv", "page-16", "triton"]
+    for arm in built_in[1:]:
+        assert not arm.is_baseline and sum(f.startswith("--") for f in arm.flags) == 1
+    assert len({a.color for a in built_in}) == len(built_in)
+
+
+def test_builtin_arm_flags_exist_in_the_captured_launch_server_help(captures):
+    text = (captures / "launch_server_help.txt").read_text()
+    for arm in arms.REGISTRY.values():
+        assert all(f in text for f in arm.flags if f.startswith("--"))
+
+
+def test_user_arms_are_parsed_like_a_shell_line_and_appended():
+    chosen = arms.select(None, ['chunk4k=--chunked-prefill-size 4096', "sched=--schedule-policy 'lpm'"])
+    assert [a.name for a in chosen][-2:] == ["chunk4k", "sched"]
+    assert chosen[-1].flags == ("--schedule-policy", "lpm") and not chosen[-1].is_baseline
+
+
+@pytest.mark.parametrize("spec", ["nonsense", "Bad Name=--x 1", "x=", "x=value-without-dashes", "x=--a 'open"])
+def test_bad_user_arms_fail_with_one_line(spec):
+    with pytest.raises(arms.ArmError) as err:
+        arms.parse_user_arm(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_select_keeps_registry_order_and_rejects_unknown_and_duplicate_names():
+    assert [a.name for a in arms.select(["triton", "baseline"], [])] == ["baseline", "triton"]
+    with pytest.raises(arms.ArmError, match="unknown arm nope"):
+        arms.select(["nope"], [])
+    with pytest.raises(arms.ArmError, match="defined twice"):
+        arms.select(None, ["triton=--page-size 32"])
+
+
+def test_arm_flags_are_added_to_the_configured_extra_args():
+    assert arms.server_extra_args("--log-level warning", arms.REGISTRY["fp8-kv"]) == \
+        "--log-level warning --kv-cache-dtype fp8_e5m2"
+    assert arms.config_arm_specs(" a=--x 1 ; ;b=--y 2") == ["a=--x 1", "b=--y 2"]
+
+
+def _metrics_body(captures) -> str:
+    return (captures / "GET_metrics.txt").read_text().replace("\r\n", "\n").split("\n\n", 1)[1]
+
+
+def test_metric_rows_keep_the_live_series_with_their_labels(captures):
+    rows = telemetry.metric_rows(_metrics_body(captures), 100.0, "p1")
+    names = {r["name"] for r in rows}
+    assert {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate"} <= names
+    assert names <= set(telemetry.METRICS_KEPT)
+    running = next(r for r in rows if r["name"] == "sglang:num_running_reqs")
+    assert running["labels"]["model_name"] == "qwen3-4b" and running["t"] == 100.0 and running["point_id"] == "p1"
+    assert running["source"] == "metrics"
+
+
+def test_smi_rows_convert_units_and_skip_unreadable_cells():
+    rows = telemetry.smi_rows("0, 97, 40960, 612.5, 1980\n1, 3, 1024, [N/A], 345\n", 5.0, None)
+    by = {(r["labels"]["gpu"], r["name"]): r["value"] for r in rows}
+    assert by[("0", "gpu_util_pct")] == 97 and by[("0", "gpu_mem_used_gb")] == 40.0
+    assert by[("0", "gpu_power_w")] == 612.5 and by[("1", "gpu_sm_clock_mhz")] == 345
+    assert ("1", "gpu_power_w") not in by
+
+
+def test_sampler_tags_rows_with_the_running_point_and_keeps_ticking_without_a_server(free_port):
+    collected: list[list[dict]] = []
+    sampler = telemetry.Sampler(f"http://127.0.0.1:{free_port}", collected.append, interval_s=0.05)
+    sampler._gpu = lambda t, p: [{"t": t, "source": "gpu", "name": "gpu_util_pct", "labels": {"gpu": "0"},
+                                  "value": 1.0, "point_id": p}]
+    sampler.point_id = "x"
+    rows = sampler.sample_once()
+    assert rows and rows[0]["point_id"] == "x" and rows[0]["source"] == "gpu"
+
+
+def test_toolcall_cases_cover_every_tool_and_no_tool_prompts():
+    expected = [c.expected_tool for c in toolcalls.CASES]
+    assert 36 <= len(expected) <= 44 and len({c.case_id for c in toolcalls.CASES}) == len(expected)
+    assert {"get_weather", "search_docs", "create_ticket", None} == set(expected)
+
+
+def test_toolcall_scoring_needs_the_right_tool_and_the_right_arguments():
+    case = next(c for c in toolcalls.CASES if c.case_id == "weather-0")  # Paris, celsius
+    assert toolcalls.score(case, "get_weather", json.dumps({"city": "paris", "unit": "celsius"})) == (True, True)
+    assert toolcalls.score(case, "search_docs", json.dumps({"city": "Paris", "unit": "celsius"})) == (True, False)
+    assert toolcalls.score(case, "get_weather", json.dumps({"city": "Lyon", "unit": "celsius"})) == (False, False)
+    assert toolcalls.score(case, "get_weather", "{not json") == (False, False)
+    none = next(c for c in toolcalls.CASES if c.expected_tool is None)
+    assert toolcalls.score(none, None, None) == (True, True) and toolcalls.score(none, "get_weather", "{}")[1] is False
+
+
+def test_toolcalls_are_skipped_with_a_reason_on_dummy_weights():
+    rows = toolcalls.check("fp8-kv", client=None, model="m", load_format="dummy")
+    assert len(rows) == 1 and rows[0]["arm"] == "fp8-kv" and "dummy" in rows[0]["skipped"]
+
+
+def _fake_client(answer):
+    def create(**kwargs):
+        assert kwargs["tools"] and kwargs["tool_choice"] == "auto"
+        call = answer(kwargs["messages"][0]["content"])
+        calls = [SimpleNamespace(function=SimpleNamespace(name=call[0], arguments=call[1]))] if call else None
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(tool_calls=calls))])
+    return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+
+
+def test_toolcall_rows_follow_the_contract_and_record_errors_as_data():
+    def answer(prompt):
+        if "weather" in prompt:
+            return "get_weather", json.dumps({"city": prompt.split(" in ")[1].split(" ")[0].rstrip("?")})
+        if "ticket" in prompt:
+            raise RuntimeError("boom")
+        return None
+    rows = toolcalls.check("baseline", _fake_client(answer), "m", "auto", workers=2)
+    assert len(rows) == len(toolcalls.CASES)
+    assert set(rows[0]) >= {"arm", "case_id", "prompt", "expected_tool", "called_tool", "args_ok", "ok", "latency_ms"}
+    by = {r["case_id"]: r for r in rows}
+    assert by["none-0"]["ok"] and not by["docs-0"]["ok"]
+    assert not by["weather-0"]["ok"]  # unit missing
+    assert by["ticket-0"]["error"].startswith("RuntimeError") and not by["ticket-0"]["ok"]
+
+
+def test_standin_load_generator_accepts_only_options_of_the_captured_help(captures, monkeypatch, repo):
+    monkeypatch.syspath_prepend(str(repo / "tests" / "standin"))
+    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        monkeypatch.delitem(sys.modules, name)
+    from sglang.benchmark import serving
+
+    text = (captures / "bench_serving_help.txt").read_text()
+    options = [o for a in serving.build_parser()._actions for o in a.option_strings if o.startswith("--")]
+    assert options and all(o in text for o in options)
+    assert set(serving.ASYNC_REQUEST_FUNCS) <= set(text.split("--backend {")[1].split("}")[0].split(","))
