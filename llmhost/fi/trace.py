@@ -146,8 +146,8 @@ class Recorder:
             self.counters[key] += 1
             return self.counters[key]
 
-    def observe(self, meta: dict[str, Any], arrays: dict[str, Any]) -> None:
-        """Called after each plan: count it, and maybe stage a copy of its index arrays."""
+    def observe(self, meta: dict[str, Any], arrays: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+        """Called after each plan: count it, and maybe stage a copy of its index arrays (built only if sampled)."""
         mode = meta["mode"]
         kind = "capture" if meta["graph"] and not meta["fast_plan"] and mode == "decode" else (
             "graph" if meta["graph"] else "eager")
@@ -156,6 +156,7 @@ class Recorder:
             return  # capture-time plans are dummy batches; speculative layouts are out of scope
         if (seen - 1) % self.settings.every:
             return
+        arrays = arrays() if callable(arrays) else arrays
         first = next(iter(arrays.values()))
         if _is_torch(first) and first.is_cuda:
             import torch
@@ -263,7 +264,7 @@ def _uses_fast_plan(wrapper: Any) -> bool:
     return getattr(func, "__name__", "") in ("fast_decode_plan", "fast_prefill_plan")
 
 
-def extract_decode(updater: Any, a: dict[str, Any]) -> tuple[dict, dict]:
+def extract_decode(updater: Any, a: dict[str, Any]) -> tuple[dict, Callable[[], dict]]:
     """Meta + index arrays of a decode plan; indptr was cumsum'ed in place into the kv_indptr argument."""
     wrapper = a["wrapper"]
     bs = len(a["req_pool_indices"])
@@ -272,12 +273,12 @@ def extract_decode(updater: Any, a: dict[str, Any]) -> tuple[dict, dict]:
             "fast_plan": _uses_fast_plan(wrapper), "spec": a.get("spec_info") is not None,
             "page_size": 1,  # SGLang plans FlashInfer with page_size 1 (req_to_token holds token slots)
             "pool_page_size": int(getattr(getattr(updater, "attn_backend", None), "page_size", 1) or 1)}
-    arrays = {"indptr": a["kv_indptr"][:bs + 1], "indices": wrapper._paged_kv_indices_buf[:count],
-              "last_page_len": updater.kv_last_page_len[:bs], "req_pool_indices": a["req_pool_indices"][:bs]}
-    return meta, arrays
+    return meta, lambda: {"indptr": a["kv_indptr"][:bs + 1], "indices": wrapper._paged_kv_indices_buf[:count],
+                          "last_page_len": updater.kv_last_page_len[:bs],
+                          "req_pool_indices": a["req_pool_indices"][:bs]}
 
 
-def extract_prefill(updater: Any, a: dict[str, Any]) -> tuple[dict, dict]:
+def extract_prefill(updater: Any, a: dict[str, Any]) -> tuple[dict, Callable[[], dict]]:
     """Meta + index arrays of a prefill plan (with ragged prefill the paged part is the cached prefix only)."""
     wrapper = a["wrapper_paged"]
     bs = len(a["seq_lens"])
@@ -286,10 +287,9 @@ def extract_prefill(updater: Any, a: dict[str, Any]) -> tuple[dict, dict]:
             "fast_plan": _uses_fast_plan(wrapper), "spec": a.get("spec_info") is not None,
             "use_ragged": bool(a.get("use_ragged")), "page_size": 1,
             "pool_page_size": int(getattr(getattr(updater, "attn_backend", None), "page_size", 1) or 1)}
-    arrays = {"indptr": a["kv_indptr"][:bs + 1], "indices": wrapper._paged_kv_indices_buf[:count],
-              "last_page_len": updater.kv_last_page_len[:bs], "req_pool_indices": a["req_pool_indices"][:bs],
-              "qo_indptr": a["qo_indptr"][:bs + 1]}
-    return meta, arrays
+    return meta, lambda: {"indptr": a["kv_indptr"][:bs + 1], "indices": wrapper._paged_kv_indices_buf[:count],
+                          "last_page_len": updater.kv_last_page_len[:bs],
+                          "req_pool_indices": a["req_pool_indices"][:bs], "qo_indptr": a["qo_indptr"][:bs + 1]}
 
 
 EXTRACTORS = {"decode": extract_decode, "prefill": extract_prefill}
