@@ -111,14 +111,22 @@ def worker_env(cache_base: Path) -> dict[str, str]:
     return env
 
 
-def run_worker(plan: JitPlan, args: list[str]) -> dict[str, Any]:
-    """Run `python -m llmhost.fi.jit_variants ARGS` and parse its last stdout line as JSON."""
+def run_worker(plan: JitPlan, args: list[str], log_name: str | None = None) -> dict[str, Any]:
+    """Run `python -m llmhost.fi.jit_variants ARGS` and parse its last stdout line as JSON.
+
+    With log_name, the worker's full output (FlashInfer's build log, a ninja error) is kept in
+    <out-dir>/jit-logs/<log_name>.log beside jit.json.
+    """
     cmd = [plan.python, "-m", "llmhost.fi.jit_variants", *args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=plan.timeout_s,
                               env=worker_env(plan.cache_base), cwd=REPO_ROOT)
     except subprocess.TimeoutExpired:
         raise JitError(f"{' '.join(args[:2])} ran past {plan.timeout_s}s (raise --timeout-s)") from None
+    if log_name:
+        logs = plan.out_dir / "jit-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"{log_name}.log").write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -153,8 +161,9 @@ def measure_all(plan: JitPlan, doc: dict[str, Any], out_path: Path) -> int:
         start = time.monotonic()
         shape_arg = json.dumps(plan.shape)
         try:
-            cold = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", str(plan.repeat)])
-            cached = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", "0"])
+            cold = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", str(plan.repeat)],
+                              f"{name}-cold")
+            cached = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", "0"], f"{name}-cached")
             row = derive(cold, cached)
         except JitError as exc:
             failures += 1

@@ -116,6 +116,7 @@ def test_jit_json_is_rewritten_after_every_variant_and_failures_are_rows(tmp_pat
     assert [r["ok"] for r in rows] == [True, False, True]
     assert rows[0]["compile_s"] == pytest.approx(11.7) and rows[0]["new_modules"] == ["decode_base"]
     assert "Ninja build failed" in rows[1]["error"]
+    assert "Ninja build failed" in (plan.out_dir / "jit-logs" / "decode_softcap-cold.log").read_text()
     seen = (tmp_path / "seen.log").read_text().split("\n")
     assert seen[:5] == ["decode_base 0", "decode_base 0", "decode_softcap 1", "decode_rope 2", "decode_rope 2"]
 
