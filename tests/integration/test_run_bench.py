@@ -1,0 +1,159 @@
+"""run_bench.py end to end against the SGLang stand-in, driven through ./serve.sh restart (real tmux), with the
+stand-in load generator (tests/standin/sglang/benchmark/serving.py) on PYTHONPATH: a tiny two-arm run checked
+against the results contract, SIGKILL mid-run + --resume, --dry-run, and bad input."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from llmhost import store
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "tests" / "standin"
+BENCH = [sys.executable, str(REPO / "run_bench.py")]
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def env(tmp_path):
+    """An isolated toolkit setup: own WORK_DIR, results, port, tmux socket; the stand-in as server and load generator."""
+    tmux_dir = Path(tempfile.mkdtemp(prefix="tmb", dir="/tmp"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    port = _port()
+    env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
+           "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",
+           "PORT": str(port), "DASHBOARD_PORT": str(_port()), "TMUX_SESSION": f"b{os.getpid()}{port}",
+           "SERVER_ENV": f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=0.5 STANDIN_ITL_MS=1 STANDIN_PREFILL_US_PER_TOKEN=5",
+           "API_KEY_FILE": "", "READY_TIMEOUT_S": "60", "SERVER_EXTRA_ARGS": "", "LOAD_FORMAT": "dummy",
+           "LLMHOST_CONFIG": "", "BENCH_USER_ARMS": "",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(STANDIN), os.environ.get("PYTHONPATH", "")) if p)}
+    env.pop("TMUX", None)
+    yield env
+    subprocess.run([str(REPO / "serve.sh"), "stop"], env=env, cwd=REPO, capture_output=True, timeout=90)
+    subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=10)
+    shutil.rmtree(tmux_dir, ignore_errors=True)
+
+
+def bench(env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*BENCH, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_two_arm_quick_run_writes_the_results_contract(env):
+    proc = bench(env, "--quick", "--arms", "baseline,page-16", "--tag", "ci")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    final = json.loads(proc.stdout.strip().splitlines()[-1])
+    run = Path(final["run_dir"])
+    assert final["points_ok"] == final["points_planned"] == 5 and final["points_failed"] == 0
+    assert (run.parent / "latest").resolve() == run.resolve() and run.name.endswith("-ci")
+    assert any(line.startswith("[bench 3/5]") and "ETA" in line for line in proc.stdout.splitlines())
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["schema"] == 1 and manifest["seed"] == 1 and manifest["command"][0] == "run_bench.py"
+    assert [a["name"] for a in manifest["arms"]] == ["baseline", "page-16"] and manifest["arms"][0]["is_baseline"]
+    assert {w["kind"] for w in manifest["workloads"]} == {"gsp", "random-ids", "openai-chat"}
+    assert set(manifest["versions"]) == {"sglang", "flashinfer", "torch", "llmhost"}
+    assert set(manifest["gpu"]) == {"name", "count", "memory_gb", "driver"} and manifest["config"]["port"]
+    assert len(manifest["plan"]) == 5
+
+    lines = store.read_jsonl(run / "points.jsonl")
+    assert sorted(r["point_id"] for r in lines) == sorted(p["point_id"] for p in manifest["plan"])
+    for rec in lines:
+        assert rec["status"] == "ok" and rec["attempt"] == 1 and rec["error"] is None
+        assert rec["ended_at"] > rec["started_at"] and rec["cache_flushed"] == (rec["pattern"] != "warm")
+        rows = store.read_jsonl(run / rec["requests_file"])
+        assert len(rows) == rec["num_prompts"] == rec["summary"]["completed"] + rec["summary"]["failed"]
+        good = [r for r in rows if r["ok"]]
+        assert len(good) >= 0.9 * len(rows)  # the stand-in's HTTP server may reset a connection under a burst
+        assert all(rec["started_at"] <= r["start_s"] <= rec["ended_at"] for r in rows)
+        assert all(r["ttft_ms"] > 0 and r["output_tokens"] == 256 and len(r["itl_ms"]) == 255 for r in good)
+        assert all(r["e2e_ms"] >= r["ttft_ms"] for r in good)
+    qps = next(r for r in lines if r["pattern"] == "qps")
+    assert qps["summary"]["offered_rate"] == 8.0 and qps["summary"]["client_bound"] is False
+
+    telemetry = store.read_jsonl(run / "telemetry.jsonl")
+    running = [t for t in telemetry if t["name"] == "sglang:num_running_reqs"]
+    assert running and max(t["value"] for t in running) >= 1 and any(t["point_id"] for t in running)
+    stamps = sorted({t["t"] for t in telemetry})
+    assert (len(stamps) - 1) / (stamps[-1] - stamps[0]) >= 0.9  # ~1 Hz
+
+    page16 = json.loads((run / "servers" / "page-16.json").read_text())
+    assert "--page-size 16" in page16["launch_command"] and page16["server_info"]["page_size"] == 16
+    base = json.loads((run / "servers" / "baseline.json").read_text())
+    assert "--page-size" not in base["launch_command"] and base["ready_s"] > 0
+    assert store.read_jsonl(run / "toolcalls.jsonl") == [
+        {"arm": a, "skipped": store.read_jsonl(run / "toolcalls.jsonl")[0]["skipped"]} for a in ("baseline", "page-16")]
+
+
+def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
+    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "agent,chat"], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    results = Path(env["RESULTS_DIR"]) / "bench"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not store.read_jsonl(results / "latest" / "points.jsonl"):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)  # a crash: no cleanup runs
+    proc.wait(10)
+    run = (results / "latest").resolve()
+    before = store.read_jsonl(run / "points.jsonl")
+    planned = [p["point_id"] for p in json.loads((run / "manifest.json").read_text())["plan"]]
+    assert 1 <= len(before) < len(planned) == 3
+
+    again = bench(env, "--resume", str(run))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    final = json.loads(again.stdout.strip().splitlines()[-1])
+    assert final["run_dir"] == str(run) and final["points_ok"] == 3
+    after = store.read_jsonl(run / "points.jsonl")
+    assert after[:len(before)] == before
+    assert sorted(r["point_id"] for r in after) == sorted(planned)  # each point exactly once
+    assert all(r["status"] == "ok" for r in after)
+
+
+def test_dry_run_prints_the_plan_with_an_estimate_and_writes_nothing(env):
+    proc = bench(env, "--dry-run", "--quick")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert "baseline.agent.concurrency.c16.r1" in proc.stdout and "triton.agent.concurrency.c16.r1" in proc.stdout
+    assert any(line.startswith("[bench] estimate:") for line in out)
+    summary = json.loads(out[-1])
+    assert summary["dry_run"] and summary["points"] == 8 and 300 < summary["estimate_s"] <= 540
+    assert not (Path(env["RESULTS_DIR"]) / "bench").exists()
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["--arms", "nope"], 2, "unknown arm nope"),
+    (["--arm", "broken"], 2, "bad arm"),
+    (["--workloads", "chat,video"], 2, "unknown workload video"),
+    (["--repeat", "0"], 2, "--repeat"),
+    (["--resume", "/nonexistent/run"], 2, "no manifest.json"),
+])
+def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
+    proc = bench(env, *args, timeout=60)
+    assert proc.returncode == code
+    last = proc.stderr.strip().splitlines()[-1]
+    assert needle in last and "Traceback" not in proc.stderr
+
+
+def test_a_python_without_the_load_generator_is_named_with_the_fix(env):
+    env = {**env, "PYTHONPATH": ""}
+    proc = bench(env, "--quick", "--arms", "baseline", timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "no SGLang load generator" in proc.stderr and "SGLANG_PYTHON" in proc.stderr
