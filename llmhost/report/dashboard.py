@@ -60,7 +60,9 @@ def env_card(run: Run, slo: stats.Slo) -> str:
     gpu, ver = m.get("gpu") or {}, m.get("versions") or {}
     planned = {p.get("point_id") for p in run.plan}
     done = {p.point_id for p in run.points}
-    facts = [("GPU", f"{gpu.get('count', '?')} × {gpu.get('name', '?')} ({gpu.get('memory_gb', '?')} GB)"),
+    gpu_text = f"{gpu.get('count')} × {gpu.get('name')} ({gpu.get('memory_gb')} GB)" if gpu.get("name") else \
+        "not recorded (no NVIDIA GPU visible to run_bench.py)"
+    facts = [("GPU", gpu_text),
              ("Driver", gpu.get("driver")), ("SGLang", ver.get("sglang")), ("FlashInfer", ver.get("flashinfer")),
              ("torch", ver.get("torch")), ("llmhost", ver.get("llmhost")), ("git commit", m.get("git_commit")),
              ("Run date", m.get("created_at")), ("Seed", m.get("seed")),
@@ -69,7 +71,8 @@ def env_card(run: Run, slo: stats.Slo) -> str:
              ("Points", f"{len(done)} recorded of {len(planned) or len(done)} planned"
                         + (f" — {len(planned - done)} never ran: ./run_bench.py --resume {run.path}"
                            if planned - done else ""))]
-    items = "".join(f"<tr><th class=l>{esc(k)}</th><td class=l>{esc(v)}</td></tr>" for k, v in facts)
+    items = "".join(f"<tr><th class=l>{esc(k)}</th><td class=l>{esc('not recorded' if v is None else v)}</td></tr>"
+                    for k, v in facts)
     warn = "".join(page.missing(w) for w in run.warnings)
     return f"<div class=card><h3>Environment</h3><table>{items}</table></div>{warn}"
 

@@ -2,7 +2,8 @@
 
 Built from summary rows (tables.summary_rows), so the cards and summary.csv never disagree.
 Where the tail percentiles come from: the arm's `long` point (it exists to collect enough samples for p99.9); without
-one, its highest concurrency point that meets the SLO; without that, its lowest concurrency point.
+one, the reference point (first workload, highest concurrency every arm ran), so arms compare like with like;
+without that, the arm's lowest concurrency point.
 """
 from __future__ import annotations
 
@@ -67,16 +68,32 @@ def _capacity(rows: list[dict], arm: str, pattern: str) -> tuple[str, str, bool]
     return " · ".join(parts), "; ".join(details), flagged
 
 
+def reference_point(rows: list[dict]) -> tuple[str, int] | None:
+    """(workload, concurrency) every arm with data ran successfully: the first workload in run order, highest
+    common concurrency — so the arms' tail cards compare like with like."""
+    sweep = [r for r in rows if r["pattern"] == "concurrency" and r["points_ok"] and r["concurrency"] is not None]
+    for wl in dict.fromkeys(r["workload"] for r in sweep):
+        by_arm: dict[str, set[int]] = {}
+        for r in sweep:
+            if r["workload"] == wl:
+                by_arm.setdefault(r["arm"], set()).add(r["concurrency"])
+        common = set.intersection(*by_arm.values())
+        if common:
+            return wl, max(common)
+    return None
+
+
 def tail_row(rows: list[dict], arm: str) -> dict | None:
     """The row the tail-latency cards use for an arm (see the module docstring)."""
     mine = [r for r in rows if r["arm"] == arm and r["points_ok"] > 0 and r["requests"] > 0]
     longs = [r for r in mine if r["pattern"] == "long"]
     if longs:
         return max(longs, key=lambda r: r["ttft_n"])
+    ref = reference_point(rows)
+    at_ref = [r for r in mine if r["pattern"] == "concurrency" and (r["workload"], r["concurrency"]) == ref]
+    if at_ref:
+        return at_ref[0]
     sweep = [r for r in mine if r["pattern"] == "concurrency" and r["concurrency"] is not None]
-    good = [r for r in sweep if r["meets_slo"]]
-    if good:
-        return max(good, key=lambda r: r["concurrency"])
     return min(sweep, key=lambda r: r["concurrency"]) if sweep else None
 
 

@@ -209,3 +209,17 @@ def test_the_bench_directory_itself_gets_a_hint_towards_latest(tmp_path: Path) -
     with pytest.raises(load.LoadError, match="did you mean .*latest"):
         load.load_run(tmp_path / "bench")
     assert load.load_run(tmp_path / "bench" / "latest").run_id == run.name
+
+
+def _sweep_row(arm: str, wl: str, conc: int, met: bool) -> dict:
+    return {"arm": arm, "workload": wl, "pattern": "concurrency", "concurrency": conc, "points_ok": 1,
+            "requests": 48, "meets_slo": met, "ttft_n": 48}
+
+
+def test_tail_cards_use_the_same_point_for_every_arm_without_a_long_run() -> None:
+    rows = [_sweep_row("base", "agent", 16, False), _sweep_row("base", "tools", 8, True),
+            _sweep_row("fp8", "agent", 16, True), _sweep_row("fp8", "agent", 64, False)]
+    assert kpis.reference_point(rows) == ("agent", 16)
+    assert kpis.tail_row(rows, "base")["workload"] == "agent"  # not the SLO-meeting tools point
+    assert kpis.tail_row(rows, "fp8")["concurrency"] == 16
+    assert kpis.tail_row([_sweep_row("x", "chat", 4, False), _sweep_row("x", "chat", 1, False)], "x") is not None
