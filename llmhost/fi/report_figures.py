@@ -21,14 +21,27 @@ def fmt(value: Any) -> str:
     return f"{value:.3g}"
 
 
+LABEL_WORDS = (("gb_s", "GB/s"), ("pct_peak", "% of peak"), ("pct_copy", "% of copy"), ("_us", " (us)"),
+               ("fp8", "FP8"), ("bf16", "BF16"), ("kv", "KV"), ("_", " "))
+
+
+def label(key: str) -> str:
+    """'decode_gb_s_best' -> 'decode GB/s best': units spelled out for the headline table."""
+    for old, new in LABEL_WORDS:
+        key = key.replace(old, new)
+    return key
+
+
 def flatten(data: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Nested dicts as ('a / b', value) pairs, for the headline table."""
+    """Headline rows: nested dicts become 'a / b' labels; a dict of plain values stays one 'k v · k v' cell."""
     for key, value in data.items():
-        label = f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from flatten(value, f"{label} / ")
+        label_ = f"{prefix}{label(str(key))}"
+        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
+            yield from flatten(value, f"{label_} / ")
+        elif isinstance(value, dict):
+            yield label_, " · ".join(f"{label(str(k))}: {fmt(v)}" for k, v in value.items())
         else:
-            yield label, value
+            yield label_, value
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:

@@ -8,6 +8,7 @@ does (a 4K-token batch is far larger than L2, but the q/o and page-table reads w
 """
 from __future__ import annotations
 
+import inspect
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -39,8 +40,10 @@ def gpu_time_ms(fn: Callable[[], object], *, repeat: int, cold_l2: bool = True,
     except ImportError:  # older FlashInfer without the testing module: same method, written out below
         return _event_loop_ms(fn, repeat=repeat, cold_l2=cold_l2, cuda_graph=cuda_graph)
     # dry_run_time_ms: warm-up by time rather than count, so a 20 us kernel and a 2 ms kernel both settle clocks.
-    return list(bench_gpu_time(fn, repeat_iters=repeat, dry_run_time_ms=25, cold_l2_cache=cold_l2,
-                               use_cuda_graph=cuda_graph))
+    # FlashInfer < 0.5 called the cold-L2 switch l2_flush; pass whichever this version has.
+    params = inspect.signature(bench_gpu_time).parameters
+    cold = {"cold_l2_cache": cold_l2} if "cold_l2_cache" in params else {"l2_flush": cold_l2}
+    return list(bench_gpu_time(fn, repeat_iters=repeat, dry_run_time_ms=25, use_cuda_graph=cuda_graph, **cold))
 
 
 def _event_loop_ms(fn: Callable[[], object], *, repeat: int, cold_l2: bool, cuda_graph: bool) -> list[float]:

@@ -1,0 +1,67 @@
+"""fi_bench.py as a user meets it: --help, usage mistakes (exit 2, one line), environment problems (exit 1)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+QWEN3_4B = {"hidden_size": 2560, "head_dim": 128, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "num_hidden_layers": 36}
+
+
+def run(repo, *args, env_extra=None):
+    import os
+
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, str(repo / "fi_bench.py"), *args], capture_output=True, text=True,
+                          cwd=repo, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("sub", ["", "sparse", "balance", "report"])
+def test_help_works_for_every_subcommand(repo, sub):
+    got = run(repo, *([sub] if sub else []), "--help")
+    assert got.returncode == 0 and "usage: fi_bench.py" in got.stdout
+
+
+@pytest.mark.parametrize("args, mentions", [
+    (["sparse", "--batches", "64by4096"], "REQUESTSxTOKENS"),
+    (["sparse", "--dtypes", "fp16"], "bf16,fp8"),
+    (["sparse", "--page-sizes", "0"], "positive"),
+    (["sparse", "--repeat", "1"], "--repeat"),
+    (["balance", "--distributions", "bimodal"], "uniform"),
+    (["balance", "--batches", "64", "--total-tokens", "10"], "--total-tokens"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_usage_mistakes_exit_2_with_one_line(repo, args, mentions):
+    got = run(repo, *args)
+    assert got.returncode == 2
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and mentions in lines[0] and "Traceback" not in got.stderr
+
+
+def test_missing_model_config_is_one_line_exit_1(repo, tmp_path):
+    got = run(repo, "sparse", "--model-dir", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path))
+    assert got.returncode == 1
+    assert got.stderr.count("\n") == 1 and "config.json" in got.stderr and "MODEL_DIR" in got.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this checks a machine without torch")
+def test_gpu_subcommands_without_torch_name_the_python_to_use(repo, tmp_path):
+    model = tmp_path / "Qwen3-4B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_4B))
+    got = run(repo, "balance", "--model-dir", str(model), "--out-dir", str(tmp_path))
+    assert got.returncode == 1 and got.stderr.count("\n") == 1
+    assert "torch is not importable" in got.stderr and "SGLANG_PYTHON" in got.stderr
+
+
+def test_report_on_an_empty_results_dir_writes_both_files_and_a_json_line(repo, tmp_path):
+    got = run(repo, "report", "--out-dir", str(tmp_path))
+    assert got.returncode == 0, got.stderr
+    written = json.loads(got.stdout.strip().splitlines()[-1])
+    assert set(written) == {"summary", "html"}
+    assert (tmp_path / "fi_report.html").stat().st_size > 1_000_000  # plotly.js inlined: opens offline
+    assert json.loads((tmp_path / "fi_summary.json").read_text())["schema"] == 1
