@@ -124,6 +124,17 @@ def test_bad_input_ends_in_one_line_and_an_exit_code(tmp_path: Path, args: list[
         assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_python_without_plotly_gets_one_line_naming_the_venv(tmp_path: Path, built: dict) -> None:
+    fake = tmp_path / "plotly"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('no plotly here')\n")
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(built["run"]), "--out", str(tmp_path / "d.html")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO, env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "'plotly' is missing" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "d.html").exists()
+
+
 def test_help_describes_the_outputs() -> None:
     proc = dashboard("--help")
     assert proc.returncode == 0 and "summary.csv" in proc.stdout and "--compare" in proc.stdout
