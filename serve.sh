@@ -28,7 +28,7 @@ die_usage() {
   exit 2
 }
 
-# The toolkit's own helpers: stdlib modules under the host python3 ...
+# The toolkit's own stdlib modules run under the host python3 ...
 py() { PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$(host_python)" "$@"; }
 # ... and the client side (openai, prometheus-client, nvidia-ml-py), which the server's Python has.
 client_py() {

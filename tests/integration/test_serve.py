@@ -209,7 +209,7 @@ def test_ready_timeout_fails_and_stops_the_half_started_server(serve):
 
 
 # ---------------------------------------------------------------- stop and restart
-def test_restart_then_stop_end_only_our_groups_and_session(serve):
+def test_restart_then_stop_end_only_our_process_groups_and_tmux_session(serve):
     from standin.harness import launch
 
     s = serve()
