@@ -200,10 +200,17 @@ def baseline_rows(run: Run, groups: list[Group], slo: stats.Slo, seed: int = 0) 
     return rows
 
 
+def match_key(g: Group) -> tuple:
+    """What --compare matches on: arm, workload, pattern and load. The prompt count only sets the sample size, so
+    a --quick run still matches a full one — except when everything is sent at once, where it is the load."""
+    all_at_once = g.concurrency is None and g.request_rate is None
+    return (g.arm, g.workload, g.pattern, g.concurrency, g.request_rate, g.num_prompts if all_at_once else None)
+
+
 def compare_rows(current: list[Group], other: list[Group], slo: stats.Slo, seed: int = 0) -> list[dict[str, Any]]:
     """Run-vs-run regression view: every group present in both runs, current relative to other."""
-    old = {g.key: g for g in other}
-    return [{"arm": g.arm, **diff_row(old[g.key], g, slo, seed)} for g in current if g.key in old]
+    old = {match_key(g): g for g in other}
+    return [{"arm": g.arm, **diff_row(old[match_key(g)], g, slo, seed)} for g in current if match_key(g) in old]
 
 
 def toolcall_rows(run: Run) -> list[dict[str, Any]]:

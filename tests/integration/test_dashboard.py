@@ -154,6 +154,7 @@ def render(page: Path, profile: Path) -> tuple[str, list[str]]:
     proc = subprocess.run(
         [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage",  # containers often mount a tiny /dev/shm
          f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000",
          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]

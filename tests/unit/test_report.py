@@ -1,6 +1,7 @@
 """Report builders on synthetic runs: loading (torn lines, retries), tables, KPI cards, figures, page rendering."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -223,3 +224,10 @@ def test_tail_cards_use_the_same_point_for_every_arm_without_a_long_run() -> Non
     assert kpis.tail_row(rows, "base")["workload"] == "agent"  # not the SLO-meeting tools point
     assert kpis.tail_row(rows, "fp8")["concurrency"] == 16
     assert kpis.tail_row([_sweep_row("x", "chat", 4, False), _sweep_row("x", "chat", 1, False)], "x") is not None
+
+
+def test_compare_matches_loads_across_prompt_counts_but_not_burst_sizes(ctx: figures.Context) -> None:
+    other = [dataclasses.replace(g, num_prompts=g.num_prompts * 2) for g in ctx.groups]
+    rows = tables.compare_rows(ctx.groups, other, SLO)
+    assert {r["pattern"] for r in rows} == {"concurrency", "qps", "long", "cold", "warm"}  # burst size differs
+    assert len(rows) == sum(1 for g in ctx.groups if g.pattern != "burst")
