@@ -161,7 +161,7 @@ def churn(pool: _Pool, page_size: int, budget_pages: int, rng: random.Random, po
 
     The free list is handed out front to back and only re-sorted when it runs dry, so the pool has to be cycled
     through (turnover >= 1) before the holes that evictions leave are what new requests get. Prompts ~ lognormal
-    (median 700 tokens), outputs uniform 32..512: a chat/agent mix. Running requests never hold more than
+    (median 700 tokens), outputs uniform 32..512: a chat and tool-use mix. Running requests never hold more than
     budget_pages, so the benchmark batch always fits once the cache is evicted.
     """
     running: list[_Request] = []

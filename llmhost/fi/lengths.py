@@ -5,7 +5,7 @@ the long KV. Holding the total fixed isolates the effect of the *shape* of the d
 
 - uniform:   every request total/B tokens;
 - one-long:  one request holds half the tokens, the rest share the other half;
-- tiered:    thirds of the batch at 1x, 4x and 16x a base length (short chat, RAG, long agent context);
+- tiered:    thirds of the batch at 1x, 4x and 16x a base length (short chat, RAG, long multi-turn context);
 - lognormal: sigma 1.0, the heavy-ish tail real traffic shows;
 - zipf:      weight 1/rank (s = 1), shuffled: a few very long, many short.
 

@@ -152,8 +152,11 @@ def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Ca
         k_flat, v_flat = (torch.randn(tokens, shape.num_kv_heads, shape.head_dim, dtype=torch.bfloat16,
                                       device="cuda").to(torch_dtype) for _ in range(2))
         for path in opts.paths:
+            progress(f"[sparse] {dtype} {path}: loading the kernel (compiles first if not in the JIT cache)")
             try:
                 checks.append(kernels.check_reference(dtype, path, k_flat, v_flat, opts.seed))
+                progress(f"[sparse] {dtype} {path}: ready in {kernels.first_call_s[f'{dtype}/{path}']:.1f} s, "
+                         f"matches the torch reference (rel err {checks[-1]['rel_err']:.1e})")
             except Exception as exc:  # cannot build/run here, or wrong output: record it, keep the other paths
                 errors[f"{dtype}/{path}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 progress(f"[sparse] {dtype} {path}: skipped ({errors[f'{dtype}/{path}']})")
