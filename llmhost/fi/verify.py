@@ -182,6 +182,9 @@ def _environment() -> dict[str, str]:
     except ImportError as exc:
         raise VerifyError(f"{exc.name} is not importable in {sys.executable} — run with the server's python "
                           "(SGLANG_PYTHON)") from None
+    except Exception as exc:  # e.g. FlashInfer's RuntimeError for a flashinfer-cubin of another version
+        raise VerifyError(f"flashinfer failed to import: {(str(exc).splitlines() or [type(exc).__name__])[0]} "
+                          "— ./setup_host.sh --only flashinfer shows the package versions") from None
     if not torch.cuda.is_available():
         raise VerifyError("torch sees no CUDA device — check nvidia-smi and that torch is a CUDA build")
     return {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": str(torch.version.cuda),
