@@ -14,8 +14,10 @@ ensure_tmux() {
   log "installing tmux (serve.sh runs the server in tmux)"
   local sudo=()
   [[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
-  "${sudo[@]}" apt-get update -qq >/dev/null && "${sudo[@]}" apt-get install -y -qq tmux >/dev/null \
-    || die "could not install tmux — install it (sudo apt-get install -y tmux) and re-run"
+  if ! { "${sudo[@]}" apt-get update -qq >/dev/null &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }; then
+    die "could not install tmux — install it (sudo apt-get install -y tmux) and re-run"
+  fi
 }
 
 # The dashboard integration test opens the page in headless Chromium (no script errors, every chart drawn).
@@ -34,7 +36,8 @@ ensure_chromium() {
 }
 
 ensure_venv() {
-  local stamp=.venv/.deps-$(sha1sum pyproject.toml | cut -c1-12)
+  local stamp
+  stamp=.venv/.deps-$(sha1sum pyproject.toml | cut -c1-12)
   [[ -f "$stamp" ]] && return 0
   log "creating .venv with the pinned dependencies"
   [[ -x .venv/bin/python ]] || "$(host_python)" -m venv .venv
