@@ -142,8 +142,14 @@ def hub_files(model_id: str) -> list[HubFile]:
     from huggingface_hub import HfApi  # heavy and only in the server venv
 
     info = HfApi().model_info(model_id, files_metadata=True)
-    return [HubFile(s.rfilename, s.size, getattr(s.lfs, "sha256", None) if s.lfs else None)
-            for s in info.siblings or []]
+    return [HubFile(s.rfilename, s.size, _lfs_sha256(s.lfs)) for s in info.siblings or []]
+
+
+def _lfs_sha256(lfs: object) -> str | None:
+    """BlobLfsInfo is an object in current huggingface_hub releases and was a dict in older ones."""
+    if not lfs:
+        return None
+    return lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
 
 
 def write_json_atomic(path: Path, data: object) -> None:

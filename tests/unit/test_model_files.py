@@ -5,6 +5,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,38 @@ def test_cli_download_without_hub_client_is_one_line(repo, tmp_path):
                            "--model-dir", str(tmp_path / "m")], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 1 and "huggingface_hub is not installed" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_download_fetches_only_wanted_files_and_records_hub_sizes(tmp_path, monkeypatch):
+    """The hub client is faked at its boundary: a repo of config, tokenizer, two shards and a README."""
+    import fnmatch
+    import types
+
+    repo_files = {"config.json": b"{}", "tokenizer.json": b"{}", "tokenizer_config.json": b"{}",
+                  "model.safetensors.index.json": json.dumps({"weight_map": {"a": "model-1.safetensors",
+                                                                             "b": "model-2.safetensors"}}).encode(),
+                  "model-1.safetensors": b"w" * 10, "model-2.safetensors": b"v" * 20, "README.md": b"# hi"}
+    sibling = types.SimpleNamespace
+    info = types.SimpleNamespace(siblings=[
+        sibling(rfilename=name, size=len(data),
+                lfs={"sha256": hashlib.sha256(data).hexdigest()} if name.endswith(".safetensors") else None)
+        for name, data in repo_files.items()])
+
+    def snapshot_download(repo_id, local_dir, allow_patterns):
+        for name, data in repo_files.items():
+            if any(fnmatch.fnmatch(name, p) for p in allow_patterns):
+                (Path(local_dir) / name).write_bytes(data)
+
+    fake = types.ModuleType("huggingface_hub")
+    fake.HfApi = lambda: types.SimpleNamespace(model_info=lambda repo_id, files_metadata: info)
+    fake.snapshot_download = snapshot_download
+    monkeypatch.setitem(sys.modules, "huggingface_hub", fake)
+
+    dummy = model_files.download("org/model", tmp_path / "dummy", config_only=True)
+    assert dummy.is_complete and not (tmp_path / "dummy" / "model-1.safetensors").exists()
+    full = model_files.download("org/model", tmp_path / "full", config_only=False)
+    assert full.is_complete and not (tmp_path / "full" / "README.md").exists()
+    recorded = {e["path"]: e for e in json.loads((tmp_path / "full" / model_files.MANIFEST).read_text())}
+    assert recorded["model-2.safetensors"]["size"] == 20 and recorded["model-2.safetensors"]["sha256"]
+    (tmp_path / "full" / "model-2.safetensors").write_bytes(b"v" * 19)  # truncated after the download
+    assert any("the hub says 20" in p for p in model_files.check(tmp_path / "full").problems)
