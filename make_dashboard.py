@@ -41,17 +41,17 @@ def parse_args(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory (results/bench/<run_id> or "
                         "results/bench/latest)")
-    parser.add_argument("--out", type=Path, help="HTML file to write (default: RUN_DIR/dashboard.html); "
+    parser.add_argument("--out", type=Path, metavar="FILE", help="HTML file to write (default: RUN_DIR/dashboard.html); "
                         "summary.csv and summary.json go beside it")
-    parser.add_argument("--slo-ttft-ms", type=float, help="SLO: time to first token per request, ms "
+    parser.add_argument("--slo-ttft-ms", type=float, metavar="MS", help="SLO: time to first token per request, ms "
                         "(default: the run's manifest, else 1000)")
-    parser.add_argument("--slo-itl-ms", type=float, help="SLO: a request's mean inter-token latency (TPOT), ms "
+    parser.add_argument("--slo-itl-ms", type=float, metavar="MS", help="SLO: a request's mean inter-token latency (TPOT), ms "
                         "(default: the run's manifest, else 50)")
-    parser.add_argument("--slo-pct", type=float, help="SLO: percent of requests that must meet both limits "
+    parser.add_argument("--slo-pct", type=float, metavar="PCT", help="SLO: percent of requests that must meet both limits "
                         "(default: the run's manifest, else 99)")
     parser.add_argument("--compare", type=Path, metavar="OTHER_RUN", help="a second run directory: add a "
                         "regression view (matched points, deltas with CIs)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0; same seed, same CIs)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed (default: 0; same seed, same CIs)")
     args = parser.parse_args(argv)
     for name in ("slo_ttft_ms", "slo_itl_ms"):
         value = getattr(args, name)

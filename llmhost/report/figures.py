@@ -101,29 +101,34 @@ def capacity(ctx: Context) -> Chart:
     return Chart("capacity", title, read, _layout(fig, 420))
 
 
+LOAD_AXES = {"concurrency": ("concurrency", "concurrency"), "qps": ("request_rate", "offered req/s")}
+
+
 def latency_vs_load(ctx: Context) -> Chart:
     title = "How do first-token and per-token latency grow with load?"
-    read = ("Solid = p50, dashed = p99 (log scale); the grey line is the SLO limit. TTFT top, TPOT (each "
-            "request's mean inter-token gap) bottom.")
-    wls = _workloads_with(ctx, "concurrency")
-    if not wls:
-        return Chart("latency", title, read, None, "no concurrency sweep succeeded — run ./run_bench.py")
-    go, fig = _go(), _subplots(2, len(wls), [f"{w}: TTFT" for w in wls] + [f"{w}: TPOT" for w in wls])
-    for col, wl in enumerate(wls, 1):
+    read = ("Solid = p50, dashed = p99 (log scales); the grey line is the SLO limit. TTFT top, TPOT (each "
+            "request's mean inter-token gap) bottom; one column per workload and sweep (concurrency, Poisson QPS).")
+    panels = [(wl, pattern) for pattern in LOAD_AXES for wl in _workloads_with(ctx, pattern)]
+    if not panels:
+        return Chart("latency", title, read, None, "no concurrency or QPS sweep succeeded — run ./run_bench.py")
+    titles = [f"{wl} {p}: {m}" for m in ("TTFT", "TPOT") for wl, p in panels]
+    go, fig = _go(), _subplots(2, len(panels), titles)
+    for col, (wl, pattern) in enumerate(panels, 1):
+        key, axis = LOAD_AXES[pattern]
         for arm in ctx.run.arms:
-            rows = _arm_rows(ctx, arm.name, wl, "concurrency")
+            rows = [r for r in _arm_rows(ctx, arm.name, wl, pattern) if r[key] is not None]
             for row, metric in ((1, "ttft"), (2, "tpot")):
                 for pct, dash in (("p50", "solid"), ("p99", "dash")):
                     fig.add_trace(go.Scatter(
-                        x=[r["concurrency"] for r in rows], y=[r[f"{metric}_{pct}_ms"] for r in rows],
+                        x=[r[key] for r in rows], y=[r[f"{metric}_{pct}_ms"] for r in rows],
                         name=f"{arm.label} {pct}", legendgroup=arm.name, mode="lines+markers",
                         showlegend=col == 1 and row == 1, line={"color": arm.color, "dash": dash}),
                         row=row, col=col)
         fig.add_hline(y=ctx.slo.ttft_ms, line={"color": "#999", "dash": "dot"}, row=1, col=col)
         fig.add_hline(y=ctx.slo.itl_ms, line={"color": "#999", "dash": "dot"}, row=2, col=col)
-        loads = [r["concurrency"] for r in ctx.rows if r["workload"] == wl and r["pattern"] == "concurrency"]
+        loads = [r[key] for r in ctx.rows if r["workload"] == wl and r["pattern"] == pattern]
         _log_x(fig, loads, "", row=1, col=col)
-        _log_x(fig, loads, "concurrency", row=2, col=col)
+        _log_x(fig, loads, axis, row=2, col=col)
     fig.update_yaxes(type="log", title_text="ms")
     return Chart("latency", title, read, _layout(fig, 640))
 
