@@ -92,7 +92,8 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     running = [t for t in telemetry if t["name"] == "sglang:num_running_reqs"]
     assert running and max(t["value"] for t in running) >= 1 and any(t["point_id"] for t in running)
     stamps = sorted({t["t"] for t in telemetry})
-    assert (len(stamps) - 1) / (stamps[-1] - stamps[0]) >= 0.9  # ~1 Hz
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    assert 0.9 <= gaps[len(gaps) // 2] <= 1.1  # 1 Hz ticks (none while the server restarts: no GPU on CI)
 
     page16 = json.loads((run / "servers" / "page-16.json").read_text())
     assert "--page-size 16" in page16["launch_command"] and page16["server_info"]["page_size"] == 16

@@ -1,0 +1,74 @@
+"""run_bench.py's retry rule with the process and HTTP boundaries faked: a failed point is retried once, after a
+restart when the server is dead, and recorded as failed when the retry fails too."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from llmhost import arms, points, store
+
+
+@pytest.fixture
+def run_bench(repo, monkeypatch):
+    spec = importlib.util.spec_from_file_location("run_bench", repo / "run_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "run_bench", module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeBench:
+    def __init__(self, root):
+        self.store = store.RunStore.create(root)
+        self.cfg = None
+        self.done, self.lines = 0, []
+
+    def progress(self, text: str) -> None:
+        self.lines.append(text)
+
+    def spend(self, estimate_s: float) -> None:
+        pass
+
+
+def _record(point, attempt, ok):
+    summary = {"completed": 4, "failed": 0, "output_throughput": 1.0, "client_bound": False} if ok else {}
+    return {**point.as_plan(), "attempt": attempt, "status": "ok" if ok else "failed",
+            "error": None if ok else "load generator exited 1: refused", "started_at": 1.0, "ended_at": 2.0,
+            "cache_flushed": True, "summary": summary, "requests_file": "requests/x.jsonl"}
+
+
+@pytest.mark.parametrize("outcomes,alive,restarts,final", [
+    ([True], True, 0, ["ok"]),
+    ([False, True], False, 1, ["failed", "ok"]),
+    ([False, False], False, 1, ["failed", "failed"]),
+    ([False, True], True, 0, ["failed", "ok"]),
+])
+def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(run_bench, tmp_path, monkeypatch, outcomes,
+                                                                       alive, restarts, final):
+    bench = FakeBench(tmp_path)
+    point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
+    calls = {"restart": 0}
+    results = iter(outcomes)
+    monkeypatch.setattr(run_bench, "attempt_point", lambda b, p, attempt: _record(p, attempt, next(results)))
+    monkeypatch.setattr(run_bench, "server_alive", lambda cfg: alive)
+    monkeypatch.setattr(run_bench, "restart_server", lambda b, arm: calls.__setitem__("restart", calls["restart"] + 1) or "")
+    ok = run_bench.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=1)
+    lines = store.read_jsonl(bench.store.points_path)
+    assert [r["status"] for r in lines] == final and [r["attempt"] for r in lines] == list(range(1, len(final) + 1))
+    assert ok == (final[-1] == "ok") and calls["restart"] == restarts and bench.done == 1
+    assert bench.store.done_points() == {point.point_id}
+
+
+def test_a_resumed_point_that_already_failed_once_gets_only_its_retry(run_bench, tmp_path, monkeypatch):
+    bench = FakeBench(tmp_path)
+    point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
+    monkeypatch.setattr(run_bench, "attempt_point", lambda b, p, attempt: _record(p, attempt, False))
+    monkeypatch.setattr(run_bench, "server_alive", lambda cfg: True)
+    assert run_bench.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=2) is False
+    assert [r["attempt"] for r in store.read_jsonl(bench.store.points_path)] == [2]
+
+
+def test_eta_and_durations_read_like_the_progress_lines(run_bench):
+    assert run_bench.fmt_s(190) == "3m10s" and run_bench.fmt_s(3 * 3600 + 120) == "3h02m"
