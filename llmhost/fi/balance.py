@@ -88,7 +88,8 @@ def headline(doc: dict) -> dict:
             "split_kv_control": (doc.get("split_control") or {}).get("method"),
             "plan_us_per_call": statistics.median(c["plan_us"] for c in on),
             "plan_us_per_layer": statistics.median(c["plan_us_per_layer"] for c in on),
-            "num_layers": doc.get("num_layers"), "planning": doc.get("planning"), "by_batch": by_batch}
+            "num_layers": doc.get("num_layers"), "planning": doc.get("planning"), "by_batch": by_batch,
+            "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok"))}
 
 
 def run(opts: BalanceOptions, shape: AttentionShape, progress: Callable[[str], None]) -> dict:

@@ -147,7 +147,9 @@ def sparse_section(doc: dict | None, out_dir: Path) -> str:
         return placeholder("sparse", out_dir)
     checks = doc.get("checks", [])
     failed = [c for c in checks if not c.get("ok")]
-    errors = "".join(f"<p class='bad'>{escape(k)}: {escape(v)}</p>" for k, v in (doc.get("errors") or {}).items())
+    errors = "".join(f"<p class='bad'>{escape(k)} not measured: {escape(v)}</p>"
+                     for k, v in (doc.get("errors") or {}).items())
+    errors += "".join(f"<p class='bad'>check failed: {escape(c.get('error', str(c)))}</p>" for c in failed[:10])
     return (
         '<section id="sparse"><h2>Paged KV: does page size or placement slow decode down?</h2>'
         f"{diagrams.paged_kv()}"

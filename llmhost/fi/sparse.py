@@ -124,7 +124,8 @@ def headline(doc: dict) -> dict:
                          f"{best['placement']}",
             "decode_gb_s_sglang_like": sglang[0]["gb_s"] if sglang else None,
             "decode_pct_peak_sglang_like": sglang[0]["pct_peak"] if sglang else None,
-            "scattered_over_contiguous_time": ratios, "fp8_over_bf16_speedup": fp8}
+            "scattered_over_contiguous_time": ratios, "fp8_over_bf16_speedup": fp8,
+            "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok"))}
 
 
 def pool_tokens(opts: SparseOptions) -> int:
@@ -147,19 +148,12 @@ def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Ca
     done = 0
     started = time.monotonic()
     tokens = pool_tokens(opts)
+    progress(f"[sparse] {len(matrix)} cases; KV pool {tokens} tokens per dtype; {opts.repeat} timed runs each")
     for dtype in opts.dtypes:
         torch_dtype = getattr(torch, KV_DTYPES[dtype][0])
         k_flat, v_flat = (torch.randn(tokens, shape.num_kv_heads, shape.head_dim, dtype=torch.bfloat16,
                                       device="cuda").to(torch_dtype) for _ in range(2))
-        for path in opts.paths:
-            progress(f"[sparse] {dtype} {path}: loading the kernel (compiles first if not in the JIT cache)")
-            try:
-                checks.append(kernels.check_reference(dtype, path, k_flat, v_flat, opts.seed))
-                progress(f"[sparse] {dtype} {path}: ready in {kernels.first_call_s[f'{dtype}/{path}']:.1f} s, "
-                         f"matches the torch reference (rel err {checks[-1]['rel_err']:.1e})")
-            except Exception as exc:  # cannot build/run here, or wrong output: record it, keep the other paths
-                errors[f"{dtype}/{path}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                progress(f"[sparse] {dtype} {path}: skipped ({errors[f'{dtype}/{path}']})")
+        errors.update(kernels.load(dtype, k_flat, v_flat, opts.seed, checks, progress))
         group: list[KernelCase] = [c for c in matrix if c.dtype == dtype]
         for case in group:
             if f"{dtype}/{case.path}" in errors:
@@ -212,6 +206,22 @@ class Kernels:
     def forget_pool(self) -> None:
         self.contiguous_out.clear()
         self.logical = self.placed = None
+
+    def load(self, dtype: str, k_flat, v_flat, seed: int, checks: list[dict],
+             progress: Callable[[str], None]) -> dict[str, str]:
+        """Load (or compile) each path's kernel for this dtype and check it; returns {dtype/path: error}."""
+        errors = {}
+        for path in self.wrappers:
+            progress(f"[sparse] {dtype} {path}: loading the kernel (compiles first if not in the JIT cache)")
+            try:
+                checks.append(self.check_reference(dtype, path, k_flat, v_flat, seed))
+            except Exception as exc:  # cannot build/run here, or wrong output: record it, keep the other paths
+                errors[f"{dtype}/{path}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                progress(f"[sparse] {dtype} {path}: skipped ({errors[f'{dtype}/{path}']})")
+                continue
+            progress(f"[sparse] {dtype} {path}: ready in {self.first_call_s[f'{dtype}/{path}']:.1f} s, matches "
+                     f"the torch reference (rel err {checks[-1]['rel_err']:.1e})")
+        return errors
 
     def plan(self, path: str, table: kv_layout.PageTable, dtype: str) -> None:
         torch = self.torch
