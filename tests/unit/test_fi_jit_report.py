@@ -37,6 +37,7 @@ def test_section_has_figure_table_reuse_note_diff_and_failure():
     html = jit_report.render_section(DOC)
     assert html.count('class="plotly-graph-div"') == 1
     assert "none (reused)" in html and "worker ran past 300s" in html
+    assert "400,000" in html  # decode_base: 20 s compile / 0.05 ms run
     assert "+DefaultAttention&lt;false, false, true, false&gt;" in html
     assert "MAX_JOBS=unset" in html and "WARM" not in html
 
