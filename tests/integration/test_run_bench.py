@@ -102,6 +102,12 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     assert store.read_jsonl(run / "toolcalls.jsonl") == [
         {"arm": a, "skipped": store.read_jsonl(run / "toolcalls.jsonl")[0]["skipped"]} for a in ("baseline", "page-16")]
 
+    # The other side of the contract reads it as written.
+    dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert dash.returncode == 0, dash.stderr[-2000:]
+    assert json.loads(dash.stdout.strip().splitlines()[-1])["points"] == 5 and "0 warnings" in dash.stdout
+
 
 def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
     proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "agent,chat"], env=env,
