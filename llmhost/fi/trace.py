@@ -59,7 +59,8 @@ class TraceSettings:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    # per-thread temp name: the writer thread and the exit handler may flush at the same moment
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
@@ -205,13 +206,19 @@ class Recorder:
     def _run(self) -> None:
         last_flush = time.monotonic()
         while True:
-            self.drain(self.settings.flush_s)
-            if (self.dir / "STOP").exists() and self.active:
+            try:
+                self.drain(self.settings.flush_s)
+                if (self.dir / "STOP").exists() and self.active:
+                    self.active = False
+                if len(self._shard) >= self.settings.shard_samples or time.monotonic() - last_flush >= \
+                        self.settings.flush_s:
+                    self.flush()
+                    last_flush = time.monotonic()
+            except Exception as exc:  # e.g. a full disk: stop sampling, keep the server and report why
                 self.active = False
-            if len(self._shard) >= self.settings.shard_samples or time.monotonic() - last_flush >= \
-                    self.settings.flush_s:
-                self.flush()
-                last_flush = time.monotonic()
+                if len(self.errors) < 5:
+                    self.errors.append(f"writer: {type(exc).__name__}: {exc}")
+                time.sleep(self.settings.flush_s)
 
     def _collect(self, buf: Any, layout: dict, wait: Callable[[], Any], meta: dict) -> None:
         import numpy as np
