@@ -66,9 +66,12 @@ def test_compare_view_finds_the_faster_run_faster(built: dict) -> None:
     assert "worse" in regression  # the other run was 25% faster, so this run's latencies read worse
 
 
-def test_slo_options_change_the_verdicts_without_a_rerun(built: dict, tmp_path: Path) -> None:
+def test_slo_options_change_the_verdicts_without_a_rerun(tmp_path: Path) -> None:
+    run = make_run(tmp_path, n=16, quick=True)
+    assert dashboard(str(run)).returncode == 0
+    assert any(p["meets_slo"] for p in json.loads((run / "summary.json").read_text())["points"])
     out = tmp_path / "strict.html"
-    proc = dashboard(str(built["run"]), "--out", str(out), "--slo-ttft-ms", "1", "--slo-itl-ms", "1")
+    proc = dashboard(str(run), "--out", str(out), "--slo-ttft-ms", "1", "--slo-itl-ms", "1")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert not any(p["meets_slo"] for p in summary["points"])
@@ -76,7 +79,7 @@ def test_slo_options_change_the_verdicts_without_a_rerun(built: dict, tmp_path: 
 
 
 def test_missing_data_is_explained_not_fatal(tmp_path: Path) -> None:
-    run = make_run(tmp_path, run_id="bare", n=8, repeats=1, telemetry=False, toolcalls=False)
+    run = make_run(tmp_path, run_id="bare", n=8, quick=True, telemetry=False, toolcalls=False)
     (run / "servers" / "triton.json").unlink()
     proc = dashboard(str(run))
     assert proc.returncode == 0, proc.stderr
