@@ -144,7 +144,7 @@ def check_tools(ctx: Ctx) -> CheckResult:
                        "; ".join(problems) or "get_weather called with JSON-object arguments")
 
 
-def long_prompt(nonce: str, words: int = 3000) -> str:
+def long_prompt(nonce: str, words: int = 2300) -> str:
     """~4k tokens of plain text; the nonce comes first so the first send cannot hit an earlier run's cache."""
     topics = ["cache", "kernel", "batch", "prefill", "decode", "token", "page", "tensor", "queue", "stream"]
     body = " ".join(f"{topics[i % 10]}{i % 7} moves data." if i % 5 == 0 else topics[(i * 3) % 10]
