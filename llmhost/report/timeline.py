@@ -64,8 +64,9 @@ def _add_by_arm(ctx: Context, fig: Any, df: Any, row: int, first: bool) -> None:
 
 def kv_cache(ctx: Context) -> Chart:
     title = "How full is the KV pool, and how often does the prefix cache hit?"
-    read = ("SGLang's own gauges over the run (minutes since start), coloured by the arm being measured; a pool "
-            "near 100% means requests queue for KV memory, a high hit rate means shared prefixes were reused.")
+    read = ("SGLang's own gauges over the run (minutes since start), coloured by the arm being measured: KV pool "
+            "used = share of KV-cache token slots held (near 100% = requests queue for memory); hit rate = share of "
+            "the latest prefill batch's tokens served from the prefix cache (it holds its value between prefills).")
     df = frame(ctx, "metrics")
     df = df[df["name"].isin([s[0] for s in KV_SERIES])]
     if df.empty:
