@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -269,11 +270,18 @@ def summarize(details: dict[str, object], rows: list[dict], request_rate: float 
 
 def loadgen_main(argv: list[str]) -> int:
     """`python -m llmhost.points MODULE STARTS_FILE -- ARGS`: run MODULE's CLI recording [seq, start_s, latency_s]."""
-    module_name, starts_file, sep, *bench_args = argv
-    if sep != "--":
+    if len(argv) < 3 or argv[2] != "--":
         print("usage: python -m llmhost.points MODULE STARTS_FILE -- BENCH_ARGS", file=sys.stderr)
         return 2
+    module_name, starts_file, _, *bench_args = argv
+    sys.argv = [module_name, *bench_args]
     mod = importlib.import_module(module_name)
+    if not all(hasattr(mod, name) for name in ("cli_main", "RequestFuncInput", "ASYNC_REQUEST_FUNCS")):
+        # An SGLang without these hooks: run it unchanged; rows then fall back to the point's start time.
+        Path(starts_file).write_text("[]")
+        runpy.run_module(module_name, run_name="__main__", alter_sys=True)
+        return 0
+    mod = sys.modules[mod.cli_main.__module__]  # the deprecated path re-exports: patch where the code lives
     offset_s = time.time() - time.perf_counter()  # one clock: bench_serving stamps perf_counter, we store unix s
     seq = itertools.count()
     records: list[list[float]] = []
@@ -293,7 +301,6 @@ def loadgen_main(argv: list[str]) -> int:
     mod.RequestFuncInput = NumberedInput
     for name, func in list(mod.ASYNC_REQUEST_FUNCS.items()):
         mod.ASYNC_REQUEST_FUNCS[name] = timed(func)
-    sys.argv = [module_name, *bench_args]
     try:
         mod.cli_main()
     finally:

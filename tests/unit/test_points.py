@@ -161,21 +161,32 @@ def test_read_details_skips_a_torn_last_line(tmp_path, captures):
 
 def test_loadgen_wrapper_rejects_a_missing_separator(capsys):
     assert points.loadgen_main(["json", "x", "not-the-separator"]) == 2
+    assert points.loadgen_main(["json"]) == 2
     assert "usage" in capsys.readouterr().err
 
 
-def test_wrapper_records_start_times_in_creation_order(tmp_path, monkeypatch):
-    """The wrapper hooks the module's names exactly as bench_serving uses them (checked on the stand-in)."""
+def test_wrapper_records_start_times_in_creation_order_even_via_the_deprecated_path(tmp_path, monkeypatch):
+    """The wrapper hooks the names bench_serving itself uses (checked on the stand-in's module layout)."""
     import sys as _sys
+    import warnings
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "standin"))
     for name in [m for m in _sys.modules if m == "sglang" or m.startswith("sglang.")]:
         monkeypatch.delitem(_sys.modules, name)
     mod = __import__("sglang.benchmark.serving", fromlist=["x"])
-    called = {}
-    monkeypatch.setattr(mod, "cli_main", lambda: called.setdefault("ran", True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        shim = __import__("sglang.bench_serving", fromlist=["x"])
+    called = []
+
+    def fake_cli_main() -> None:
+        called.append(list(_sys.argv))
+
+    fake_cli_main.__module__ = mod.__name__
+    monkeypatch.setattr(mod, "cli_main", fake_cli_main)
+    monkeypatch.setattr(shim, "cli_main", fake_cli_main)
     starts = tmp_path / "s.json"
-    assert points.loadgen_main(["sglang.benchmark.serving", str(starts), "--", "--num-prompts", "1"]) == 0
-    assert called == {"ran": True} and json.loads(starts.read_text()) == []
+    assert points.loadgen_main(["sglang.bench_serving", str(starts), "--", "--num-prompts", "1"]) == 0
+    assert called == [["sglang.bench_serving", "--num-prompts", "1"]] and json.loads(starts.read_text()) == []
     first = mod.RequestFuncInput("p", "u", 1, 1, "m", None, None, {})
     second = mod.RequestFuncInput("p", "u", 1, 1, "m", None, None, {})
     assert (first.llmhost_seq, second.llmhost_seq) == (0, 1)
