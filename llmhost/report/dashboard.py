@@ -60,6 +60,7 @@ def env_card(run: Run, slo: stats.Slo) -> str:
     gpu, ver = m.get("gpu") or {}, m.get("versions") or {}
     planned = {p.get("point_id") for p in run.plan}
     done = {p.point_id for p in run.points}
+    failed = sum(p.status != "ok" for p in run.points)
     gpu_text = f"{gpu.get('count')} × {gpu.get('name')} ({gpu.get('memory_gb')} GB)" if gpu.get("name") else \
         "not recorded (no NVIDIA GPU visible to run_bench.py)"
     facts = [("GPU", gpu_text),
@@ -67,8 +68,10 @@ def env_card(run: Run, slo: stats.Slo) -> str:
              ("torch", ver.get("torch")), ("llmhost", ver.get("llmhost")), ("git commit", m.get("git_commit")),
              ("Run date", m.get("created_at")), ("Seed", m.get("seed")),
              ("SLO", f"TTFT ≤ {slo.ttft_ms:g} ms, TPOT ≤ {slo.itl_ms:g} ms, for ≥ {slo.pct:g}% of requests"
-                     + ("" if run.slo == slo else " (overridden at build time)")),
+                     + ("" if run.slo == slo else " (none recorded: defaults)" if run.slo is None
+                        else " (overridden at build time)")),
              ("Points", f"{len(done)} recorded of {len(planned) or len(done)} planned"
+                        + (f", {failed} failed (see All points)" if failed else "")
                         + (f" — {len(planned - done)} never ran: ./run_bench.py --resume {run.path}"
                            if planned - done else ""))]
     items = "".join(f"<tr><th class=l>{esc(k)}</th><td class=l>{esc('not recorded' if v is None else v)}</td></tr>"
