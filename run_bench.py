@@ -59,8 +59,8 @@ def parse_args(argv: list[str]) -> Options:
                         help="add an arm: baseline + these launch_server flags (repeatable; also BENCH_USER_ARMS)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
-    parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + a few baseline "
-                        "points (target <= 10 min on an H200 with 5 arms, restarts included)")
+    parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
+                        "Poisson points on the baseline (~8.5 min on an H200 with 5 arms, restarts included)")
     parser.add_argument("--repeat", type=int, default=1, help="repeats of every point (default: 1)")
     parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed for bench_serving (default: 1)")
     parser.add_argument("--tag", default="", help="suffix of the run id (letters, digits, - and _)")
@@ -327,7 +327,7 @@ def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick
             continue
         if not quick:
             warm_arm(b, arm)
-        if arm.name not in b.store.toolcall_arms() and "agent-tools" in {p.workload for p in plan}:
+        if arm.name not in b.store.toolcall_arms():
             check_tools(b, arm)
         for p in todo:
             run_point(b, arm, p, int(attempts.get(p.point_id, {}).get("attempt", 0)) + 1)

@@ -82,7 +82,6 @@ QUICK_ALL: tuple[tuple[str, Pattern, int | None, float | None, int], ...] = (
 QUICK_BASELINE_EXTRA: tuple[tuple[str, Pattern, int | None, float | None, int], ...] = (
     ("agent", "warm", 16, None, 48),
     ("chat", "qps", None, 8.0, 32),
-    ("agent-tools", "concurrency", 8, None, 16),
 )
 
 

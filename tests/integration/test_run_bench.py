@@ -57,21 +57,21 @@ def bench(env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedPr
 
 
 def test_a_two_arm_quick_run_writes_the_results_contract(env):
-    proc = bench(env, "--quick", "--arms", "baseline,page-16", "--tag", "ci")
+    proc = bench(env, "--quick", "--arms", "baseline,page-16", "--tag", "ci")  # 3 + 1 points
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     final = json.loads(proc.stdout.strip().splitlines()[-1])
     run = Path(final["run_dir"])
-    assert final["points_ok"] == final["points_planned"] == 5 and final["points_failed"] == 0
+    assert final["points_ok"] == final["points_planned"] == 4 and final["points_failed"] == 0
     assert (run.parent / "latest").resolve() == run.resolve() and run.name.endswith("-ci")
-    assert any(line.startswith("[bench 3/5]") and "ETA" in line for line in proc.stdout.splitlines())
+    assert any(line.startswith("[bench 3/4]") and "ETA" in line for line in proc.stdout.splitlines())
 
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["schema"] == 1 and manifest["seed"] == 1 and manifest["command"][0] == "run_bench.py"
     assert [a["name"] for a in manifest["arms"]] == ["baseline", "page-16"] and manifest["arms"][0]["is_baseline"]
-    assert {w["kind"] for w in manifest["workloads"]} == {"gsp", "random-ids", "openai-chat"}
+    assert {w["kind"] for w in manifest["workloads"]} == {"gsp", "random-ids"}
     assert set(manifest["versions"]) == {"sglang", "flashinfer", "torch", "llmhost"}
     assert set(manifest["gpu"]) == {"name", "count", "memory_gb", "driver"} and manifest["config"]["port"]
-    assert len(manifest["plan"]) == 5
+    assert len(manifest["plan"]) == 4
 
     lines = store.read_jsonl(run / "points.jsonl")
     assert sorted(r["point_id"] for r in lines) == sorted(p["point_id"] for p in manifest["plan"])
@@ -106,7 +106,7 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert dash.returncode == 0, dash.stderr[-2000:]
-    assert json.loads(dash.stdout.strip().splitlines()[-1])["points"] == 5 and "0 warnings" in dash.stdout
+    assert json.loads(dash.stdout.strip().splitlines()[-1])["points"] == 4 and "0 warnings" in dash.stdout
 
 
 def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
@@ -141,7 +141,7 @@ def test_dry_run_prints_the_plan_with_an_estimate_and_writes_nothing(env):
     assert "baseline.agent.concurrency.c16.r1" in proc.stdout and "triton.agent.concurrency.c16.r1" in proc.stdout
     assert any(line.startswith("[bench] estimate:") for line in out)
     summary = json.loads(out[-1])
-    assert summary["dry_run"] and summary["points"] == 8 and 300 < summary["estimate_s"] <= 540
+    assert summary["dry_run"] and summary["points"] == 7 and 300 < summary["estimate_s"] <= 540
     assert not (Path(env["RESULTS_DIR"]) / "bench").exists()
 
 
@@ -164,3 +164,27 @@ def test_a_python_without_the_load_generator_is_named_with_the_fix(env):
     proc = bench(env, "--quick", "--arms", "baseline", timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "no SGLang load generator" in proc.stderr and "SGLANG_PYTHON" in proc.stderr
+
+
+def test_agent_tools_point_streams_chat_completions_with_tool_schemas(tmp_path, free_port):
+    """The oai-chat path (not in --quick): one point through the load generator straight at a stand-in."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from standin.harness import launch, standin_env
+
+    from llmhost import points
+    from llmhost.workloads import REGISTRY
+
+    point = points.make_point("baseline", "agent-tools", "concurrency", 4, None, 16, 1)
+    with launch(free_port, "--served-model-name", "qwen3-4b", "--enable-metrics", "--tool-call-parser", "qwen",
+                env={"STANDIN_ITL_MS": "1"}) as srv:
+        argv = points.bench_argv(point, REGISTRY["agent-tools"], base_url=srv.url, model_dir=str(tmp_path),
+                                 served_model_name="qwen3-4b", seed=1, output_file=tmp_path / "o.jsonl")
+        code, error = points.run_loadgen(sys.executable, "sglang.benchmark.serving", argv,
+                                         starts_file=tmp_path / "s.json", log_file=tmp_path / "log", env=standin_env(),
+                                         limit_s=120)
+    assert code == 0, error
+    details = points.read_details(tmp_path / "o.jsonl")
+    assert details["backend"] == "sglang-oai-chat"
+    rows = points.request_rows(details, json.loads((tmp_path / "s.json").read_text()), 0.0)
+    assert len(rows) == 16 and sum(r["ok"] for r in rows) >= 14
+    assert all(r["output_tokens"] > 0 and r["ttft_ms"] > 0 for r in rows if r["ok"])
