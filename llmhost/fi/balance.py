@@ -80,10 +80,10 @@ def headline(doc: dict) -> dict:
     by_batch: dict[str, dict[str, float]] = {}
     for batch in sorted({c["batch"] for c in on}):
         rows = [c for c in on if c["batch"] == batch]
-        by_batch[str(batch)] = {"plan_us": statistics.median(c["plan_us"] for c in rows),
+        by_batch[f"batch {batch}"] = {"plan_us": statistics.median(c["plan_us"] for c in rows),
                                 "kernel_us_per_layer": statistics.median(c["median_us"] for c in rows)}
     speedup = doc.get("speedup_by_distribution") or speedups(doc["cases"])
-    return {"split_kv_speedup": speedup,
+    return {"split_kv_speedup": {dist: {f"batch {b}": x for b, x in per.items()} for dist, per in speedup.items()},
             "split_kv_best": {dist: max(per.values()) for dist, per in speedup.items()},
             "split_kv_control": (doc.get("split_control") or {}).get("method"),
             "plan_us_per_call": statistics.median(c["plan_us"] for c in on),

@@ -109,7 +109,7 @@ def headline(doc: dict) -> dict:
             got = _median([c["vs_contiguous"] for c in cases if c["page_size"] == page_size
                            and c["placement"] == placement and c.get("vs_contiguous")])
             if got is not None:
-                ratios.setdefault(str(page_size), {})[placement] = got
+                ratios.setdefault(f"page {page_size}", {})[placement] = got
     by_key = {(c["path"], c["page_size"], c["batch"], c["seq_len"], c["placement"], c["dtype"]): c["median_us"]
               for c in cases}
     fp8: dict[str, float] = {}

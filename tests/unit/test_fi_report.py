@@ -75,8 +75,8 @@ def test_report_with_synthetic_data_has_sections_figures_and_headline(tmp_path):
     assert set(head["sparse"]) >= {"decode_gb_s_best", "decode_pct_peak_best", "scattered_over_contiguous_time",
                                    "fp8_over_bf16_speedup"}
     assert head["sparse"]["fp8_over_bf16_speedup"]["tensor-core"] == pytest.approx(2.0)
-    assert head["sparse"]["scattered_over_contiguous_time"]["1"]["random"] == pytest.approx(1.3)
-    assert head["sparse"]["scattered_over_contiguous_time"]["64"]["random"] == pytest.approx(1 + 0.3 / 64)
+    assert head["sparse"]["scattered_over_contiguous_time"]["page 1"]["random"] == pytest.approx(1.3)
+    assert head["sparse"]["scattered_over_contiguous_time"]["page 64"]["random"] == pytest.approx(1 + 0.3 / 64)
     assert head["balance"]["split_kv_best"] == {"one-long": pytest.approx(3.0), "uniform": 1.0,
                                                 "zipf": pytest.approx(1.8)}
     assert head["balance"]["plan_us_per_layer"] == pytest.approx(head["balance"]["plan_us_per_call"] / 36)
