@@ -81,9 +81,14 @@ def gpu_info() -> dict[str, Any]:
 
 
 def driver_version() -> str | None:
-    """NVIDIA driver version through NVML (nvidia-ml-py), or None without a driver."""
+    """NVIDIA driver version through NVML (nvidia-ml-py) or nvidia-smi; None without a driver."""
     if importlib.util.find_spec("pynvml") is None:
-        return None
+        try:  # the server's Python may lack nvidia-ml-py; nvidia-smi ships with the driver
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.splitlines()[0].strip() if out.strip() else None
     try:
         import pynvml
 
