@@ -110,7 +110,7 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
 
 
 def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
-    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "agent,chat"], env=env,
+    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "agent"], env=env,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = Path(env["RESULTS_DIR"]) / "bench"
     deadline = time.monotonic() + 120
@@ -122,12 +122,12 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
     run = (results / "latest").resolve()
     before = store.read_jsonl(run / "points.jsonl")
     planned = [p["point_id"] for p in json.loads((run / "manifest.json").read_text())["plan"]]
-    assert 1 <= len(before) < len(planned) == 3
+    assert 1 <= len(before) < len(planned) == 2
 
     again = bench(env, "--resume", str(run))
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     final = json.loads(again.stdout.strip().splitlines()[-1])
-    assert final["run_dir"] == str(run) and final["points_ok"] == 3
+    assert final["run_dir"] == str(run) and final["points_ok"] == 2
     after = store.read_jsonl(run / "points.jsonl")
     assert after[:len(before)] == before
     assert sorted(r["point_id"] for r in after) == sorted(planned)  # each point exactly once
