@@ -33,6 +33,7 @@ from llmhost.workloads import REGISTRY as WORKLOADS
 
 REPO = Path(__file__).resolve().parent
 RESTART_EST_S = 75.0  # measured on the H200: restart to ready with warm kernel caches (~7 min without)
+WARM_ARM_EST_S = 15.0  # the untimed warm pass of a full run: load-generator start + 16 short requests
 
 SLO_DEFAULTS = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}  # recorded in the manifest; the dashboard can override
 
@@ -95,6 +96,11 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def arm_overhead_s(quick: bool) -> float:
+    """Per-arm time outside the points: the restart, plus the warm pass of a full run."""
+    return RESTART_EST_S + (0.0 if quick else WARM_ARM_EST_S)
+
+
 def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], restart_s: float) -> None:
     """The dry-run table: every point with its load and estimate, then the total."""
     print(f"[bench] plan: {len(plan)} points over {len(arms)} arms ({', '.join(a.name for a in arms)})")
@@ -104,7 +110,7 @@ def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], restart_s: fl
         print(f"{i:>4}  {p.point_id:<48} {p.pattern:<11} {p.concurrency or '-':>5} {rate:>6} {p.num_prompts:>7} "
               f"{fmt_s(points.estimate_s(p)):>7}")
     total = sum(map(points.estimate_s, plan)) + restart_s * len(arms)
-    print(f"[bench] estimate: {fmt_s(total)} on an H200 ({len(arms)} server restarts x ~{restart_s:.0f}s + points)")
+    print(f"[bench] estimate: {fmt_s(total)} on an H200 ({len(arms)} arms x ~{restart_s:.0f}s restart/warm-up + points)")
 
 
 class BenchError(Exception):
@@ -315,7 +321,7 @@ def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick
             continue
         b.progress(f"arm {arm.name}: restarting the server with {' '.join(arm.flags) or 'the baseline flags'}")
         error = restart_server(b, arm)
-        b.est_left_s -= RESTART_EST_S
+        b.est_left_s -= arm_overhead_s(quick)
         if error:  # recorded as attempt-1 failures: --resume tries them again
             print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
             for p in todo:
@@ -338,14 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config.load()
         run, arms, plan, seed = open_run(opts, cfg)
+        quick = opts.quick if run is None else "--quick" in run.read_manifest().get("command", [])
     except (config.ConfigError, BenchError) as exc:
         print(f"[bench] error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, config.ConfigError) else 2
     # --- the plan: print it and stop, or check it against the installed load generator ---
     if opts.dry_run:
-        print_plan(plan, arms, RESTART_EST_S)
+        print_plan(plan, arms, arm_overhead_s(quick))
         print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in arms],
-                          "estimate_s": round(sum(map(points.estimate_s, plan)) + RESTART_EST_S * len(arms))}))
+                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * len(arms))}))
         return 0
     env = loadgen_env(cfg)
     try:
@@ -373,9 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     done_before = run.done_points()
     b = Bench(cfg, run, module, seed, env, sampler, total=len(plan), done=len(done_before),
               est_left_s=sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
-              + RESTART_EST_S * len({p.arm for p in plan if p.point_id not in done_before}))
+              + arm_overhead_s(quick) * len({p.arm for p in plan if p.point_id not in done_before}))
     try:
-        run_arms(b, arms, plan, opts.quick)
+        run_arms(b, arms, plan, quick)
     except KeyboardInterrupt:
         print(f"[bench] interrupted — continue with ./run_bench.py --resume {run.root}", file=sys.stderr)
         return 130
