@@ -145,6 +145,7 @@ def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Ca
     kernels = Kernels(shape, opts.paths)
     tables: dict[tuple, kv_layout.PageTable] = {}  # placements are dtype-independent: build once
     results, checks, errors = [], [], {}
+    contiguous_us: dict[tuple, float] = {}
     done = 0
     started = time.monotonic()
     tokens = pool_tokens(opts)
@@ -172,9 +173,15 @@ def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Ca
             results.append(result)
             if check:
                 checks.append(check)
+            group_key = (case.page_size, case.batch, case.seq_len, case.path, dtype)
+            if case.placement == "contiguous":  # runs first in its group: the reference for the others
+                contiguous_us[group_key] = result["median_us"]
+            ratio = (f", x{result['median_us'] / contiguous_us[group_key]:.2f} vs contiguous"
+                     if group_key in contiguous_us else "")
             eta = (time.monotonic() - started) / done * (len(matrix) - done)
-            progress(f"[sparse {done}/{len(matrix)}] {_describe(case)}: {result['median_us']:.1f} us, "
-                     f"{result['gb_s']:.0f} GB/s ({result['pct_peak'] or 0:.0f}% of peak) eta {eta:.0f}s")
+            progress(f"[sparse {done}/{len(matrix)}] {_describe(case)}: {result['median_us']:.1f} us "
+                     f"(p10 {result['p10_us']:.1f}, p90 {result['p90_us']:.1f}), {result['gb_s']:.0f} GB/s "
+                     f"({result['pct_peak'] or 0:.0f}% of peak){ratio} eta {eta:.0f}s")
         del k_flat, v_flat
         kernels.forget_pool()
         torch.cuda.empty_cache()
