@@ -70,6 +70,7 @@ def settings_from(parsed: dict) -> tuple[dict, dict]:
         "context_len": int(parsed.get("context_length") or QWEN3_CONTEXT_LEN),
         "enable_metrics": bool(parsed.get("enable_metrics")),
         "enable_cache_report": bool(parsed.get("enable_cache_report")),
+        "default_include_usage": bool(parsed.get("stream_response_default_include_usage")),
         "radix": not parsed.get("disable_radix_cache"), "max_total_tokens": max_total,
         "max_running": int(os.environ.get("STANDIN_MAX_RUNNING") or parsed.get("max_running_requests") or 4096),
     }

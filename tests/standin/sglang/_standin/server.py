@@ -207,7 +207,7 @@ class Handler(BaseHTTPRequestHandler):
     def chat(self) -> None:
         body = self.read_json()
         plan = api.plan_chat(body, self.state.s["context_len"])
-        model = body.get("model") or self.state.s["served_model_name"]
+        model = body.get("model", "default")  # SGLang's DEFAULT_MODEL_NAME when the field is absent
         req = self.new_request(plan.prompt, plan.max_tokens, body, bool(body.get("stream")))
         report = self.state.s["enable_cache_report"]
         if not body.get("stream"):
@@ -227,7 +227,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self.run_stream(req, emit):
             return
         self.write_event(api.chat_chunk(req.rid, model, {"reasoning_content": None}, finish="length"))
-        if plan.include_usage:
+        if plan.include_usage or self.state.s["default_include_usage"]:
             reasoning = len(req.output) if plan.thinking and not plan.tool_call and not plan.required else 0
             use = api.usage(len(req.prompt), len(req.output), req.cached_tokens, reasoning, report)
             self.write_event({"id": req.rid, "object": "chat.completion.chunk", "created": int(time.time()),
@@ -237,7 +237,7 @@ class Handler(BaseHTTPRequestHandler):
     def completions(self) -> None:
         body = self.read_json()
         prompt, max_tokens = api.completion_prompt(body, self.state.s["context_len"])
-        model = body.get("model") or self.state.s["served_model_name"]
+        model = body.get("model", "default")  # SGLang's DEFAULT_MODEL_NAME when the field is absent
         req = self.new_request(prompt, max_tokens, body, bool(body.get("stream")))
         report = self.state.s["enable_cache_report"]
         if not body.get("stream"):
@@ -248,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self.run_stream(req, lambda i, p: self.write_event(api.completion_chunk(req.rid, model, p, None))):
             return
         self.write_event(api.completion_chunk(req.rid, model, "", "length"))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage") or self.state.s["default_include_usage"]:
             use = api.usage(len(prompt), len(req.output), req.cached_tokens, 0, report)
             self.write_event({"id": req.rid, "object": "text_completion", "created": int(time.time()),
                               "model": model, "choices": [], "usage": use})
