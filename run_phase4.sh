@@ -3,7 +3,7 @@
 #
 #   ./run_phase4.sh all                  # kernels, jit, trace, report (in that order)
 #   ./run_phase4.sh kernels report       # any subset of the stages, run in the order given
-#   ./run_phase4.sh all --quick          # sparse --quick, 5 JIT variants, 20 s of trace traffic (~7 min on an H200)
+#   ./run_phase4.sh all --quick          # sparse --quick, 5 JIT variants, 20 s of trace traffic (est. ~7 min, H200)
 #
 # Stages:
 #   kernels  fi_bench.py sparse + balance            (server stopped meanwhile: the GPU must be ours alone)

@@ -199,7 +199,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("jit", help="JIT compile / cached-load / run cost per attention variant",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", help="comma-separated variant names, or 'all' (default: the default set, "
-                   f"{len(jit_variants.DEFAULT_VARIANTS)} variants, ~5 min on an H200 with 16 cores)")
+                   f"{len(jit_variants.DEFAULT_VARIANTS)} variants; estimated ~5 min on an H200 with 16 cores)")
     p.add_argument("--list", action="store_true", help="list the variants and exit")
     p.add_argument("--out-dir", help="output directory (default: $RESULTS_DIR/fi)")
     p.add_argument("--allow-warm", action="store_true", help="measure even over a non-empty JIT cache or "
