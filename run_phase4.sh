@@ -140,13 +140,19 @@ main() {
   mkdir -p "$OUT_DIR"
   LOG_FILE=$OUT_DIR/phase4-$(date -u +%Y%m%dT%H%M%SZ).log
   exec > >(tee -a "$LOG_FILE") 2>&1
+  local tee_pid=$!
   log "stages: ${stages[*]}; results in $OUT_DIR"
   local stage
   for stage in "${stages[@]}"; do
     run_stage "$stage"
   done
   resume_server
-  summary
+  local rc=0
+  summary || rc=$?
+  # close our end of the pipe and let tee write the last lines before the exit status is seen
+  exec >&- 2>&-
+  wait "$tee_pid" 2>/dev/null || true
+  return "$rc"
 }
 
 main "$@"
