@@ -20,10 +20,23 @@ def run(repo, *args, env_extra=None):
                           cwd=repo, env=env, timeout=120)
 
 
-@pytest.mark.parametrize("sub", ["", "sparse", "balance", "report"])
-def test_help_works_for_every_subcommand(repo, sub):
-    got = run(repo, *([sub] if sub else []), "--help")
-    assert got.returncode == 0 and "usage: fi_bench.py" in got.stdout
+def load_cli(repo):
+    spec = importlib.util.spec_from_file_location("fi_bench_cli", repo / "fi_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_help_works_as_a_script(repo):
+    got = run(repo, "--help")
+    assert got.returncode == 0 and "usage: fi_bench.py" in got.stdout and "sparse" in got.stdout
+
+
+@pytest.mark.parametrize("sub", ["sparse", "balance", "report"])
+def test_help_works_for_every_subcommand(repo, sub, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_cli(repo).main([sub, "--help"])
+    assert exit_.value.code == 0 and f"usage: fi_bench.py {sub}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args, mentions", [
@@ -35,11 +48,13 @@ def test_help_works_for_every_subcommand(repo, sub):
     (["balance", "--batches", "64", "--total-tokens", "10"], "--total-tokens"),
     (["frobnicate"], "invalid choice"),
 ])
-def test_usage_mistakes_exit_2_with_one_line(repo, args, mentions):
-    got = run(repo, *args)
-    assert got.returncode == 2
-    lines = got.stderr.strip().splitlines()
-    assert len(lines) == 1 and mentions in lines[0] and "Traceback" not in got.stderr
+def test_usage_mistakes_exit_2_with_one_line(repo, args, mentions, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_cli(repo).main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and mentions in lines[0] and "Traceback" not in err
 
 
 def test_missing_model_config_is_one_line_exit_1(repo, tmp_path):
