@@ -327,8 +327,9 @@ def reference_decode(torch, q, k_pages, v_pages, table: kv_layout.PageTable):
     group = q.shape[1] // num_kv
     for b, seq_len in enumerate(table.seq_lens):
         pages = torch.tensor(table.pages_of(b), dtype=torch.int64, device=q.device)
-        k = k_pages[pages].float().reshape(-1, num_kv, head_dim)[:seq_len]
-        v = v_pages[pages].float().reshape(-1, num_kv, head_dim)[:seq_len]
+        # gather through a byte view: indexing kernels cover uint8 everywhere, FP8 dtypes not in every torch
+        k, v = (x.view(torch.uint8)[pages].view(x.dtype).float().reshape(-1, num_kv, head_dim)[:seq_len]
+                for x in (k_pages, v_pages))
         qb = q[b].float().view(num_kv, group, head_dim)
         probs = (torch.einsum("hgd,thd->hgt", qb, k) / math.sqrt(head_dim)).softmax(-1)
         outs.append(torch.einsum("hgt,thd->hgd", probs, v).reshape(-1, head_dim))
