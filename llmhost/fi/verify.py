@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-kv-len", type=int, default=1024, help="longest KV length in tokens (default 1024)")
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16],
                         help="KV page sizes in tokens to test (default: 1 = SGLang's, and 16)")
+    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS),
+                        help="decode kernels to check (default: both; SGLang uses tensor-cores for GQA group >= 4)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for lengths, pages and tensors (default 0)")
     args = parser.parse_args(argv)
     if args.batch_size < 1 or args.max_kv_len < 1 or min(args.page_sizes) < 1:
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[verify] {env['gpu']}, flashinfer {env['flashinfer']}, torch {env['torch']} (CUDA {env['cuda']}); "
           f"kv lengths {kv_lens}; a kernel not in the JIT cache compiles first (~1 min)", flush=True)
     results = []
-    for path in PATHS:
+    for path in args.paths:
         for page_size in args.page_sizes:
             try:
                 result = run_case(shape, path, page_size, kv_lens, args.seed)
