@@ -159,7 +159,10 @@ def sparse_section(doc: dict | None, out_dir: Path) -> str:
         "evictions leave, decode tokens interleaved across the batch).</p>"
         f"<p>Correctness: {len(checks) - len(failed)} of {len(checks)} checks passed (torch float32 reference; "
         f"scattered output equal to contiguous) before any timing.</p>{errors}"
-        + figures.sparse_figures(doc) + figures.sparse_table(doc) + "</section>")
+        + figures.sparse_figures(doc) + figures.sparse_table(doc)
+        + "<p>First plan() + run() of each kernel (module load from the JIT cache, or a compile):</p>"
+        + figures.table(["KV dtype / path", "seconds"], sorted((doc.get("first_call_s") or {}).items()))
+        + "</section>")
 
 
 def balance_section(doc: dict | None, out_dir: Path) -> str:

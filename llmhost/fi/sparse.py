@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -137,8 +138,6 @@ def pool_tokens(opts: SparseOptions) -> int:
 
 def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Callable[[str], None]) -> dict:
     """Run the matrix on GPU 0; returns {"cases", "checks", "first_call_s", "errors"} for sparse.json."""
-    import time
-
     import torch
 
     matrix = cases(opts)
@@ -239,17 +238,6 @@ class Kernels:
             self.shape.num_qo_heads, self.shape.num_kv_heads, self.shape.head_dim, table.page_size,
             q_data_type=torch.bfloat16, kv_data_type=getattr(torch, KV_DTYPES[dtype][0]))
 
-    def first_run(self, dtype: str, path: str, call: Callable[[], Any]) -> None:
-        """The first call of a (dtype, path) kernel loads it from the JIT cache, or compiles it: time that apart."""
-        import time
-
-        key = f"{dtype}/{path}"
-        if key not in self.first_call_s:
-            start = time.monotonic()
-            call()
-            self.torch.cuda.synchronize()
-            self.first_call_s[key] = time.monotonic() - start
-
     def check_reference(self, dtype: str, path: str, k_flat, v_flat, seed: int) -> dict:
         """A small ragged batch (1, 77, 300 tokens; page 16; random pages) against a float32 torch decode."""
         torch, shape = self.torch, self.shape
@@ -257,9 +245,12 @@ class Kernels:
         table = kv_layout.place("random", lens, page_size, k_flat.shape[0] // page_size, seed)
         k_pages, v_pages = (x.view(-1, page_size, shape.num_kv_heads, shape.head_dim) for x in (k_flat, v_flat))
         q = torch.randn(len(lens), shape.num_qo_heads, shape.head_dim, dtype=torch.bfloat16, device="cuda")
+        # plan() builds or loads the kernel module (a JIT compile when it is not cached): time plan + first run
+        start = time.monotonic()
         self.plan(path, table, dtype)
-        self.first_run(dtype, path, lambda: self.wrappers[path].run(q, (k_pages, v_pages)))
         out = self.wrappers[path].run(q, (k_pages, v_pages)).float()
+        torch.cuda.synchronize()
+        self.first_call_s.setdefault(f"{dtype}/{path}", time.monotonic() - start)
         ref = reference_decode(torch, q, k_pages, v_pages, table)
         rel_err = float((out - ref).abs().max() / ref.abs().max())
         if not rel_err <= REL_TOL:
