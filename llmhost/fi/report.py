@@ -119,7 +119,7 @@ def headline_table(head: dict) -> str:
             rows.append([stage, "no data", "-"])
             continue
         for key, value in figures.flatten(data):
-            if key not in ("planning", "best case", "split KV control"):
+            if key not in ("planning", "split KV control"):
                 rows.append([stage, key, figures.fmt(value)])
     return figures.table(["stage", "number", "value"], rows)
 
