@@ -292,6 +292,9 @@ ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
 def make_server(state: State) -> ThreadingHTTPServer:
     """Bind host:port (raises OSError like uvicorn's bind failure); handler threads are daemons."""
     handler = type("StandinHandler", (Handler,), {"state": state})
-    server = ThreadingHTTPServer((state.s["host"], state.s["port"]), handler)
+    # why: socketserver's listen backlog is 5; a load generator opening 64 connections at once would see resets
+    # that uvicorn (backlog 2048) never gives
+    server_cls = type("StandinHTTPServer", (ThreadingHTTPServer,), {"request_queue_size": 2048})
+    server = server_cls((state.s["host"], state.s["port"]), handler)
     server.daemon_threads = True
     return server
