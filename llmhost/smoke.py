@@ -103,6 +103,20 @@ def check_model(ctx: Ctx) -> CheckResult:
                        "; ".join(problems) or "served name matches")
 
 
+def _streamed_calls(stream: Any) -> tuple[list[tuple[str, str]], Any]:
+    """[(name, arguments)] assembled from streamed tool-call deltas, and the final usage."""
+    calls: dict[int, list[str]] = {}
+    use = None
+    for chunk in stream:
+        use = chunk.usage or use
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                name, args = calls.setdefault(delta.index or 0, ["", ""])
+                fn = delta.function
+                calls[delta.index or 0] = [name + ((fn and fn.name) or ""), args + ((fn and fn.arguments) or "")]
+    return [(name, args) for _, (name, args) in sorted(calls.items())], use
+
+
 def _tool_attempt(ctx: Ctx, forced: bool) -> tuple[bool, str, str, float, dict | None]:
     """(ok, what was seen, problem, latency, usage) of one tool-call request."""
     # why thinking off in both: forced needs it (random weights never leave <think>); natural gets a direct
@@ -111,21 +125,32 @@ def _tool_attempt(ctx: Ctx, forced: bool) -> tuple[bool, str, str, float, dict |
                           "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
                           "tool_choice": {"type": "function", "function": {"name": "get_weather"}} if forced
                           else "auto"}
-    resp, latency = _chat(ctx, [{"role": "user", "content": "What is the weather in Paris right now?"}], **kw)
-    calls = resp.choices[0].message.tool_calls or []
-    seen = ", ".join(f"{c.function.name}({c.function.arguments})" for c in calls) or "no tool call"
+    messages = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    if forced:
+        # why streamed: SGLang 0.5.17 emits a named call's structure as the stream starts, while a non-streamed
+        # reply parses the whole output as JSON, which random weights cut off at max_tokens (seen on an H200).
+        t0 = time.perf_counter()
+        stream = ctx.client.chat.completions.create(model=ctx.ep.model, messages=messages, stream=True,
+                                                    stream_options={"include_usage": True}, **kw)
+        calls, raw_usage = _streamed_calls(stream)
+        latency, use = time.perf_counter() - t0, usage_dict(raw_usage)
+    else:
+        resp, latency = _chat(ctx, messages, **kw)
+        calls = [(c.function.name, c.function.arguments) for c in resp.choices[0].message.tool_calls or []]
+        use = usage_dict(resp.usage)
+    seen = ", ".join(f"{name}({args})" for name, args in calls) or "no tool call"
     if not calls:
-        return False, seen, "no tool call in the reply", latency, usage_dict(resp.usage)
-    call = calls[0]
+        return False, seen, "no tool call in the reply", latency, use
+    name, raw_args = calls[0]
     try:
-        args = json.loads(call.function.arguments or "")
+        args = json.loads(raw_args or "")
     except ValueError:
         args = None
-    if call.function.name != "get_weather":
-        return False, seen, f"called {call.function.name}, expected get_weather", latency, usage_dict(resp.usage)
+    if name != "get_weather":
+        return False, seen, f"called {name}, expected get_weather", latency, use
     if not isinstance(args, dict):
-        return False, seen, "arguments are not a JSON object", latency, usage_dict(resp.usage)
-    return True, seen, "", latency, usage_dict(resp.usage)
+        return False, seen, "arguments are not a JSON object", latency, use
+    return True, seen, "", latency, use
 
 
 def check_tools(ctx: Ctx) -> CheckResult:

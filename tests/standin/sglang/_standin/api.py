@@ -3,8 +3,9 @@
 Behaviour of random weights (what the captures show): the reply never leaves the <think> block, so with thinking on
 (default) all text is `reasoning_content` and `content` is ""; with `chat_template_kwargs: {"enable_thinking":
 false}` the text is `content`. Tools: `auto` never calls one; `required` returns content "" and no call (as
-captured); a named `tool_choice` with thinking off returns a real call (arguments "{}", then free text), as
-SGLang's structural-tag constraint does. Generation never hits EOS, so finish_reason is "length".
+captured); a named `tool_choice` with thinking off streams a real call (arguments "{}", then free text), as
+chat_tool_named_stream.txt shows, while the same request unstreamed returns no call: SGLang parses the whole output
+as a JSON array, which random weights cut off at max_tokens (seen on an H200). Generation never hits EOS, so finish_reason is "length".
 """
 from __future__ import annotations
 
@@ -144,10 +145,6 @@ def chat_message(plan: ChatPlan, pieces: list[str]) -> tuple[dict, int]:
     text = "".join(pieces)
     if plan.required:
         return {"role": "assistant", "content": "", "reasoning_content": None, "tool_calls": None}, 0
-    if plan.tool_call:
-        rest = "".join(pieces[TOOL_CALL_TOKENS:])
-        return {"role": "assistant", "content": rest, "reasoning_content": None,
-                "tool_calls": [tool_call(plan.tool_call)]}, 0
     if plan.thinking:
         return {"role": "assistant", "content": "", "reasoning_content": text, "tool_calls": None}, len(pieces)
     return {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}, 0
