@@ -230,6 +230,16 @@ def build_spec(
     """
     python = cfg.sglang_python if "/" in cfg.sglang_python else (shutil.which(cfg.sglang_python) or cfg.sglang_python)
     workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or os.cpu_count() or 2)
+    key_note = None
+    if cfg.api_key_file and workers > 1:
+        # SGLang 0.5.17 asserts "API key is not supported in multi-tokenizer mode" (seen on an H200)
+        if cfg.tokenizer_worker_num != "auto":
+            raise SpecError(f"TOKENIZER_WORKER_NUM={workers} with API_KEY_FILE: SGLang refuses an API key with "
+                            "several tokenizer workers — set TOKENIZER_WORKER_NUM=1 or drop the key (the server "
+                            "is loopback-only behind the SSH tunnel)")
+        workers = 1
+        key_note = ("API key set: 1 tokenizer worker instead of the adaptive count (SGLang refuses a key in "
+                    "multi-tokenizer mode); heavy shared-prompt loads become tokenizer-bound")
     fraction, fraction_note = mem_fraction(cfg.mem_fraction_static, gpu_free_total_mib)
     ours = [
         ["--model-path", cfg.model_dir], ["--served-model-name", cfg.served_model_name],
@@ -253,8 +263,7 @@ def build_spec(
     except ValueError as exc:
         raise SpecError(f"SERVER_EXTRA_ARGS cannot be split like a shell line: {exc}") from None
     flags, notes = merge_extra(ours, _flag_groups(extra_tokens, "SERVER_EXTRA_ARGS"))
-    if fraction_note:
-        notes.insert(0, fraction_note)
+    notes[:0] = [n for n in (key_note, fraction_note) if n]
     argv = (python, "-m", "sglang.launch_server", *flags)
     return ServerSpec(argv, server_env(cfg), config_file, tuple(notes))
 

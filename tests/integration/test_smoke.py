@@ -96,6 +96,16 @@ def test_tools_check_fails_when_no_tool_call_comes_back(free_port, capsys):
     assert check["name"] == "tools" and "forced: no tool call in the reply" in check["detail"]
 
 
+def test_forced_tools_accept_random_weight_arguments_only_without_real_weights(free_port, capsys):
+    base = ("--base-url", f"http://127.0.0.1:{free_port}", "--model", SERVED, "--only", "tools", "--json")
+    with launch(free_port, *ARGS, env={"STANDIN_TOOL_ARGUMENTS": "-80292"}):
+        code, out, _ = smoke(capsys, *base, "--tool-mode", "forced")
+        assert code == 0
+        assert "structure only" in last_json(out)["checks"][0]["detail"]
+        code, out, _ = smoke(capsys, *base, "--tool-mode", "forced", "--real-weights")
+    assert code == 1 and "arguments are not a JSON object" in last_json(out)["checks"][0]["detail"]
+
+
 def test_natural_tool_mode_fails_on_random_weights(server, capsys):
     code, out, _ = smoke(capsys, "--base-url", server.url, "--model", SERVED, "--only", "tools",
                          "--tool-mode", "natural", "--json")

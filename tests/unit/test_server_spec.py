@@ -152,3 +152,13 @@ def test_redactor_replaces_the_key_in_the_server_output(tmp_path):
     sink = io.BytesIO()
     serverlog.redact_stream(yaml_file, io.BytesIO(b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n"), sink)
     assert sink.getvalue() == b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
+
+
+def test_an_api_key_forces_one_tokenizer_worker_because_sglang_refuses_it_otherwise(cfg, tmp_path):
+    keyed = dataclasses.replace(cfg, api_key_file=str(tmp_path / "key"))
+    spec = build_spec(keyed, cpu_count=16)
+    assert flag(spec.argv, "--tokenizer-worker-num") == ["1"]
+    assert any("multi-tokenizer" in note for note in spec.notes)
+    assert flag(build_spec(cfg, cpu_count=16).argv, "--tokenizer-worker-num") == ["8"]
+    with pytest.raises(SpecError, match="TOKENIZER_WORKER_NUM=4 with API_KEY_FILE"):
+        build_spec(dataclasses.replace(keyed, tokenizer_worker_num="4"), cpu_count=16)

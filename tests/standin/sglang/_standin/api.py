@@ -177,7 +177,9 @@ def chat_stream_deltas(plan: ChatPlan, piece: str, index: int) -> list[tuple[dic
             call["function"]["arguments"] = ""
             return [({"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]}, True)]
         if index == 1:
-            args = {"id": None, "index": 0, "type": "function", "function": {"name": None, "arguments": "{}"}}
+            # STANDIN_TOOL_ARGUMENTS: what random weights put there ("{}" captured; "-80292" also seen on an H200)
+            streamed = os.environ.get("STANDIN_TOOL_ARGUMENTS", "{}")
+            args = {"id": None, "index": 0, "type": "function", "function": {"name": None, "arguments": streamed}}
             return [({"role": None, "content": None, "reasoning_content": None, "tool_calls": [args]}, True)]
         if index < TOOL_CALL_TOKENS:
             return []
