@@ -24,7 +24,7 @@ source "$(dirname "$SELF")/lib.sh"
 
 PREBUILT=(flashinfer_jit_cache flashinfer_cubin)
 
-usage() { sed -n '2,19p' "$SELF" | sed 's/^# \{0,1\}//'; }
+usage() { print_usage "$SELF"; }
 
 # What the serving Python has: versions, prebuilt packages, the directories holding torch and flashinfer.
 query_serving_python() {
@@ -116,9 +116,9 @@ main() {
     case "$1" in
       -h | --help) usage && return 0 ;;
       --dry-run) export DRY_RUN=1 ;;
-      --wheelhouse) [[ $# -ge 2 ]] || { echo "--wheelhouse needs a directory (see --help)" >&2; exit 2; }; wheelhouse=$2; shift ;;
+      --wheelhouse) [[ $# -ge 2 ]] || die_usage "--wheelhouse needs a directory (see --help)"; wheelhouse=$2; shift ;;
       --pypi) pypi=1 ;;
-      *) echo "unknown option $1 (see ./fi_jit_setup.sh --help)" >&2; exit 2 ;;
+      *) die_usage "unknown option $1 (see ./fi_jit_setup.sh --help)" ;;
     esac
     shift
   done

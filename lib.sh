@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared helpers for the toolkit's shell scripts. Source it; it defines functions and sets nothing else.
-#   log/warn/die      one-line messages with the script's prefix ([setup], [serve], ...)
+#   log/warn/die      one-line messages with the script's prefix ([setup], [serve], ...); die_usage exits 2
+#   print_usage       a script's header comment, for --help
 #   load_config       export config.env + overrides, exactly as llmhost/config.py reads them
 #   require_cmd       fail with an install hint when a command is missing
 #   wait_until        poll a command with a timeout
@@ -35,6 +36,15 @@ load_config() {
   while IFS= read -r record; do
     [[ -n "$record" ]] && export "${record?}"
   done <<<"$records"
+}
+
+# print_usage FILE: the script's header comment (line 2 up to the first non-comment line), for --help.
+print_usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1"; }
+
+# A usage mistake: one line naming the problem, exit 2.
+die_usage() {
+  printf '[%s] error: %s\n' "$LOG_PREFIX" "$*" >&2
+  exit 2
 }
 
 require_cmd() {

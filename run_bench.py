@@ -7,7 +7,7 @@ baseline by one launch flag and runs on a freshly restarted server (./serve.sh r
 is sampled every second on the same clock as the per-request start times.
 
     ./run_bench.py --dry-run                 # the plan, with a time estimate; nothing runs
-    ./run_bench.py --quick                   # all five arms, small (<= ~10 min on an H200 incl. restarts)
+    ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"
     ./run_bench.py --resume results/bench/20260101-120000   # after a crash or kill: only what is missing
@@ -32,7 +32,7 @@ from llmhost import config, points, server, store, telemetry, toolcalls
 from llmhost.workloads import REGISTRY as WORKLOADS
 
 REPO = Path(__file__).resolve().parent
-RESTART_EST_S = 75.0  # measured on the H200: restart to ready with warm kernel caches (~7 min without)
+RESTART_EST_S = 130.0  # measured on an H200 (SGLang 0.5.17, warm kernel caches): 102-162 s to ready; ~7 min cold
 WARM_ARM_EST_S = 15.0  # the untimed warm pass of a full run: load-generator start + 16 short requests
 
 SLO_DEFAULTS = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}  # recorded in the manifest; the dashboard can override
@@ -61,7 +61,7 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
-                        "Poisson points on the baseline (~8.5 min on an H200 with 5 arms, restarts included)")
+                        "Poisson points on the baseline (~13 min on an H200 with 5 arms: 5 restarts of ~130 s + 7 points)")
     parser.add_argument("--repeat", type=int, default=1, help="repeats of every point (default: 1)")
     parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed for bench_serving (default: 1)")
     parser.add_argument("--tag", default="", help="suffix of the run id (letters, digits, - and _)")

@@ -23,7 +23,7 @@ LOG_PREFIX=phase4
 source "$REPO_DIR/lib.sh"
 
 QUICK_JIT_VARIANTS=decode_base,decode_softcap,decode_fp8_kv,prefill_paged,decode_tensor_cores
-usage() { sed -n '2,19p' "$SELF" | sed 's/^# \{0,1\}//'; }
+usage() { print_usage "$SELF"; }
 
 # The first of .venv/bin/python, SGLANG_PYTHON, python3 that imports every module named.
 python_with() {
@@ -125,14 +125,14 @@ main() {
       --quick) QUICK=1 ;;
       --dry-run) export DRY_RUN=1 ;;
       --jit-variants | --trace-duration-s)
-        [[ $# -ge 2 ]] || { echo "$1 needs a value (see ./run_phase4.sh --help)" >&2; exit 2; }
+        [[ $# -ge 2 ]] || die_usage "$1 needs a value (see ./run_phase4.sh --help)"
         if [[ "$1" == --jit-variants ]]; then JIT_VARIANTS=$2; else TRACE_DURATION_S=$2; fi
         shift ;;
-      *) echo "unknown stage or option '$1' (see ./run_phase4.sh --help)" >&2; exit 2 ;;
+      *) die_usage "unknown stage or option '$1' (see ./run_phase4.sh --help)" ;;
     esac
     shift
   done
-  ((${#stages[@]})) || { echo "name a stage: kernels | jit | trace | report | all (see --help)" >&2; exit 2; }
+  ((${#stages[@]})) || die_usage "name a stage: kernels | jit | trace | report | all (see --help)"
   ((QUICK)) && [[ -z "$JIT_VARIANTS" ]] && JIT_VARIANTS=$QUICK_JIT_VARIANTS
   ((QUICK)) && [[ "$TRACE_DURATION_S" == 30 ]] && TRACE_DURATION_S=20
   load_config

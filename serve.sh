@@ -21,12 +21,7 @@ LOG_PREFIX=serve
 # shellcheck source=lib.sh
 source "$(dirname "$SELF")/lib.sh"
 
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$SELF"; }
-# A usage mistake: one line, exit 2.
-die_usage() {
-  printf '[%s] error: %s\n' "$LOG_PREFIX" "$*" >&2
-  exit 2
-}
+usage() { print_usage "$SELF"; }
 
 # The toolkit's own stdlib modules run under the host python3 ...
 py() { PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$(host_python)" "$@"; }

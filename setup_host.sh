@@ -57,33 +57,31 @@ PHASE=setup
 SUDO=()
 SRC=() # where pip/uv take packages from: the index, or --no-index --find-links WHEELHOUSE
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
-
-usage_error() { printf '[setup] error: %s (see ./setup_host.sh --help)\n' "$1" >&2 && exit 2; }
+usage() { print_usage "${BASH_SOURCE[0]}"; }
 
 parse_args() {
   while (($#)); do
     case $1 in
       --dry-run) export DRY_RUN=1 ;;
-      --only) (($# > 1)) || usage_error "--only needs a phase name"; ONLY=$2; shift ;;
-      --python) (($# > 1)) || usage_error "--python needs a path"; PYTHON_ARG=$2; shift ;;
-      --wheelhouse) (($# > 1)) || usage_error "--wheelhouse needs a directory"; WHEELHOUSE=$2; shift ;;
+      --only) (($# > 1)) || die_usage "--only needs a phase name (see ./setup_host.sh --help)"; ONLY=$2; shift ;;
+      --python) (($# > 1)) || die_usage "--python needs a path (see ./setup_host.sh --help)"; PYTHON_ARG=$2; shift ;;
+      --wheelhouse) (($# > 1)) || die_usage "--wheelhouse needs a directory (see ./setup_host.sh --help)"; WHEELHOUSE=$2; shift ;;
       --skip-model) SKIP_MODEL=1 ;;
       --force-os) FORCE_OS=1 ;;
       -h | --help) usage; exit 0 ;;
-      *) usage_error "unknown argument '$1'" ;;
+      *) die_usage "unknown argument '$1' (see ./setup_host.sh --help)" ;;
     esac
     shift
   done
-  [[ -z "$ONLY" || " ${PHASES[*]} " == *" $ONLY "* ]] || usage_error "--only $ONLY: not a phase (${PHASES[*]})"
-  [[ -z "$WHEELHOUSE" || -z "$PYTHON_ARG" ]] || usage_error "--wheelhouse installs, --python verifies: pick one"
+  [[ -z "$ONLY" || " ${PHASES[*]} " == *" $ONLY "* ]] || die_usage "--only $ONLY: not a phase (${PHASES[*]}) (see ./setup_host.sh --help)"
+  [[ -z "$WHEELHOUSE" || -z "$PYTHON_ARG" ]] || die_usage "--wheelhouse installs, --python verifies: pick one (see ./setup_host.sh --help)"
   if [[ -n "$WHEELHOUSE" ]]; then
-    [[ -d "$WHEELHOUSE" ]] || usage_error "--wheelhouse $WHEELHOUSE is not a directory"
-    compgen -G "$WHEELHOUSE/*.whl" >/dev/null || usage_error "--wheelhouse $WHEELHOUSE holds no .whl files"
+    [[ -d "$WHEELHOUSE" ]] || die_usage "--wheelhouse $WHEELHOUSE is not a directory (see ./setup_host.sh --help)"
+    compgen -G "$WHEELHOUSE/*.whl" >/dev/null || die_usage "--wheelhouse $WHEELHOUSE holds no .whl files (see ./setup_host.sh --help)"
     WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
   fi
   [[ -z "$PYTHON_ARG" ]] || command -v "$PYTHON_ARG" >/dev/null 2>&1 \
-    || usage_error "--python $PYTHON_ARG: no such executable"
+    || die_usage "--python $PYTHON_ARG: no such executable (see ./setup_host.sh --help)"
 }
 
 is_dry() { [[ "${DRY_RUN:-0}" == 1 ]]; }

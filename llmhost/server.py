@@ -334,8 +334,8 @@ def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: flo
             return False, f"not ready after {timeout_s:.0f}s (READY_TIMEOUT_S); last: {detail}"
         if elapsed - last_print >= every_s:
             last_print = elapsed
-            print(f"[serve] starting: {elapsed:.0f}s elapsed, timeout in {timeout_s - elapsed:.0f}s "
-                  f"(~75 s with warm kernel caches, ~7 min on a first JIT start) | log: {serverlog.last_line(log)}", flush=True)
+            print(f"[serve] starting: {elapsed:.0f}s elapsed, timeout in {timeout_s - elapsed:.0f}s (H200: 1.5-3 min "
+                  f"with warm kernel caches, ~7 min on a first JIT start) | log: {serverlog.last_line(log)}", flush=True)
         time.sleep(0.5)
 
 
