@@ -15,22 +15,13 @@ from typing import Any
 import numpy as np
 
 from llmhost import stats
+from llmhost.arms import Arm  # the manifest's arms, as run_bench.py wrote them
 
 PATTERNS = ("concurrency", "qps", "long", "burst", "cold", "warm")
 
 
 class LoadError(Exception):
     """A run directory that cannot be read; the message is one line naming the problem and the fix."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Arm:
-    name: str
-    label: str
-    color: str
-    flags: tuple[str, ...]
-    description: str
-    is_baseline: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
