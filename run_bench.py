@@ -21,19 +21,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from llmhost import arms as arms_mod
-from llmhost import config, points, server, store, telemetry, toolcalls
+from llmhost import config, points, runner, store, telemetry
+from llmhost.runner import BenchError, arm_overhead_s, fmt_s
 from llmhost.workloads import REGISTRY as WORKLOADS
-
-REPO = Path(__file__).resolve().parent
-RESTART_EST_S = 130.0  # measured on an H200 (SGLang 0.5.17, warm kernel caches): 102-162 s to ready; ~7 min cold
-WARM_ARM_EST_S = 15.0  # the untimed warm pass of a full run: load-generator start + 16 short requests
 
 SLO_DEFAULTS = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}  # recorded in the manifest; the dashboard can override
 
@@ -91,16 +86,6 @@ def parse_args(argv: list[str]) -> Options:
                    args.dry_run, slo, list(argv))
 
 
-def fmt_s(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-def arm_overhead_s(quick: bool) -> float:
-    """Per-arm time outside the points: the restart, plus the warm pass of a full run."""
-    return RESTART_EST_S + (0.0 if quick else WARM_ARM_EST_S)
-
-
 def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], restart_s: float) -> None:
     """The dry-run table: every point with its load and estimate, then the total."""
     print(f"[bench] plan: {len(plan)} points over {len(arms)} arms ({', '.join(a.name for a in arms)})")
@@ -111,177 +96,6 @@ def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], restart_s: fl
               f"{fmt_s(points.estimate_s(p)):>7}")
     total = sum(map(points.estimate_s, plan)) + restart_s * len(arms)
     print(f"[bench] estimate: {fmt_s(total)} on an H200 ({len(arms)} arms x ~{restart_s:.0f}s restart/warm-up + points)")
-
-
-class BenchError(Exception):
-    """A problem that stops the run; the message is one line naming it and the next step."""
-
-
-@dataclasses.dataclass(slots=True)
-class Bench:
-    """What every step of a run needs (mutable run state: progress counters, the point telemetry is tagged with)."""
-
-    cfg: config.Config
-    store: store.RunStore
-    module: str
-    seed: int
-    env: dict[str, str]
-    sampler: telemetry.Sampler
-    total: int
-    done: int = 0
-    est_left_s: float = 0.0
-    est_spent_s: float = 0.0
-    t0: float = dataclasses.field(default_factory=time.monotonic)
-
-    def eta(self) -> str:
-        """Remaining estimate, scaled by how the estimates compared with reality so far."""
-        factor = (time.monotonic() - self.t0) / self.est_spent_s if self.est_spent_s > 30 else 1.0
-        return fmt_s(self.est_left_s * min(max(factor, 0.3), 5.0))
-
-    def progress(self, text: str) -> None:
-        print(f"[bench {self.done}/{self.total}] {text}  ETA {self.eta()}", flush=True)
-
-    def spend(self, estimate_s: float) -> None:
-        self.est_left_s -= estimate_s
-        self.est_spent_s += estimate_s
-
-
-# --- the environment ---------------------------------------------------------------------------------------------
-
-def loadgen_env(cfg: config.Config) -> dict[str, str]:
-    """Load-generator environment: bench_serving reads the API key from OPENAI_API_KEY, never from its argv."""
-    env = dict(os.environ)
-    key = cfg.api_key()
-    if key:
-        env["OPENAI_API_KEY"] = key
-    return env
-
-
-# --- one arm: a fresh server -------------------------------------------------------------------------------------
-
-def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
-    """./serve.sh restart with this arm's one difference; record servers/<arm>.json. Returns '' or an error."""
-    env = {**os.environ, "SERVER_EXTRA_ARGS": arms_mod.server_extra_args(b.cfg.server_extra_args, arm)}
-    log = b.store.raw_dir() / f"serve-{arm.name}.log"
-    started = time.time()
-    try:
-        with open(log, "ab") as out:
-            code = subprocess.run([str(REPO / "serve.sh"), "restart"], env=env, cwd=REPO, stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=b.cfg.ready_timeout_s + 300).returncode
-    except subprocess.TimeoutExpired:
-        code = 124
-    if code != 0:
-        return f"./serve.sh restart failed for arm {arm.name}: {points.last_line(log)}"
-    state = b.cfg.state_dir
-    status, body = server.http_get(b.cfg, "/server_info", timeout=10, api_key=b.cfg.api_key())
-    try:
-        info = json.loads(body) if status == 200 else {"error": f"HTTP {status}: {body[:200]}"}
-    except json.JSONDecodeError:
-        info = {"error": "not JSON"}
-    launch = state / "launch_command.txt"
-    b.store.write_server(arm.name, {
-        "arm": arm.name, "launch_command": launch.read_text().strip() if launch.exists() else None,
-        "server_info": store.redact(info), "ready_s": time.time() - started,
-        "started_at": (state / "started_at").read_text().strip() if (state / "started_at").exists()
-        else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))})
-    return ""
-
-
-def server_alive(cfg: config.Config) -> bool:
-    return server.http_get(cfg, "/health", timeout=10, api_key=cfg.api_key())[0] == 200
-
-
-def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
-    """A small untimed pass (first-request and kernel warm-up); a failure is a warning, never fatal."""
-    probe = points.make_point(arm.name, "chat", "concurrency", 8, None, 16, 0)
-    raw = b.store.raw_dir()
-    argv = points.bench_argv(probe, WORKLOADS["chat"], base_url=b.cfg.base_url, model_dir=b.cfg.model_dir,
-                             served_model_name=b.cfg.served_model_name, seed=b.seed,
-                             output_file=raw / f"warm-{arm.name}.jsonl", measured=False)
-    code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=raw / f"warm-{arm.name}.starts",
-                                     log_file=raw / f"warm-{arm.name}.log", env=b.env, limit_s=300)
-    if code:
-        print(f"[bench] warning: warm pass of arm {arm.name} failed ({error}) — continuing", flush=True)
-
-
-def check_tools(b: Bench, arm: arms_mod.Arm) -> None:
-    """Tool-call quality of this arm (skipped with a reason on dummy weights)."""
-    from llmhost.client import Endpoint, make_client
-
-    endpoint = Endpoint(b.cfg.base_url + "/v1", b.cfg.served_model_name, b.cfg.api_key())
-    rows = toolcalls.check(arm.name, make_client(endpoint, timeout_s=120), b.cfg.served_model_name, b.cfg.load_format)
-    store.append_jsonl(b.store.toolcalls_path, rows)
-    scored = [r for r in rows if "ok" in r]
-    print(f"[bench] tool calls, arm {arm.name}: " + (f"{sum(bool(r['ok']) for r in scored)}/{len(scored)} right"
-                                                     if scored else str(rows[0].get("skipped"))), flush=True)
-
-
-# --- one point: flush, (warm), measure, parse ----------------------------------------------------------------------
-
-def attempt_point(b: Bench, point: points.Point, attempt: int) -> dict:
-    """Run one attempt of a point; returns its points.jsonl record (failures are data)."""
-    b.sampler.point_id = point.point_id
-    started, warn_note = time.time(), None
-    raw = b.store.raw_dir()
-    stem = raw / f"{point.point_id}.a{attempt}.{int(started)}"  # unique: an orphan of a killed run may still write
-    workload = WORKLOADS[point.workload]
-    common = dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
-                  seed=b.seed)
-    flushed = server.flush_cache(b.cfg, b.cfg.api_key(), wait_s=120)  # 200 only once SGLang emptied the tree
-    error, summary, rel = ("prefix cache flush failed (HTTP 400 for 120 s or no answer)" if not flushed else ""), {}, ""
-    if flushed and point.pattern == "warm":
-        code, warm_error = points.run_loadgen(
-            b.cfg.sglang_python, b.module, points.bench_argv(point, workload, output_file=Path(f"{stem}.warm.jsonl"),
-                                                             measured=False, **common),
-            starts_file=Path(f"{stem}.warm.starts"), log_file=Path(f"{stem}.log"), env=b.env,
-            limit_s=points.timeout_s(point))
-        warn_note = f"warm pass failed: {warm_error}" if code else None
-    if flushed:
-        argv = points.bench_argv(point, workload, output_file=Path(f"{stem}.jsonl"), **common)
-        code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=Path(f"{stem}.starts"),
-                                         log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
-        if not code:
-            try:
-                details = points.read_details(Path(f"{stem}.jsonl"))
-                starts = json.loads(Path(f"{stem}.starts").read_text())
-                rows = points.request_rows(details, starts, started)
-                summary = points.summarize(details, rows, point.request_rate)
-                rel = b.store.write_requests(point.point_id, rows)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
-    record = {**point.as_plan(), "attempt": attempt, "status": "failed" if error else "ok", "error": error or None,
-              "started_at": started, "ended_at": time.time(),
-              "cache_flushed": flushed and point.pattern != "warm", "summary": summary,
-              "requests_file": rel or f"requests/{point.point_id}.jsonl"}
-    if warn_note:
-        record["warning"] = warn_note
-    b.sampler.point_id = None
-    return record
-
-
-def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, first_attempt: int) -> bool:
-    """Attempts until ok or failed on the retry; a dead server is restarted before the retry. Returns ok."""
-    for attempt in range(first_attempt, 3):
-        b.progress(f"{point.point_id}: running{' (retry)' if attempt > 1 else ''}")
-        record = attempt_point(b, point, attempt)
-        b.store.append_point(record)
-        s = record["summary"]
-        if record["status"] == "ok":
-            note = "  CLIENT-BOUND" if s.get("client_bound") else ""
-            b.done += 1
-            b.spend(points.estimate_s(point))
-            b.progress(f"{point.point_id} ok {record['ended_at'] - record['started_at']:.1f}s "
-                       f"({s['completed']} done, {s['failed']} failed, {s['output_throughput']:.0f} tok/s){note}")
-            return True
-        print(f"[bench] {point.point_id} attempt {attempt} failed: {record['error']}", flush=True)
-        if attempt == 1 and not server_alive(b.cfg):
-            print(f"[bench] the server is not answering — restarting arm {arm.name} before the retry", flush=True)
-            error = restart_server(b, arm)
-            if error:
-                print(f"[bench] {error}", flush=True)
-    b.done += 1
-    b.spend(points.estimate_s(point))
-    return False
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -311,34 +125,6 @@ def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[
             "plan": [p.as_plan() for p in plan]}
 
 
-def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> None:
-    """Arm by arm: fresh server, warm pass, tool calls, then every point not yet recorded."""
-    attempts = b.store.latest_attempts()
-    done = b.store.done_points()
-    for arm in arms:
-        todo = [p for p in plan if p.arm == arm.name and p.point_id not in done]
-        if not todo:
-            continue
-        b.progress(f"arm {arm.name}: restarting the server with {' '.join(arm.flags) or 'the baseline flags'}")
-        error = restart_server(b, arm)
-        b.est_left_s -= arm_overhead_s(quick)
-        if error:  # recorded as attempt-1 failures: --resume tries them again
-            print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
-            for p in todo:
-                b.store.append_point({**p.as_plan(), "attempt": 1, "status": "failed", "error": error,
-                                      "started_at": time.time(), "ended_at": time.time(), "cache_flushed": False,
-                                      "summary": {}, "requests_file": f"requests/{p.point_id}.jsonl"})
-                b.done += 1
-                b.spend(points.estimate_s(p))
-            continue
-        if not quick:
-            warm_arm(b, arm)
-        if arm.name not in b.store.toolcall_arms():
-            check_tools(b, arm)
-        for p in todo:
-            run_point(b, arm, p, int(attempts.get(p.point_id, {}).get("attempt", 0)) + 1)
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -354,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in arms],
                           "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * len(arms))}))
         return 0
-    env = loadgen_env(cfg)
+    env = runner.loadgen_env(cfg)
     try:
         module, help_text = points.find_loadgen(cfg.sglang_python, env)
     except points.LoadgenError as exc:
@@ -378,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     sampler = telemetry.Sampler(cfg.base_url, lambda rows: store.append_jsonl(run.telemetry_path, rows),
                                 cfg.api_key()).start()
     done_before = run.done_points()
-    b = Bench(cfg, run, module, seed, env, sampler, total=len(plan), done=len(done_before),
+    b = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), done=len(done_before),
               est_left_s=sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
               + arm_overhead_s(quick) * len({p.arm for p in plan if p.point_id not in done_before}))
     try:
-        run_arms(b, arms, plan, quick)
+        runner.run_arms(b, arms, plan, quick)
     except KeyboardInterrupt:
         print(f"[bench] interrupted — continue with ./run_bench.py --resume {run.root}", file=sys.stderr)
         return 130

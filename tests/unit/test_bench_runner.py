@@ -1,22 +1,11 @@
-"""run_bench.py's retry rule with the process and HTTP boundaries faked: a failed point is retried once, after a
+"""The runner's retry rule with the process and HTTP boundaries faked: a failed point is retried once, after a
 restart when the server is dead, and recorded as failed when the retry fails too."""
 from __future__ import annotations
-
-import importlib.util
-import sys
 
 import pytest
 
 from llmhost import arms, points, store
-
-
-@pytest.fixture
-def run_bench(repo, monkeypatch):
-    spec = importlib.util.spec_from_file_location("run_bench", repo / "run_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "run_bench", module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from llmhost import runner  # executes runner.py's plan
 
 
 class FakeBench:
@@ -45,30 +34,30 @@ def _record(point, attempt, ok):
     ([False, False], False, 1, ["failed", "failed"]),
     ([False, True], True, 0, ["failed", "ok"]),
 ])
-def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(run_bench, tmp_path, monkeypatch, outcomes,
+def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(tmp_path, monkeypatch, outcomes,
                                                                        alive, restarts, final):
     bench = FakeBench(tmp_path)
     point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
     calls = {"restart": 0}
     results = iter(outcomes)
-    monkeypatch.setattr(run_bench, "attempt_point", lambda b, p, attempt: _record(p, attempt, next(results)))
-    monkeypatch.setattr(run_bench, "server_alive", lambda cfg: alive)
-    monkeypatch.setattr(run_bench, "restart_server", lambda b, arm: calls.__setitem__("restart", calls["restart"] + 1) or "")
-    ok = run_bench.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=1)
+    monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, next(results)))
+    monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
+    monkeypatch.setattr(runner, "restart_server", lambda b, arm: calls.__setitem__("restart", calls["restart"] + 1) or "")
+    ok = runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=1)
     lines = store.read_jsonl(bench.store.points_path)
     assert [r["status"] for r in lines] == final and [r["attempt"] for r in lines] == list(range(1, len(final) + 1))
     assert ok == (final[-1] == "ok") and calls["restart"] == restarts and bench.done == 1
     assert bench.store.done_points() == {point.point_id}
 
 
-def test_a_resumed_point_that_already_failed_once_gets_only_its_retry(run_bench, tmp_path, monkeypatch):
+def test_a_resumed_point_that_already_failed_once_gets_only_its_retry(tmp_path, monkeypatch):
     bench = FakeBench(tmp_path)
     point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
-    monkeypatch.setattr(run_bench, "attempt_point", lambda b, p, attempt: _record(p, attempt, False))
-    monkeypatch.setattr(run_bench, "server_alive", lambda cfg: True)
-    assert run_bench.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=2) is False
+    monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, False))
+    monkeypatch.setattr(runner, "server_alive", lambda cfg: True)
+    assert runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=2) is False
     assert [r["attempt"] for r in store.read_jsonl(bench.store.points_path)] == [2]
 
 
-def test_eta_and_durations_read_like_the_progress_lines(run_bench):
-    assert run_bench.fmt_s(190) == "3m10s" and run_bench.fmt_s(3 * 3600 + 120) == "3h02m"
+def test_eta_and_durations_read_like_the_progress_lines():
+    assert runner.fmt_s(190) == "3m10s" and runner.fmt_s(3 * 3600 + 120) == "3h02m"
