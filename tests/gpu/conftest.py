@@ -1,7 +1,7 @@
 """GPU suite fixtures: skip with a stated reason unless CUDA and sglang are usable, an isolated serve.sh setup,
 and the results record written to $GPU_SUITE_OUT (default results/gpu_suite/gpu_suite.json).
 
-Run on the GPU host (see tests/gpu/test_serve_gpu.py for the one command)."""
+Run on the GPU host (see tests/gpu/test_1_serve_gpu.py for the one command)."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """The real stack on a CUDA host: serve.sh start with the real config (LOAD_FORMAT=dummy works without weights),
 the smoke test, status, a restart that adds an API key, stop -> GPU memory released. Steps run in order (-x).
 
-    SGLANG_PYTHON=python3 MODEL_DIR=$QWEN3_4B_DIR LOAD_FORMAT=dummy WORK_DIR=/tmp/llmhost-gpu \
+    SGLANG_PYTHON=python3 MODEL_DIR=/path/to/Qwen3-4B LOAD_FORMAT=dummy WORK_DIR=/tmp/llmhost-gpu \
         python3 -m pytest -m gpu tests/gpu -x -v
 
 Writes $GPU_SUITE_OUT/gpu_suite.json (default results/gpu_suite/): per step its seconds, outcome and the numbers

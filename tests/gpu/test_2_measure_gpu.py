@@ -1,0 +1,74 @@
+"""The measuring half of the GPU suite: the FlashInfer benchmarks, the live trace and a small benchmark, each as the
+user runs it, asserting what the numbers must satisfy on any healthy GPU (checks pass, bandwidth is a real share of
+the peak, CUDA-graph decode steps are seen, every point completes). Runs after test_1_serve_gpu.py (same pytest session, files run in name order):
+
+    SGLANG_PYTHON=python3 MODEL_DIR=/path/to/Qwen3-4B LOAD_FORMAT=dummy python3 -m pytest -m gpu tests/gpu -v
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(env: dict[str, str], *argv: str, timeout: float = 900) -> tuple[dict, float]:
+    """Run a toolkit script; its last stdout line is one JSON document. Fails the test with the output tail."""
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    seconds = round(time.monotonic() - start, 1)
+    lines = out.stdout.strip().splitlines()
+    assert lines, f"{argv[0]} printed nothing (rc {out.returncode}): {out.stderr[-2000:]}"
+    return json.loads(lines[-1]), seconds
+
+
+@pytest.fixture
+def results(tmp_path, gpu_env) -> dict[str, str]:
+    return {**gpu_env, "RESULTS_DIR": str(tmp_path / "results")}
+
+
+def test_paged_decode_is_correct_and_reads_kv_at_a_real_share_of_peak(results, tmp_path, record):
+    summary, seconds = run(results, "fi_bench.py", "sparse", "--quick", "--out-dir", str(tmp_path))
+    record.step("fi_sparse_quick", wall_s=seconds, **{k: summary.get(k) for k in (
+        "checks_failed", "decode_gb_s_best", "decode_pct_peak_best", "fp8_over_bf16_speedup")})
+    assert summary["checks_failed"] == 0 and not summary["errors"]
+    assert summary["decode_pct_peak_best"] > 40  # memory-bound decode: well above a tenth of peak on any GPU
+    ratios = [r for per_page in summary["scattered_over_contiguous_time"].values() for r in per_page.values()]
+    assert ratios and all(0.5 < r < 3 for r in ratios)
+
+
+def test_split_kv_pays_off_for_one_long_request_in_a_small_batch(results, tmp_path, record):
+    summary, seconds = run(results, "fi_bench.py", "balance", "--batches", "4,64",
+                           "--distributions", "uniform,one-long", "--out-dir", str(tmp_path))
+    record.step("fi_balance", wall_s=seconds, split_kv_speedup=summary.get("split_kv_speedup"),
+                plan_us_per_layer=summary.get("plan_us_per_layer"))
+    assert summary["checks_failed"] == 0
+    assert summary["split_kv_speedup"]["one-long"]["batch 4"] > 1.5  # one CTA per head would serialise 64K tokens
+    assert 0 < summary["plan_us_per_layer"] < summary["plan_us_per_call"]
+
+
+def test_the_live_trace_sees_cuda_graph_decode_steps_and_prefix_sharing(results, tmp_path, record):
+    summary, seconds = run(results, "fi_trace.py", "capture", "--duration-s", "10", "--out-dir", str(tmp_path))
+    record.step("fi_trace", wall_s=seconds, **{k: summary.get(k) for k in (
+        "samples", "decode_steps_graph", "decode_steps_eager", "sees_graph_replays")})
+    assert summary["sees_graph_replays"] and summary["decode_steps_graph"] > 0
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert trace["traffic"]["failed"] == 0
+    assert trace["summary"]["decode"]["sharing_ratio"] > 0.5  # shared system prompts: the radix cache at work
+
+
+def test_a_small_benchmark_completes_every_point(results, record):
+    summary, seconds = run(results, "run_bench.py", "--quick", "--arms", "baseline", timeout=1200)
+    record.step("bench_baseline_quick", wall_s=seconds, **summary)
+    assert summary["points_planned"] > 0 and summary["points_failed"] == 0
+    run_dir = Path(summary["run_dir"])
+    points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
+    assert all(p["status"] == "ok" and p["cache_flushed"] and p["summary"]["completed"] > 0 for p in points)
+    assert (run_dir / "telemetry.jsonl").stat().st_size > 0
+    subprocess.run([str(REPO / "serve.sh"), "stop"], env=results, capture_output=True, timeout=120)
