@@ -109,15 +109,18 @@ def load_values(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     text = DEFAULT_FILE.read_text()
     override = env.get("LLMHOST_CONFIG") or (str(LOCAL_FILE) if LOCAL_FILE.exists() else "")
-    if override:
-        path = Path(override)
-        if not path.is_file():
-            raise ConfigError(f"LLMHOST_CONFIG={override} is not a file")
-        text += "\n" + path.read_text()
-    merged: dict[str, str] = {}
-    for key, value in parse_lines(text, env).items():
-        merged[key] = value  # later lines (the local file) replace earlier ones
-    return merged
+    if not override:
+        return parse_lines(text, env)
+    path = Path(override)
+    if not path.is_file():
+        raise ConfigError(f"LLMHOST_CONFIG={override} is not a file")
+    local_text = path.read_text()
+    # The local file's values, its ${KEY}s resolved against config.env and earlier local lines ...
+    combined = parse_lines(text + "\n" + local_text, env)
+    local = {key: combined[key] for key in parse_lines(local_text, {k: "" for k in combined})}
+    # ... then act like environment overrides, so a local WORK_DIR moves MODEL_DIR, SGLANG_PYTHON, ... with it
+    # (the environment still wins); unknown local keys stay in, for load() to name.
+    return {**parse_lines(text, {**local, **env}), **local}
 
 
 def load(env: dict[str, str] | None = None) -> Config:

@@ -60,3 +60,16 @@ def test_bash_sees_exactly_the_python_values(repo, tmp_path):
     python_values = config.load_values(env)
     assert from_bash == {k: python_values[k] for k in keys}
     assert from_bash["SERVER_EXTRA_ARGS"] == "--a 'b c'"
+
+
+def test_local_work_dir_moves_the_paths_derived_from_it_like_an_environment_override(tmp_path):
+    local = tmp_path / "local.env"
+    local.write_text("WORK_DIR=/data/llm\nSERVED_MODEL_NAME=${MODEL_ID}\n")
+    cfg = config.load({"HOME": os.environ["HOME"], "LLMHOST_CONFIG": str(local)})
+    assert cfg.work_dir == "/data/llm"
+    assert cfg.model_dir == "/data/llm/models/Qwen3-4B"
+    assert cfg.sglang_python == "/data/llm/venv/bin/python"
+    assert cfg.flashinfer_workspace_base == "/data/llm/flashinfer-cache"
+    assert cfg.served_model_name == "Qwen/Qwen3-4B"
+    env_wins = config.load({"HOME": os.environ["HOME"], "LLMHOST_CONFIG": str(local), "WORK_DIR": "/srv"})
+    assert env_wins.model_dir == "/srv/models/Qwen3-4B"
