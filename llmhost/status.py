@@ -8,6 +8,7 @@ Reads the live server and $WORK_DIR/server/{pid,pgid,started_at}; writes nothing
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import sys
 import time
@@ -76,7 +77,8 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
 
 def _uptime(started_at: str) -> str:
     try:
-        seconds = int(time.time() - time.mktime(time.strptime(started_at, "%Y-%m-%dT%H:%M:%SZ")) + time.timezone)
+        # timegm: started_at is UTC; mktime + time.timezone was an hour off on hosts in summer time
+        seconds = int(time.time() - calendar.timegm(time.strptime(started_at, "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:
         return "?"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
