@@ -61,15 +61,21 @@ def gpu_reader() -> Callable[[float, str | None], list[dict]]:
         pynvml.nvmlInit()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
 
+        readers = {"gpu_util_pct": lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                   "gpu_mem_used_gb": lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**30,
+                   "gpu_power_w": lambda h: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                   "gpu_sm_clock_mhz": lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}
+
         def nvml(t: float, point_id: str | None) -> list[dict]:
             rows = []
             for i, h in enumerate(handles):
-                values = {"gpu_util_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
-                          "gpu_mem_used_gb": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**30,
-                          "gpu_power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                          "gpu_sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}
-                rows += [{"t": t, "source": "gpu", "name": k, "labels": {"gpu": str(i)}, "value": float(v),
-                          "point_id": point_id} for k, v in values.items()]
+                for name, read in readers.items():
+                    try:
+                        value = float(read(h))
+                    except pynvml.NVMLError:  # e.g. power Not Supported on some boards: skip it, like "[N/A]"
+                        continue
+                    rows.append({"t": t, "source": "gpu", "name": name, "labels": {"gpu": str(i)}, "value": value,
+                                 "point_id": point_id})
             return rows
 
         return nvml

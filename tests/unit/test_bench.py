@@ -140,3 +140,22 @@ def test_standin_load_generator_accepts_only_options_of_the_captured_help(captur
     options = [o for a in serving.build_parser()._actions for o in a.option_strings if o.startswith("--")]
     assert options and all(o in text for o in options)
     assert set(serving.ASYNC_REQUEST_FUNCS) <= set(text.split("--backend {")[1].split("}")[0].split(","))
+
+
+def test_nvml_reader_skips_a_counter_the_board_does_not_support(monkeypatch):
+    class NVMLError(Exception):
+        pass
+
+    def no_power(handle):
+        raise NVMLError("Not Supported")
+
+    fake = SimpleNamespace(
+        NVMLError=NVMLError, NVML_CLOCK_SM=1, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetPowerUsage=no_power,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=97),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=40 * 2**30),
+        nvmlDeviceGetClockInfo=lambda h, clock: 1980)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    rows = telemetry.gpu_reader()(7.0, "p1")  # one unsupported counter used to raise and end the sampler thread
+    by = {r["name"]: r["value"] for r in rows}
+    assert by == {"gpu_util_pct": 97.0, "gpu_mem_used_gb": 40.0, "gpu_sm_clock_mhz": 1980.0}
