@@ -104,9 +104,13 @@ def open_run(opts: Options, cfg: config.Config) -> tuple[store.RunStore, list[ar
     """A new run (arms, plan, seed from the options) or the resumed one (all three from its manifest)."""
     if opts.resume:
         run = store.RunStore(opts.resume)
-        manifest = run.read_manifest()
-        arms = [arms_mod.Arm(**{**a, "flags": tuple(a["flags"])}) for a in manifest["arms"]]
-        return run, arms, [points.Point(**p) for p in manifest["plan"]], int(manifest["seed"])
+        try:
+            manifest = run.read_manifest()
+            arms = [arms_mod.Arm(**{**a, "flags": tuple(a["flags"])}) for a in manifest["arms"]]
+            return run, arms, [points.Point(**p) for p in manifest["plan"]], int(manifest["seed"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+            raise BenchError(f"--resume {opts.resume}: manifest.json is not a run_bench.py manifest "
+                             f"({type(exc).__name__}: {exc}) — start a new run with ./run_bench.py") from None
     try:
         arms = arms_mod.select(opts.arms, [*opts.user_arms, *arms_mod.config_arm_specs(cfg.bench_user_arms)])
     except arms_mod.ArmError as exc:

@@ -2,6 +2,10 @@
 restart when the server is dead, and recorded as failed when the retry fails too."""
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 
 from llmhost import arms, points, store
@@ -61,3 +65,15 @@ def test_a_resumed_point_that_already_failed_once_gets_only_its_retry(tmp_path, 
 
 def test_eta_and_durations_read_like_the_progress_lines():
     assert runner.fmt_s(190) == "3m10s" and runner.fmt_s(3 * 3600 + 120) == "3h02m"
+
+
+@pytest.mark.parametrize("text", ['{"schema": 1', '{"schema": 1, "plan": []}'])
+def test_resume_of_a_directory_with_a_broken_manifest_ends_with_one_line(tmp_path, capsys, monkeypatch, text):
+    spec = importlib.util.spec_from_file_location("run_bench_cli", Path(runner.REPO) / "run_bench.py")
+    run_bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "run_bench_cli", run_bench)  # its dataclasses look their module up
+    spec.loader.exec_module(run_bench)
+    (tmp_path / "manifest.json").write_text(text)
+    assert run_bench.main(["--resume", str(tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "manifest.json is not a run_bench.py manifest" in err
