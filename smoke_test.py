@@ -55,6 +55,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.timeout <= 0 or args.max_tokens <= 0:
         parser.error("--timeout and --max-tokens must be positive")
+    if args.base_url and not args.base_url.startswith(("http://", "https://")):
+        parser.error(f"--base-url {args.base_url} needs its scheme, e.g. http://127.0.0.1:30000/v1")
     return args
 
 

@@ -67,7 +67,11 @@ class Config:
         """The API key from API_KEY_FILE, or None when no key is configured."""
         if not self.api_key_file:
             return None
-        key = Path(self.api_key_file).read_text().strip()
+        try:
+            key = Path(self.api_key_file).read_text().strip()
+        except OSError as exc:  # still an OSError for callers; the message names the setting and the way out
+            raise OSError(f"API_KEY_FILE={self.api_key_file} cannot be read ({exc.strerror}) — fix the path, "
+                          "or set API_KEY_FILE= for no key") from None
         return key or None
 
 

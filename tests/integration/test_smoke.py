@@ -138,3 +138,10 @@ def test_missing_key_file_and_bad_usage_are_one_line_errors(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         smoke_test.main(["check", "--only", "nonsense"])
     assert exc.value.code == 2
+
+
+def test_base_url_without_scheme_is_a_usage_error_not_a_wrong_tunnel_hint(capsys):
+    with pytest.raises(SystemExit) as exc:
+        smoke_test.main(["--base-url", "localhost:30000", "--model", "m"])
+    assert exc.value.code == 2
+    assert "needs its scheme" in capsys.readouterr().err

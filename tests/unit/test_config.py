@@ -73,3 +73,9 @@ def test_local_work_dir_moves_the_paths_derived_from_it_like_an_environment_over
     assert cfg.served_model_name == "Qwen/Qwen3-4B"
     env_wins = config.load({"HOME": os.environ["HOME"], "LLMHOST_CONFIG": str(local), "WORK_DIR": "/srv"})
     assert env_wins.model_dir == "/srv/models/Qwen3-4B"
+
+
+def test_unreadable_api_key_file_names_the_setting(tmp_path):
+    cfg = config.load({"HOME": os.environ["HOME"], "API_KEY_FILE": str(tmp_path / "absent")})
+    with pytest.raises(OSError, match=r"API_KEY_FILE=.*absent cannot be read"):
+        cfg.api_key()
