@@ -188,6 +188,12 @@ def run_loadgen(python: str, module: str, argv: list[str], *, starts_file: Path,
             os.killpg(proc.pid, signal.SIGKILL)  # the group we started: bench_serving and nothing else
             proc.wait()
             return 124, f"load generator exceeded {limit_s:.0f}s"
+        except BaseException:
+            # Ctrl-C reaches only our own session: without this the load generator kept loading the server after
+            # run_bench.py exited (and into the first point of a --resume).
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     if code != 0:
         return code, f"load generator exited {code}: {last_line(log_file)}"
     return 0, ""

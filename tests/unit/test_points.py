@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import sys
+import threading
+import time
 
 import pytest
 
@@ -190,3 +195,21 @@ def test_wrapper_records_start_times_in_creation_order_even_via_the_deprecated_p
     first = mod.RequestFuncInput("p", "u", 1, 1, "m", None, None, {})
     second = mod.RequestFuncInput("p", "u", 1, 1, "m", None, None, {})
     assert (first.llmhost_seq, second.llmhost_seq) == (0, 1)
+
+
+def test_ctrl_c_during_a_point_also_stops_the_load_generator(tmp_path):
+    pid_file = tmp_path / "pid"
+    stmt = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+
+    def interrupt_once_started() -> None:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):  # `python -m timeit STMT` stands in for bench_serving
+        points.run_loadgen(sys.executable, "timeit", ["-n", "1", stmt], starts_file=tmp_path / "starts",
+                           log_file=tmp_path / "log", env=dict(os.environ), limit_s=60)
+    with pytest.raises(ProcessLookupError):  # killed and reaped, not left running in its own session
+        os.kill(int(pid_file.read_text()), 0)
