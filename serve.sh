@@ -168,11 +168,22 @@ cmd_logs() {
   tail -n "$lines" "${follow[@]}" "$STATE/server.log"
 }
 
+# PID of the dashboard server that dashboard started, when it still runs; empty otherwise. The recorded PID
+# must still be our http.server: after it died (or a reboot) the number may belong to someone else's group.
+our_dashboard() {
+  local pid
+  pid=$(cat "$STATE/dashboard.pid" 2>/dev/null || true)
+  [[ -n "$pid" ]] && ! group_gone "$pid" || return 0
+  if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "-m http.server --bind 127.0.0.1"; then
+    echo "$pid"
+  fi
+}
+
 cmd_dashboard() {
   local pid_file="$STATE/dashboard.pid" dir pid holder
-  pid=$(cat "$pid_file" 2>/dev/null || true)
+  pid=$(our_dashboard)
   if [[ "${1:-}" == stop ]]; then
-    if [[ -n "$pid" ]] && ! group_gone "$pid"; then stop_group "$pid" 10; log "dashboard stopped"; else log "no dashboard of ours is running"; fi
+    if [[ -n "$pid" ]]; then stop_group "$pid" 10; log "dashboard stopped"; else log "no dashboard of ours is running"; fi
     rm -f "$pid_file"
     return 0
   fi
@@ -180,7 +191,7 @@ cmd_dashboard() {
   dir=$RESULTS_DIR
   [[ "$dir" == /* ]] || dir="$LIB_DIR/$dir"
   mkdir -p "$dir" "$STATE"
-  if [[ -z "$pid" ]] || group_gone "$pid"; then
+  if [[ -z "$pid" ]]; then
     if holder=$(py -m llmhost.procfs "$DASHBOARD_PORT" 2>/dev/null); then
       die "port $DASHBOARD_PORT is held by $holder — set DASHBOARD_PORT=<free port>"
     fi
@@ -189,7 +200,7 @@ cmd_dashboard() {
       >"$STATE/dashboard.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$pid_file"
-    wait_until 10 0.2 py -m llmhost.procfs "$DASHBOARD_PORT" >/dev/null \
+    wait_until 10 0.2 py -m llmhost.procfs "$DASHBOARD_PORT" >/dev/null 2>&1 \
       || die "the dashboard server did not start — see $STATE/dashboard.log"
   fi
   log "dashboard: http://127.0.0.1:$DASHBOARD_PORT/ serving $dir (pid $pid; ./serve.sh dashboard stop)"

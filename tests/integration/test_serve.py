@@ -300,3 +300,23 @@ def test_bad_settings_end_in_one_line_naming_what_to_change(serve, tmp_path):
     no_model = serve(MODEL_DIR=str(tmp_path / "nowhere"))("start")
     assert no_model.returncode == 1 and "MODEL_DIR=" in no_model.stderr and "setup_host.sh" in no_model.stderr
     assert no_model.stderr.count("\n") == 1 and "Traceback" not in no_model.stderr
+
+
+def test_dashboard_ignores_a_recorded_pid_that_now_belongs_to_another_process(serve):
+    s = serve()
+    s.state.mkdir(parents=True)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group leader that is not our dashboard
+    try:
+        (s.state / "dashboard.pid").write_text(f"{other.pid}\n")
+        started = s("dashboard")
+        port = int(s.env["DASHBOARD_PORT"])
+        assert started.returncode == 0 and started.stderr == ""
+        owners = procfs.port_owners(port)
+        assert owners and other.pid not in owners  # a real dashboard started instead of trusting the number
+        assert s("dashboard", "stop").returncode == 0 and procfs.port_owners(port) == []
+        assert other.poll() is None  # the other process group was left alone
+        (s.state / "dashboard.pid").write_text(f"{other.pid}\n")
+        assert "no dashboard of ours" in s("dashboard", "stop").stdout and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
