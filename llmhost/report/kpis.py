@@ -57,12 +57,17 @@ def _capacity(rows: list[dict], arm: str, pattern: str) -> tuple[str, str, bool]
             continue
         parts.append(f"{wl}: {cap.load:g}{unit}" + ("" if cap.is_bracketed else "+"))
         details.append(f"{wl}: fails at {cap.first_failing:g}{unit}" if cap.is_bracketed
-                       else f"{wl}: no tested load failed")
+                       else f"{wl}: no measured load failed")
         if any(r["client_bound"] and r[key] == cap.load for r in mine):
             details[-1] += f" (the load generator could not offer {cap.load:g}{unit}: client-bound)"
             flagged = True
         if not cap.is_monotonic:
             details[-1] += " (a higher load passed again: noisy)"
+        lost = [float(r[key]) for r in rows if r["arm"] == arm and r["workload"] == wl and r["pattern"] == pattern
+                and r["points_ok"] == 0 and r[key] is not None]
+        if lost:  # e.g. the server died under that load: not a pass, so flagged and named
+            details[-1] += f" (no result at {', '.join(f'{x:g}' for x in sorted(lost))}{unit}: the point failed)"
+            flagged = True
     if not parts:
         return "—", f"no {pattern} points in this run — {FULL_RUN}", False
     return " · ".join(parts), "; ".join(details), flagged

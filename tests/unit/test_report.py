@@ -231,3 +231,9 @@ def test_compare_matches_loads_across_prompt_counts_but_not_burst_sizes(ctx: fig
     rows = tables.compare_rows(ctx.groups, other, SLO)
     assert {r["pattern"] for r in rows} == {"concurrency", "qps", "long", "cold", "warm"}  # burst size differs
     assert len(rows) == sum(1 for g in ctx.groups if g.pattern != "burst")
+
+
+def test_capacity_card_names_and_flags_a_load_whose_point_failed_outright() -> None:
+    rows = [_row(1, True), _row(8, True), _row(32, True), {**_row(64, False), "points_ok": 0}]
+    value, detail, flagged = kpis._capacity(rows, "a", "concurrency")
+    assert value == "w: 32+" and "no result at 64: the point failed" in detail and flagged
