@@ -51,6 +51,8 @@ class Config:
     @property
     def base_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        if ":" in host:  # an IPv6 literal such as ::1 goes in brackets, or the URL has no valid host
+            host = f"[{host}]"
         return f"http://{host}:{self.port}"
 
     @property

@@ -79,3 +79,12 @@ def test_unreadable_api_key_file_names_the_setting(tmp_path):
     cfg = config.load({"HOME": os.environ["HOME"], "API_KEY_FILE": str(tmp_path / "absent")})
     with pytest.raises(OSError, match=r"API_KEY_FILE=.*absent cannot be read"):
         cfg.api_key()
+
+
+def test_base_url_brackets_an_ipv6_loopback_host():
+    from urllib.parse import urlsplit
+
+    url = config.load({"HOME": os.environ["HOME"], "HOST": "::1", "PORT": "30001"}).base_url
+    assert url == "http://[::1]:30001"
+    assert (urlsplit(url).hostname, urlsplit(url).port) == ("::1", 30001)
+    assert config.load({"HOME": os.environ["HOME"], "HOST": "0.0.0.0"}).base_url == "http://127.0.0.1:30000"
