@@ -115,7 +115,11 @@ def open_run(opts: Options, cfg: config.Config) -> tuple[store.RunStore, list[ar
         arms = arms_mod.select(opts.arms, [*opts.user_arms, *arms_mod.config_arm_specs(cfg.bench_user_arms)])
     except arms_mod.ArmError as exc:
         raise BenchError(f"{exc} — see ./run_bench.py --help") from None
-    return None, arms, points.build_plan(arms, opts.workloads, opts.quick, opts.repeat), opts.seed  # type: ignore[return-value]
+    plan = points.build_plan(arms, opts.workloads, opts.quick, opts.repeat)
+    if not plan:  # --quick has agent and chat points only
+        raise BenchError(f"no points: {'--quick' if opts.quick else 'the sweep'} has none for workloads "
+                         f"{','.join(opts.workloads)} — add agent or chat to --workloads, or drop --quick")
+    return None, arms, plan, opts.seed  # type: ignore[return-value]
 
 
 def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
@@ -140,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if isinstance(exc, config.ConfigError) else 2
     # --- the plan: print it and stop, or check it against the installed load generator ---
     if opts.dry_run:
-        print_plan(plan, arms, arm_overhead_s(quick))
-        print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in arms],
-                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * len(arms))}))
+        active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
+        print_plan(plan, active, arm_overhead_s(quick))
+        print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
+                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * len(active))}))
         return 0
     env = runner.loadgen_env(cfg)
     try:

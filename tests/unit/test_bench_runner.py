@@ -3,6 +3,7 @@ restart when the server is dead, and recorded as failed when the retry fails too
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -67,13 +68,31 @@ def test_eta_and_durations_read_like_the_progress_lines():
     assert runner.fmt_s(190) == "3m10s" and runner.fmt_s(3 * 3600 + 120) == "3h02m"
 
 
-@pytest.mark.parametrize("text", ['{"schema": 1', '{"schema": 1, "plan": []}'])
-def test_resume_of_a_directory_with_a_broken_manifest_ends_with_one_line(tmp_path, capsys, monkeypatch, text):
+@pytest.fixture
+def run_bench(monkeypatch):
     spec = importlib.util.spec_from_file_location("run_bench_cli", Path(runner.REPO) / "run_bench.py")
-    run_bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "run_bench_cli", run_bench)  # its dataclasses look their module up
-    spec.loader.exec_module(run_bench)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "run_bench_cli", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("text", ['{"schema": 1', '{"schema": 1, "plan": []}'])
+def test_resume_of_a_directory_with_a_broken_manifest_ends_with_one_line(tmp_path, capsys, run_bench, text):
     (tmp_path / "manifest.json").write_text(text)
     assert run_bench.main(["--resume", str(tmp_path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "manifest.json is not a run_bench.py manifest" in err
+
+
+def test_a_selection_without_points_ends_with_one_line_instead_of_a_traceback(capsys, run_bench):
+    assert run_bench.main(["--quick", "--workloads", "long"]) == 2  # --quick has agent and chat points only
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no points" in err and "--workloads" in err
+
+
+def test_dry_run_estimate_counts_restarts_only_for_arms_with_points(capsys, run_bench):
+    assert run_bench.main(["--quick", "--workloads", "chat", "--dry-run"]) == 0  # one baseline qps point
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["arms"] == ["baseline"] and doc["points"] == 1
+    assert doc["estimate_s"] < runner.arm_overhead_s(True) * 2
