@@ -114,11 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as exc:
         print(f"[serve] error: {exc}", file=sys.stderr)
         return 1
-    if args.what == "chat":
-        ok, line = test_chat(cfg, api_key)
-        print(f"[serve] {line}", file=sys.stdout if ok else sys.stderr)
-        return 0 if ok else 1
-    healthy, lines = status_lines(cfg, api_key)
+    try:
+        if args.what == "chat":
+            ok, line = test_chat(cfg, api_key)
+            print(f"[serve] {line}", file=sys.stdout if ok else sys.stderr)
+            return 0 if ok else 1
+        healthy, lines = status_lines(cfg, api_key)
+    except ImportError as exc:  # serve.sh falls back to the host python3 when SGLANG_PYTHON does not exist
+        print(f"[serve] error: {exc.name} is not importable in {sys.executable} — set SGLANG_PYTHON to the Python "
+              "that has sglang (./setup_host.sh installs it)", file=sys.stderr)
+        return 1
     if not healthy:
         print(f"[serve] {lines[0]} — start it with ./serve.sh start", file=sys.stderr)
         return 1

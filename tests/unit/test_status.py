@@ -18,3 +18,13 @@ def test_uptime_is_right_on_a_host_in_summer_time(monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_python_without_the_client_packages_is_one_line_naming_sglang_python(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # the host python3 serve.sh falls back to lacks openai
+    monkeypatch.setenv("API_KEY_FILE", "")
+    assert status.main(["chat"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "openai is not importable" in err and "SGLANG_PYTHON" in err
