@@ -136,7 +136,8 @@ def latency_vs_load(ctx: Context) -> Chart:
 def qps_sweep(ctx: Context) -> Chart:
     title = "Did the server keep up with the offered request rate?"
     read = ("Achieved vs offered requests/s under Poisson arrivals; on the diagonal = kept up; an ✕ marks a "
-            "client-bound point (achieved < 95% of offered: the load generator, not the server, was the limit).")
+            "client-bound point (achieved short of offered by more than 5% and more than Poisson noise, 3/√n: the "
+            "load generator, not the server, was the limit).")
     wls = _workloads_with(ctx, "qps")
     if not wls:
         return Chart("qps", title, read, None, "no QPS sweep in this run — run ./run_bench.py (it plans qps points)")

@@ -237,3 +237,8 @@ def test_capacity_card_names_and_flags_a_load_whose_point_failed_outright() -> N
     rows = [_row(1, True), _row(8, True), _row(32, True), {**_row(64, False), "points_ok": 0}]
     value, detail, flagged = kpis._capacity(rows, "a", "concurrency")
     assert value == "w: 32+" and "no result at 64: the point failed" in detail and flagged
+
+
+def test_qps_chart_states_the_client_bound_rule_the_runner_applies(ctx: figures.Context) -> None:
+    read = figures.qps_sweep(ctx).read
+    assert "95%" not in read and "5%" in read and "3/√n" in read  # points.summarize: max(5%, 3/sqrt(n-1)) slack
