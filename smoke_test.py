@@ -102,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     except client.ClientError as exc:
         print(f"smoke_test: {exc}", file=sys.stderr)
         return 1
-    api = client.make_client(ep, args.timeout)
+    try:
+        api = client.make_client(ep, args.timeout)
+    except ImportError:  # a laptop with only the repo cloned
+        print(f"smoke_test: the openai package is not installed in {sys.executable} — pip install openai",
+              file=sys.stderr)
+        return 1
     return run_chat(args, ep, api) if args.mode == "chat" else run_check(args, ep, api)
 
 

@@ -145,3 +145,9 @@ def test_base_url_without_scheme_is_a_usage_error_not_a_wrong_tunnel_hint(capsys
         smoke_test.main(["--base-url", "localhost:30000", "--model", "m"])
     assert exc.value.code == 2
     assert "needs its scheme" in capsys.readouterr().err
+
+
+def test_a_laptop_without_the_openai_package_gets_the_install_command(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)
+    code, _, err = smoke(capsys, "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+    assert code == 1 and err.count("\n") == 1 and "pip install openai" in err
