@@ -240,5 +240,5 @@ def test_capacity_card_names_and_flags_a_load_whose_point_failed_outright() -> N
 
 
 def test_qps_chart_states_the_client_bound_rule_the_runner_applies(ctx: figures.Context) -> None:
-    read = figures.qps_sweep(ctx).read
+    read = figures.qps_sweep(ctx).how_to_read
     assert "95%" not in read and "5%" in read and "3/√n" in read  # points.summarize: max(5%, 3/sqrt(n-1)) slack
