@@ -22,9 +22,13 @@ def redact_stream(config_file: Path, source: BinaryIO | None = None, sink: Binar
     from --config, so the tmux pane and server.log only ever see this filtered stream.
     """
     source, sink = source or sys.stdin.buffer, sink or sys.stdout.buffer
-    secret = json.loads(config_file.read_text().split(":", 1)[1].strip()).encode()
+    key = json.loads(config_file.read_text().split(":", 1)[1].strip())
+    # The key as written, and as repr() escapes it inside ServerArgs(...) (backslashes, and quotes, come escaped).
+    secrets = sorted({s.encode() for s in (key, repr(key)[1:-1]) if s}, key=len, reverse=True)
     for chunk in iter(source.readline, b""):
-        sink.write(chunk.replace(secret, b"***") if secret else chunk)
+        for secret in secrets:
+            chunk = chunk.replace(secret, b"***")
+        sink.write(chunk)
         sink.flush()
 
 

@@ -162,3 +162,16 @@ def test_an_api_key_forces_one_tokenizer_worker_because_sglang_refuses_it_otherw
     assert flag(build_spec(cfg, cpu_count=16).argv, "--tokenizer-worker-num") == ["8"]
     with pytest.raises(SpecError, match="TOKENIZER_WORKER_NUM=4 with API_KEY_FILE"):
         build_spec(dataclasses.replace(keyed, tokenizer_worker_num="4"), cpu_count=16)
+
+
+def test_redactor_also_catches_the_key_as_repr_escapes_it_in_server_args(tmp_path):
+    import io
+    import json
+
+    key = "sk\\a'b"
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(f"api-key: {json.dumps(key)}\n")
+    logged = f"server_args=ServerArgs(api_key={key!r}, port=1)\nraw {key}\n".encode()
+    sink = io.BytesIO()
+    serverlog.redact_stream(yaml_file, io.BytesIO(logged), sink)
+    assert sink.getvalue() == b'server_args=ServerArgs(api_key="***", port=1)\nraw ***\n'
