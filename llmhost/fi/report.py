@@ -26,7 +26,7 @@ PRODUCE = {  # the exact command that writes each stage's JSON (defaults: MODEL_
     "sparse": "python3 fi_bench.py sparse --out-dir {out}",
     "balance": "python3 fi_bench.py balance --out-dir {out}",
     "jit": "./fi_jit_setup.sh, then python3 fi_bench.py jit --out-dir {out}",
-    "trace": "python3 fi_trace.py --out-dir {out}  (with ./serve.sh start running)",
+    "trace": "python3 fi_trace.py capture --out-dir {out}  (restarts ./serve.sh with the tracer, then restores it)",
 }
 EXTERNAL = {"jit": "llmhost.fi.jit_report", "trace": "llmhost.fi.trace_report"}
 

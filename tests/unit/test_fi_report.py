@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +118,13 @@ def test_plan_parameters_look_through_a_kwargs_forwarder():
         def _plan_impl(self, indptr, *, fixed_split_size=None, disable_split_kv=False): ...
 
     assert {"disable_split_kv", "fixed_split_size"} <= balance.plan_parameters(Wrapper().plan)
+
+
+@pytest.mark.parametrize("stage", sorted(report.PRODUCE))
+def test_each_produce_command_names_a_real_subcommand(stage):
+    repo = Path(report.__file__).resolve().parents[2]
+    script, subcommand = re.search(r"python3 (\S+\.py) (\S+)", report.PRODUCE[stage]).groups()
+    usage = subprocess.run([sys.executable, str(repo / script), "--help"], capture_output=True, text=True,
+                           cwd=repo, timeout=60).stdout
+    choices = re.search(r"\{([a-z,]+)\}", usage).group(1).split(",")
+    assert subcommand in choices, f"{stage}: {report.PRODUCE[stage]!r} (choices {choices})"
