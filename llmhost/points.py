@@ -244,8 +244,9 @@ def request_rows(details: dict[str, object], starts: list[list[float]], fallback
 
 def low_support(counts: dict[str, int]) -> list[str]:
     """Percentiles resting on fewer than TAIL_SAMPLES samples beyond them, e.g. 'ttft_ms.p99.9'."""
+    # round: 100 * (1 - 0.9) = 9.999999999999998 would flag p90 of 100 samples (llmhost.stats rounds the same way)
     return [f"{metric}.{name}" for metric, n in counts.items() for name, q in PERCENTILES.items()
-            if n * (1 - q) < TAIL_SAMPLES]
+            if round(n * (1 - q), 6) < TAIL_SAMPLES]
 
 
 def summarize(details: dict[str, object], rows: list[dict], request_rate: float | None) -> dict[str, object]:

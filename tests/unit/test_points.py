@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from llmhost import arms, points
+from llmhost import arms, points, stats
 from llmhost.workloads import REGISTRY as WORKLOADS
 
 ALL_ARMS = list(arms.REGISTRY.values())
@@ -133,6 +133,13 @@ def test_percentile_support_needs_ten_samples_beyond_it():
     assert points.low_support({"x": 9_999}) == ["x.p99.9"]
     assert points.low_support({"x": 1_000}) == ["x.p99.9"]
     assert points.low_support({"x": 999}) == ["x.p99", "x.p99.9"]
+
+
+def test_percentile_support_agrees_with_the_dashboard_rule_at_every_boundary():
+    for n in (20, 100, 1_000, 10_000, 19, 99, 999, 9_999):
+        flagged = {name for name in points.PERCENTILES if f"m.{name}" in points.low_support({"m": n})}
+        expected = {name for name, q in points.PERCENTILES.items() if not stats.is_sufficient(n, 100 * q)}
+        assert flagged == expected, n  # 100 * (1 - 0.9) is 9.999999999999998 in floating point
 
 
 def _rows_at(rate: float, n: int) -> list[dict]:
