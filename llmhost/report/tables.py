@@ -231,7 +231,9 @@ def toolcall_rows(run: Run) -> list[dict[str, Any]]:
             "right_tool_pct": _pct(sum(c.get("called_tool") == c.get("expected_tool") for c in expect_tool),
                                    len(expect_tool)),
             "args_ok_pct": _pct(sum(bool(c.get("args_ok")) for c in expect_tool), len(expect_tool)),
-            "no_tool_respected_pct": _pct(sum(not c.get("called_tool") for c in no_tool), len(no_tool)),
+            # answered without a tool call; a request that failed (HTTP error, timeout) answered nothing
+            "no_tool_respected_pct": _pct(sum(not c.get("called_tool") and not c.get("error") for c in no_tool),
+                                          len(no_tool)),
             "latency_p50_ms": stats.percentile([c["latency_ms"] for c in cases
                                                 if isinstance(c.get("latency_ms"), (int, float))], 50),
         })

@@ -242,3 +242,12 @@ def test_capacity_card_names_and_flags_a_load_whose_point_failed_outright() -> N
 def test_qps_chart_states_the_client_bound_rule_the_runner_applies(ctx: figures.Context) -> None:
     read = figures.qps_sweep(ctx).how_to_read
     assert "95%" not in read and "5%" in read and "3/√n" in read  # points.summarize: max(5%, 3/sqrt(n-1)) slack
+
+
+def test_a_failed_no_tool_request_does_not_count_as_respecting_no_tool(run: load.Run) -> None:
+    cases = [{"arm": "baseline", "case_id": "none-0", "expected_tool": None, "called_tool": None, "args_ok": True,
+              "ok": True, "latency_ms": 10.0},
+             {"arm": "baseline", "case_id": "none-1", "expected_tool": None, "called_tool": None, "args_ok": True,
+              "ok": False, "latency_ms": 120_000.0, "error": "APITimeoutError: Request timed out."}]
+    rows = {r["arm"]: r for r in tables.toolcall_rows(dataclasses.replace(run, toolcalls=tuple(cases)))}
+    assert rows["baseline"]["no_tool_respected_pct"] == 50.0 and rows["baseline"]["ok_pct"] == 50.0
