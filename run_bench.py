@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     b = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), done=len(done_before),
               est_left_s=sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
               + arm_overhead_s(quick) * len({p.arm for p in plan if p.point_id not in done_before}))
+    runner.interrupt_on_sigterm()
     try:
         runner.run_arms(b, arms, plan, quick)
     except KeyboardInterrupt:

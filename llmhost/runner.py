@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -66,6 +67,15 @@ class Bench:
 
 
 # --- the environment ---------------------------------------------------------------------------------------------
+
+def interrupt_on_sigterm() -> None:
+    """Treat SIGTERM (kill, timeout(1)) like Ctrl-C, so the running point's load generator, which lives in its
+    own session, is stopped too instead of loading the server on its own after run_bench.py is gone."""
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, raise_interrupt)
+
 
 def loadgen_env(cfg: config.Config) -> dict[str, str]:
     """Load-generator environment: bench_serving reads the API key from OPENAI_API_KEY, never from its argv."""

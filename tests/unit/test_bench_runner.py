@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +100,26 @@ def test_dry_run_estimate_counts_restarts_only_for_arms_with_points(capsys, run_
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["arms"] == ["baseline"] and doc["points"] == 1
     assert doc["estimate_s"] < runner.arm_overhead_s(True) * 2
+
+
+def test_sigterm_stops_the_run_and_its_load_generator_like_ctrl_c(tmp_path):
+    pid_file = tmp_path / "pid"
+    stmt = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+
+    def terminate_once_started() -> None:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # what `kill PID` or timeout(1) sends run_bench.py
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        runner.interrupt_on_sigterm()
+        threading.Thread(target=terminate_once_started, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):  # run_bench.py turns this into "interrupted — --resume ..."
+            points.run_loadgen(sys.executable, "timeit", ["-n", "1", stmt], starts_file=tmp_path / "starts",
+                               log_file=tmp_path / "log", env=dict(os.environ), limit_s=60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
