@@ -2,8 +2,8 @@
 
 Checks (registry CHECKS, run in this order; `smoke_test.py --only NAME` runs one):
   chat          a plain chat reply is non-empty (content, or reasoning_content: random weights only "think")
-  model         /v1/models serves exactly one id, equal to the expected name, and replies carry that name
-                (SGLang accepts any "model" in a request, so this is the check that catches a wrong name)
+  model         /v1/models serves exactly one id, equal to the expected name (SGLang accepts and echoes any
+                "model" in a request, so /v1/models is the only place a wrong name shows)
   tools         get_weather is called with JSON-object arguments. forced = tool_choice naming it with thinking
                 off, streamed (passes on random weights, whose arguments are noise: there only the call's
                 structure is required); natural = tool_choice auto (needs real weights); auto = forced, plus
@@ -97,8 +97,7 @@ def check_model(ctx: Ctx) -> CheckResult:
     if ctx.served_ids != [ctx.ep.model]:
         problems.append(f"/v1/models serves {ctx.served_ids} but we expect ['{ctx.ep.model}'] — pass --model "
                         "or fix SERVED_MODEL_NAME")
-    if resp.model != ctx.ep.model:
-        problems.append(f"the reply names model '{resp.model}', not '{ctx.ep.model}'")
+    # why no check of resp.model: SGLang echoes whatever name the request sent (captured: "nope" comes back)
     return CheckResult("model", not problems, latency, f"model={ctx.ep.model}",
                        f"served={ctx.served_ids} reply.model={resp.model}", usage_dict(resp.usage),
                        "; ".join(problems) or "served name matches")
