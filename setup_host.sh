@@ -203,14 +203,18 @@ phase_driver() {
 }
 
 # Prints "VERSION PATH" of the newest nvcc found (PATH first, then the toolkit's fixed locations).
+# "RELEASE PATH" of an nvcc of CUDA $CUDA_MAJOR if any is installed (PATH first, then /usr/local), else of the
+# first nvcc found, else nothing: a CUDA 12 nvcc first on PATH must not hide an installed CUDA 13.
 find_nvcc() {
-  local candidate release
+  local candidate release first=""
   for candidate in "$(command -v nvcc 2>/dev/null || true)" /usr/local/cuda/bin/nvcc /usr/local/cuda-"$CUDA_MAJOR".*/bin/nvcc; do
     [[ -x "$candidate" ]] || continue
     release=$("$candidate" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1)
-    [[ -n "$release" ]] && { echo "$release $candidate"; return 0; }
+    [[ -n "$release" ]] || continue
+    [[ ${release%%.*} == "$CUDA_MAJOR" ]] && { echo "$release $candidate"; return 0; }
+    [[ -n "$first" ]] || first="$release $candidate"
   done
-  return 0
+  [[ -z "$first" ]] || echo "$first"
 }
 
 phase_cuda() {
@@ -218,6 +222,8 @@ phase_cuda() {
   found=$(find_nvcc)
   release=${found%% *}
   if [[ -n "$found" && ${release%%.*} == "$CUDA_MAJOR" ]]; then
+    [[ "$(command -v nvcc 2>/dev/null)" == "${found#* }" ]] \
+      || warn "cuda: ${found#* } is not the nvcc on PATH — FlashInfer JIT uses PATH/CUDA_HOME: export CUDA_HOME=$(dirname "$(dirname "${found#* }")")"
     log "cuda: nvcc $release at ${found#* }"
     return 0
   fi
