@@ -1,10 +1,10 @@
 """Shared fixtures: repo paths, captured SGLang transcripts, a free TCP port."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
+from standin import harness
 
 REPO = Path(__file__).resolve().parent.parent
 CAPTURES = REPO / "tests" / "captures"
@@ -22,6 +22,4 @@ def captures() -> Path:
 
 @pytest.fixture
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return harness.free_port()

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from standin.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,12 +25,6 @@ def _probe(python: str, code: str) -> tuple[bool, str]:
         return False, str(exc)
     lines = (out.stdout.strip() or out.stderr.strip()).splitlines()
     return out.returncode == 0, lines[-1] if lines else ""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +46,7 @@ def gpu_env() -> dict[str, str]:
         pytest.skip(f"MODEL_DIR={cfg.model_dir} has no config.json (set MODEL_DIR, LOAD_FORMAT=dummy needs no weights)")
     tmux_dir = tempfile.mkdtemp(prefix="tmxgpu", dir="/tmp")
     env = {**os.environ, "TMUX_TMPDIR": tmux_dir, "TMUX_SESSION": f"llmhost-gpu-suite-{os.getpid()}",
-           "PORT": os.environ.get("PORT") or str(_free_port())}
+           "PORT": os.environ.get("PORT") or str(free_port())}
     env.pop("TMUX", None)
     yield env
     subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)

@@ -7,7 +7,7 @@ import sys
 import pexpect
 import pytest
 
-from standin.harness import launch
+from standin.harness import free_port, launch
 
 SERVED = "qwen3-4b"
 PROMPT = "you> "
@@ -24,10 +24,7 @@ def spawn(repo, url: str, *extra: str) -> pexpect.spawn:
 
 @pytest.fixture(scope="module")
 def server():
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     # why: 40 ms per token makes a 300-token reply last 12 s, long enough to interrupt it mid-stream
     with launch(port, "--served-model-name", SERVED, "--enable-cache-report", env={"STANDIN_ITL_MS": "40"}) as srv:
         yield srv

@@ -99,17 +99,16 @@ def test_capture_help_and_bad_arguments(tmp_path):
 def test_capture_restarts_with_the_hook_env_and_stops_again_when_the_tracer_is_absent(tmp_path, free_port):
     """Against the SGLang stand-in (no FlashInfer backend to patch): serve.sh really starts it with the hook on
     PYTHONPATH and the trace dir set, capture reports the missing tracer in one line and stops the server again."""
-    import socket
     import tempfile
+
+    from standin import harness
 
     standin = REPO / "tests" / "standin"
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
     tmux_dir = Path(tempfile.mkdtemp(prefix="tmx", dir="/tmp"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dash_port = sock.getsockname()[1]
+    dash_port = harness.free_port()
     env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
            "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "PORT": str(free_port),
            "DASHBOARD_PORT": str(dash_port), "TMUX_SESSION": f"fit{free_port}", "SERVER_ENV": "STANDIN_STARTUP_S=1",

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,17 +16,12 @@ from pathlib import Path
 import pytest
 
 from llmhost import store
+from standin.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "standin"
 BENCH = [sys.executable, str(REPO / "run_bench.py")]
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -37,10 +31,10 @@ def env(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    port = _port()
+    port = free_port()
     env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
            "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",
-           "PORT": str(port), "DASHBOARD_PORT": str(_port()), "TMUX_SESSION": f"b{os.getpid()}{port}",
+           "PORT": str(port), "DASHBOARD_PORT": str(free_port()), "TMUX_SESSION": f"b{os.getpid()}{port}",
            "SERVER_ENV": f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=0.5 STANDIN_ITL_MS=1 STANDIN_PREFILL_US_PER_TOKEN=5",
            "API_KEY_FILE": "", "READY_TIMEOUT_S": "60", "SERVER_EXTRA_ARGS": "", "LOAD_FORMAT": "dummy",
            "LLMHOST_CONFIG": "", "BENCH_USER_ARMS": "",

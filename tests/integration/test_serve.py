@@ -16,18 +16,13 @@ from pathlib import Path
 import pytest
 
 from llmhost import metrics, procfs
+from standin.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SERVE = REPO / "serve.sh"
 STANDIN = REPO / "tests" / "standin"
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed (tests/run_cpu.sh installs it)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Serve:

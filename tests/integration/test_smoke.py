@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from standin.harness import launch
+from standin.harness import free_port, launch
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -34,10 +34,7 @@ def last_json(out: str) -> dict:
 
 @pytest.fixture(scope="module")
 def server():
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with launch(port, *ARGS) as srv:
         yield srv
 

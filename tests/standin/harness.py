@@ -9,6 +9,7 @@ The log (stdout + stderr) goes to a temp file readable as `srv.log()`; `stop()` 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,13 @@ import urllib.request
 from pathlib import Path
 
 STANDIN_DIR = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def standin_env(env: dict[str, str] | None = None) -> dict[str, str]:

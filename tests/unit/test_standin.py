@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from standin.harness import launch, standin_env
+from standin.harness import free_port, launch, standin_env
 
 BASE_ARGS = ("--served-model-name", "qwen3-4b", "--enable-metrics", "--enable-cache-report")
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
@@ -66,10 +66,7 @@ def chat(url: str, **body) -> dict:
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with launch(port, *BASE_ARGS) as server:
         yield server
 
