@@ -30,22 +30,40 @@ def listen_inodes(port: int) -> set[int] | None:
     return inodes if readable else None
 
 
-def port_owners(port: int) -> list[int] | None:
-    """PIDs whose open fds include the socket listening on `port` ([] = nobody we can see; None = no /proc)."""
+def listeners(port: int) -> tuple[set[int], list[int]] | None:
+    """(listening socket inodes, PIDs holding them) from ONE read of the tables: two reads could see the
+    socket appear in between and report a listener without owner. None when /proc/net is unreadable."""
     inodes = listen_inodes(port)
     if inodes is None:
         return None
     targets = {f"socket:[{inode}]" for inode in inodes}
-    owners = []
-    for proc in Path("/proc").iterdir():
-        if not targets or not proc.name.isdigit():
-            continue
+    if not targets:
+        return inodes, []
+    return inodes, sorted(int(proc.name) for proc in Path("/proc").iterdir()
+                          if proc.name.isdigit() and not targets.isdisjoint(_fd_links(proc)))
+
+
+def port_owners(port: int) -> list[int] | None:
+    """PIDs whose open fds include the socket listening on `port` ([] = nobody we can see; None = no /proc)."""
+    found = listeners(port)
+    return None if found is None else found[1]
+
+
+def _fd_links(proc: Path) -> set[str]:
+    """Where the open fds of /proc/<pid> point. A fd closed between listing and readlink is skipped alone: a
+    starting server opens and closes files all the time, and dropping the whole process then made our own
+    listener look like a stranger's. An unreadable fd dir (exited, another user's process) gives nothing."""
+    try:
+        fds = list((proc / "fd").iterdir())
+    except OSError:
+        return set()
+    links = set()
+    for fd in fds:
         try:
-            if any(os.readlink(fd) in targets for fd in (proc / "fd").iterdir()):
-                owners.append(int(proc.name))
-        except OSError:  # exited meanwhile, or another user's process
+            links.add(os.readlink(fd))
+        except OSError:
             continue
-    return sorted(owners)
+    return links
 
 
 def is_listening(host: str, port: int) -> bool:

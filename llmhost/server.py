@@ -27,7 +27,7 @@ from pathlib import Path
 
 from llmhost import serverlog
 from llmhost.config import Config, ConfigError, load
-from llmhost.procfs import group_alive, listen_inodes, pgid_of, port_holder, port_owners
+from llmhost.procfs import group_alive, listeners, pgid_of, port_holder
 
 
 # ---------------------------------------------------------------- HTTP probes (stdlib, no client SDK)
@@ -304,15 +304,13 @@ def readiness(cfg: Config, pgid: int) -> tuple[str, str]:
     """
     if not group_alive(pgid):
         return "dead", f"the server (process group {pgid}) exited"
-    owners = port_owners(cfg.port)
-    if owners is not None:
-        ours = [p for p in owners if pgid_of(p) == pgid]
-        if owners and not ours:
-            return "foreign", f"port {cfg.port} is held by {port_holder(cfg.host, cfg.port)}, not by our server"
-        if not owners:
-            if listen_inodes(cfg.port):
-                return "foreign", f"port {cfg.port} is held by {port_holder(cfg.host, cfg.port)}"
+    found = listeners(cfg.port)
+    if found is not None:
+        inodes, owners = found
+        if not inodes:
             return "starting", "not listening yet"
+        if not any(pgid_of(p) == pgid for p in owners):
+            return "foreign", f"port {cfg.port} is held by {port_holder(cfg.host, cfg.port)}, not by our server"
     status, body = http_get(cfg, "/health_generate", timeout=30.0)
     if status == 200:
         return "ready", "a generation succeeded"
@@ -323,12 +321,17 @@ def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: flo
     """Poll readiness until ready, dead, foreign or timeout; a progress line every `every_s` seconds."""
     start = time.monotonic()
     last_print = -every_s
+    foreign_seen = 0
     while True:
         state, detail = readiness(cfg, pgid)
         elapsed = time.monotonic() - start
         if state == "ready":
             return True, f"ready after {elapsed:.0f}s ({detail})"
-        if state in ("dead", "foreign"):
+        if state == "foreign":  # /proc changes while we read it: believe a stranger on the port when seen twice
+            foreign_seen += 1
+        else:
+            foreign_seen = 0
+        if state == "dead" or foreign_seen >= 2:
             return False, detail
         if elapsed >= timeout_s:
             return False, f"not ready after {timeout_s:.0f}s (READY_TIMEOUT_S); last: {detail}"

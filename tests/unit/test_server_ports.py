@@ -64,3 +64,25 @@ def test_process_groups_list_their_members_and_end_with_them():
         child.wait()
     assert not procfs.group_alive(child.pid)
     assert procfs.pgid_of(child.pid) is None
+
+
+def test_a_fd_closing_during_the_scan_does_not_hide_the_listener(monkeypatch):
+    """A starting server opens and closes files constantly; one fd vanishing between listing and readlink
+    made the whole process invisible, and serve.sh then took our own server for a stranger (seen in CI)."""
+    real_readlink = os.readlink
+    vanished = []
+
+    def flaky_readlink(path, *args, **kwargs):
+        target = real_readlink(path, *args, **kwargs)
+        if not vanished and str(path).startswith(f"/proc/{os.getpid()}/fd/") and not target.startswith("socket:"):
+            vanished.append(path)
+            raise FileNotFoundError(path)
+        return target
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        monkeypatch.setattr(procfs.os, "readlink", flaky_readlink)
+        inodes, owners = procfs.listeners(sock.getsockname()[1])
+    assert vanished, "the scan never met a vanishing fd: the test did not test anything"
+    assert inodes and os.getpid() in owners

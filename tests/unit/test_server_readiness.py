@@ -62,3 +62,16 @@ def test_wait_ready_gives_up_at_the_timeout_with_a_progress_line(our_group, free
     ok, detail = server.wait_ready(cfg_on(free_port), our_group, log, timeout_s=1.5, every_s=5)
     assert not ok and "READY_TIMEOUT_S" in detail
     assert "Capturing CUDA graphs 3/36" in capsys.readouterr().out
+
+
+def test_wait_ready_needs_a_stranger_seen_twice(monkeypatch, tmp_path):
+    """/proc changes while it is read: one 'foreign' reading among 'starting' ones must not end the start."""
+    seen = iter([("starting", "not listening yet"), ("foreign", "port held by pid 1"), ("starting", "x"),
+                 ("ready", "a generation succeeded")])
+    monkeypatch.setattr(server, "readiness", lambda cfg, pgid: next(seen))
+    monkeypatch.setattr(server.time, "sleep", lambda s: None)
+    assert server.wait_ready(cfg_on(1), 1, tmp_path / "log", timeout_s=60)[0]
+
+    persistent = iter([("starting", "x"), ("foreign", "port held by pid 1"), ("foreign", "port held by pid 1")])
+    monkeypatch.setattr(server, "readiness", lambda cfg, pgid: next(persistent))
+    assert server.wait_ready(cfg_on(1), 1, tmp_path / "log", timeout_s=60) == (False, "port held by pid 1")
