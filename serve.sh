@@ -3,7 +3,7 @@
 #
 #   ./serve.sh start            launch in tmux session $TMUX_SESSION, wait until OUR process serves a generation,
 #                               send one test chat, print the laptop tunnel command (idempotent)
-#   ./serve.sh stop             stop only what start launched (recorded process group, our tmux session)
+#   ./serve.sh stop             stop only what start launched (recorded process group, our tagged tmux session)
 #   ./serve.sh restart          stop, wait for the GPU memory of the old PIDs to be freed, start
 #   ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down)
 #   ./serve.sh logs [-f] [-n N] the server log
@@ -48,6 +48,13 @@ our_pgid() {
 
 clear_state() { rm -f "$STATE/pid" "$STATE/pgid" "$STATE/started_at"; }
 
+# Is the tmux session $TMUX_SESSION the one start made for this STATE? start tags it; a session of the same
+# name that the user made for something else is never killed.
+tmux_session_ours() {
+  tmux has-session -t "=$TMUX_SESSION" 2>/dev/null || return 1
+  [[ "$(tmux display-message -p -t "=$TMUX_SESSION:" '#{@llmhost_state}' 2>/dev/null)" == "$STATE" ]]
+}
+
 # Variables the server may need from this shell even when a tmux server started elsewhere holds another
 # environment. Names that look like secrets are never passed (they would show in tmux's argv).
 forwarded_env() {
@@ -71,9 +78,11 @@ cmd_start() {
     log "already starting (process group $pgid) — waiting for it"
   else
     clear_state
-    if tmux has-session -t "=$TMUX_SESSION" 2>/dev/null; then
+    if tmux_session_ours; then
       warn "removing the leftover tmux session $TMUX_SESSION (no server of ours runs in it)"
       tmux kill-session -t "=$TMUX_SESSION"
+    elif tmux has-session -t "=$TMUX_SESSION" 2>/dev/null; then
+      die "a tmux session named $TMUX_SESSION exists and serve.sh did not start it — set TMUX_SESSION=<another name>"
     fi
     # Checks inputs and that nobody holds PORT (one line naming the holder), then records the command.
     py -m llmhost.server prepare >/dev/null || exit 1
@@ -81,7 +90,8 @@ cmd_start() {
     [[ -f "$STATE/server.log" ]] && mv -f "$STATE/server.log" "$STATE/server.log.1"
     local -a fwd
     mapfile -d '' -t fwd < <(forwarded_env)
-    tmux new-session -d -s "$TMUX_SESSION" -x 200 -y 50 "${fwd[@]}" -- "$SELF" _run "$STATE"
+    tmux new-session -d -s "$TMUX_SESSION" -x 200 -y 50 "${fwd[@]}" -- "$SELF" _run "$STATE" \; \
+      set-option @llmhost_state "$STATE"
     wait_until 15 0.2 test -s "$STATE/pgid" || die "the tmux session did not start the server — run tmux attach -t $TMUX_SESSION"
     pgid=$(<"$STATE/pgid")
     log "server in tmux session $TMUX_SESSION (process group $pgid); log: $STATE/server.log"
@@ -134,7 +144,7 @@ cmd_stop() {
     holder=$(py -m llmhost.procfs "$PORT" --host "$HOST" 2>/dev/null) \
       && warn "port $PORT is held by $holder, which this serve.sh did not start — left alone; stop it yourself"
   fi
-  if tmux has-session -t "=$TMUX_SESSION" 2>/dev/null; then
+  if tmux_session_ours; then
     tmux kill-session -t "=$TMUX_SESSION"
   fi
   clear_state

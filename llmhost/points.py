@@ -177,7 +177,8 @@ def run_loadgen(python: str, module: str, argv: list[str], *, starts_file: Path,
                 env: dict[str, str], limit_s: float) -> tuple[int, str]:
     """Run one bench_serving subprocess (its own process group) -> (exit code, one-line error or '')."""
     repo = str(Path(__file__).resolve().parent.parent)
-    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)}
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p),
+           PARENT_ENV: str(os.getpid())}
     cmd = [python, "-m", "llmhost.points", module, str(starts_file), "--", *argv]
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=repo,
@@ -274,11 +275,28 @@ def summarize(details: dict[str, object], rows: list[dict], request_rate: float 
 
 # --- inside the load generator's own Python: record start times, then run bench_serving unchanged -------------
 
+PARENT_ENV = "LLMHOST_LOADGEN_PARENT"  # run_bench's PID, set by run_loadgen
+
+
+def die_with_parent() -> None:
+    """Have Linux SIGKILL this process when run_bench.py dies, by SIGKILL too (prctl PR_SET_PDEATHSIG): in its
+    own session nothing else would stop it loading the server, into the first point of a --resume."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != int(parent):  # the parent died before the request took effect
+        os._exit(1)
+
 def loadgen_main(argv: list[str]) -> int:
     """`python -m llmhost.points MODULE STARTS_FILE -- ARGS`: run MODULE's CLI recording [seq, start_s, latency_s]."""
     if len(argv) < 3 or argv[2] != "--":
         print("usage: python -m llmhost.points MODULE STARTS_FILE -- BENCH_ARGS", file=sys.stderr)
         return 2
+    die_with_parent()
     module_name, starts_file, _, *bench_args = argv
     sys.argv = [module_name, *bench_args]
     mod = importlib.import_module(module_name)

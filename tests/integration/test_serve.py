@@ -227,6 +227,19 @@ def test_restart_then_stop_end_only_our_process_groups_and_tmux_session(serve):
     assert down.returncode == 1 and len(down.stderr.strip().splitlines()) == 1
 
 
+def test_a_users_own_tmux_session_of_that_name_is_never_killed(serve):
+    """TMUX_SESSION names ours only when start tagged it: stop leaves a same-named session of the user alone,
+    start refuses to take the name in one line."""
+    s = serve()
+    assert s.tmux("new-session", "-d", "-s", s.env["TMUX_SESSION"], "sleep", "300").returncode == 0
+    assert s("stop").returncode == 0
+    assert s.tmux("has-session", "-t", s.env["TMUX_SESSION"]).returncode == 0
+    refused = s("start")
+    assert refused.returncode == 1 and "TMUX_SESSION=<another name>" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (s.state / "pgid").exists()
+    assert s.tmux("has-session", "-t", s.env["TMUX_SESSION"]).returncode == 0
+
+
 # ---------------------------------------------------------------- the API key
 def test_api_key_works_end_to_end_and_never_leaks(serve, tmp_path):
     key = "sk-test-7c1f9d2a"

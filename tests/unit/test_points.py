@@ -6,14 +6,18 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from llmhost import arms, points, stats
 from llmhost.workloads import REGISTRY as WORKLOADS
+
+REPO = Path(__file__).resolve().parents[2]
 
 ALL_ARMS = list(arms.REGISTRY.values())
 
@@ -220,3 +224,34 @@ def test_ctrl_c_during_a_point_also_stops_the_load_generator(tmp_path):
                            log_file=tmp_path / "log", env=dict(os.environ), limit_s=60)
     with pytest.raises(ProcessLookupError):  # killed and reaped, not left running in its own session
         os.kill(int(pid_file.read_text()), 0)
+
+
+def test_a_sigkilled_run_bench_takes_its_load_generator_with_it(tmp_path):
+    """SIGKILL runs no cleanup in run_bench.py: the kernel must end the load generator (own session) itself."""
+    pid_file = tmp_path / "pid"
+    stmt = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    parent_code = (
+        "import os, sys; from pathlib import Path; from llmhost import points; "
+        f"points.run_loadgen(sys.executable, 'timeit', ['-n', '1', {stmt!r}], starts_file=Path({str(tmp_path / 's')!r}), "
+        f"log_file=Path({str(tmp_path / 'log')!r}), env=dict(os.environ), limit_s=60)")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=REPO)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    os.kill(child, 0)  # running, in its own session
+    assert os.getsid(child) != os.getsid(0)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie awaiting its reaper counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
