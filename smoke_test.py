@@ -4,23 +4,28 @@
     ./smoke_test.py                       # = check: every smoke check, exit 0 only if all pass
     ./smoke_test.py check --json          # ... and one JSON summary as the last stdout line
     ./smoke_test.py check --only prefix_cache
-    ./smoke_test.py check --tool-mode natural --real-weights
+    ./smoke_test.py check --tool-mode natural --weights real
     ./smoke_test.py chat --tools          # interactive streaming chat with the get_weather demo tool
     ./smoke_test.py --base-url http://127.0.0.1:30000/v1 --model qwen3-4b --api-key-file ~/.llmhost_key
 
-Checks (llmhost/smoke.py): chat (non-empty reply), model (served name), tools (get_weather call with JSON args),
-prefix_cache (2nd identical ~4k-token prompt reuses >= 90% and is faster), stream (chunks + TTFT).
+Checks (llmhost/smoke.py): chat (non-empty reply), model (served name), tools (a get_weather call; with real weights
+its arguments name Paris), prefix_cache (a repeated ~4k-token prompt reuses >= 90% and is faster), stream (chunks +
+TTFT). Real or random (--load-format dummy) weights: read from the server's /server_info unless --weights says it.
 Defaults come from config.env: http://127.0.0.1:$PORT/v1, SERVED_MODEL_NAME, API_KEY_FILE (OPENAI_API_KEY wins over
 the file; --api-key-file over both). From a laptop, first open the tunnel: ssh -N -L 30000:127.0.0.1:30000 user@host.
-Writes nothing; needs only the `openai` package and the standard library.
+Writes nothing; needs Python >= 3.9, the `openai` package and the standard library. Exit 130 on Ctrl-C.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from urllib.parse import urlparse
 
-from llmhost import chat, client, smoke
+if sys.version_info < (3, 9):  # a laptop's old system Python: one line, not a SyntaxError deep in an import
+    sys.exit(f"smoke_test: Python {sys.version.split()[0]} is too old — use Python 3.9 or newer")
+
+from llmhost import chat, client, smoke  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print one JSON summary as the last stdout line")
     check.add_argument("--tool-mode", choices=smoke.TOOL_MODES, default="auto",
                        help="forced: tool_choice names get_weather (works on random weights); natural: tool_choice "
-                            "auto (real weights); auto: forced, plus natural with --real-weights (default auto)")
-    check.add_argument("--real-weights", action="store_true", help="the server runs real weights (LOAD_FORMAT=auto)")
+                            "auto (real weights); auto: forced, plus natural with real weights (default auto)")
+    check.add_argument("--weights", choices=("auto", "real", "random"), default="auto",
+                       help="real weights must fill in the tool arguments; auto: ask the server's /server_info "
+                            "(load_format dummy = random) (default auto)")
+    check.add_argument("--real-weights", dest="weights", action="store_const", const="real",
+                       help="same as --weights real")
     check.add_argument("--max-tokens", type=int, default=32, help="reply length of chat/stream checks (default 32)")
     talk = sub.add_parser("chat", parents=[common], help="interactive streaming chat")
     talk.add_argument("--tools", action="store_true", help="start with the get_weather tool on")
@@ -55,38 +64,70 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.timeout <= 0 or args.max_tokens <= 0:
         parser.error("--timeout and --max-tokens must be positive")
-    if args.base_url and not args.base_url.startswith(("http://", "https://")):
-        parser.error(f"--base-url {args.base_url} needs its scheme, e.g. http://127.0.0.1:30000/v1")
+    if args.base_url:
+        try:
+            url = urlparse(args.base_url)
+            url.port  # noqa: B018 - raises ValueError on a bad or out-of-range port
+        except ValueError as exc:
+            parser.error(f"--base-url {args.base_url}: {exc}")
+        if url.scheme not in ("http", "https") or not url.hostname:
+            parser.error(f"--base-url {args.base_url} needs a scheme and a host, e.g. http://127.0.0.1:30000/v1")
+    if args.mode == "chat" and args.tool_choice == "forced":
+        args.tools = True  # why: forcing a tool that is off would silently do nothing
     return args
+
+
+def fail_early(args: argparse.Namespace, problem: str, ep: client.Endpoint | None = None) -> int:
+    """One line on stderr; with --json also the summary line, so scripts always find one."""
+    print(f"smoke_test: {problem}", file=sys.stderr)
+    if getattr(args, "json", False):
+        doc = {"ok": False, **(ep.public() if ep else {}), "error": problem, "checks": []}
+        print(json.dumps({**doc, "interrupted": True} if problem == "interrupted" else doc))
+    return 1
+
+
+def weights(args: argparse.Namespace, ep: client.Endpoint, api: object) -> tuple[bool, str]:
+    """(real weights?, where that came from) for the tools check."""
+    if args.weights != "auto":
+        return args.weights == "real", f"--weights {args.weights}"
+    fmt = client.load_format(api, ep)
+    if fmt is None:
+        return False, "assumed random: /server_info unreadable — pass --weights real to check tool arguments"
+    return fmt != "dummy", f"load_format {fmt} (/server_info)"
 
 
 def run_check(args: argparse.Namespace, ep: client.Endpoint, api: object) -> int:
     served, problem = client.preflight(api, ep)
     if problem:
-        print(f"smoke_test: {problem}", file=sys.stderr)
-        if args.json:
-            print(json.dumps({"ok": False, **ep.public(), "error": problem, "checks": []}))
-        return 1
-    print(f"[smoke] {ep.base_url} serves {served}; expecting '{ep.model}'", flush=True)
-    ctx = smoke.Ctx(api, ep, served, smoke.Options(args.tool_mode, args.real_weights, args.max_tokens))
-    results = []
-    for name in [args.only] if args.only else list(smoke.CHECKS):
-        result = smoke.run_check(name, ctx)
-        print(smoke.format_result(result), flush=True)
-        results.append(result)
+        return fail_early(args, problem, ep)
+    real, source = weights(args, ep, api)
+    print(f"[smoke] {ep.base_url} serves {served}; expecting '{ep.model}'; {'real' if real else 'random'} weights "
+          f"({source})", flush=True)
+    ctx = smoke.Ctx(api, ep, served, smoke.Options(args.tool_mode, real, args.max_tokens))
+    results, interrupted = [], False
+    try:
+        for name in [args.only] if args.only else list(smoke.CHECKS):
+            result = smoke.run_check(name, ctx)
+            print(smoke.format_result(result), flush=True)
+            results.append(result)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\n[smoke] interrupted", file=sys.stderr)
     failed = [r.name for r in results if not r.ok]
     print(f"[smoke] {len(results) - len(failed)}/{len(results)} passed" + (f"; FAILED: {', '.join(failed)}"
                                                                           if failed else ""))
-    if args.json:
-        print(json.dumps(smoke.summary(ep, results), ensure_ascii=False, default=str))
-    return 1 if failed else 0
+    if args.json:  # ASCII only: the line must survive any stdout encoding
+        doc = {**smoke.summary(ep, results), "weights": "real" if real else "random", "weights_source": source}
+        if interrupted:
+            doc.update(ok=False, interrupted=True)
+        print(json.dumps(doc, default=str))
+    return 130 if interrupted else (1 if failed else 0)
 
 
 def run_chat(args: argparse.Namespace, ep: client.Endpoint, api: object) -> int:
     _, problem = client.preflight(api, ep)
     if problem:
-        print(f"smoke_test: {problem}", file=sys.stderr)
-        return 1
+        return fail_early(args, problem)
     try:
         import readline  # noqa: F401 - line editing and history for input(), where available
     except ImportError:
@@ -96,19 +137,24 @@ def run_chat(args: argparse.Namespace, ep: client.Endpoint, api: object) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # random-weight text on a non-UTF-8 console must not crash a check
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = parse(sys.argv[1:] if argv is None else argv)
     try:
         ep = client.resolve(args.base_url, args.model, args.api_key_file)
     except client.ClientError as exc:
-        print(f"smoke_test: {exc}", file=sys.stderr)
-        return 1
+        return fail_early(args, str(exc))
     try:
         api = client.make_client(ep, args.timeout)
-    except ImportError:  # a laptop with only the repo cloned
-        print(f"smoke_test: the openai package is not installed in {sys.executable} — pip install openai",
-              file=sys.stderr)
-        return 1
-    return run_chat(args, ep, api) if args.mode == "chat" else run_check(args, ep, api)
+    except (ImportError, AttributeError):  # a laptop with only the repo cloned, or openai < 1.0 (no OpenAI class)
+        return fail_early(args, f"the openai package (>= 1.0) is not installed in {sys.executable} — "
+                                "pip install -U openai", ep)
+    try:
+        return run_chat(args, ep, api) if args.mode == "chat" else run_check(args, ep, api)
+    except KeyboardInterrupt:  # Ctrl-C while connecting (a hung tunnel): one line, no traceback
+        fail_early(args, "interrupted")
+        return 130
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ class Session:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Turn:
     content: str
     tool_calls: list[dict]
@@ -90,12 +90,13 @@ class Printer:
 
 
 def stream_turn(client: Any, ep: Endpoint, session: Session, printer: Printer, max_tokens: int,
-                force_tool: bool) -> Turn:
-    """One streamed request; tool-call deltas are merged by index. KeyboardInterrupt propagates (caller cancels)."""
+                force_tool: bool, last_round: bool = False) -> Turn:
+    """One streamed request; tool-call deltas are merged by index. KeyboardInterrupt propagates (caller cancels).
+    On the last tool round tool_choice is "none": a call nobody answers would break the conversation's protocol."""
     kw: dict[str, Any] = {}
     if session.tool_mode != "off":
         kw["tools"] = [GET_WEATHER]
-        kw["tool_choice"] = "auto"
+        kw["tool_choice"] = "none" if last_round else "auto"
         if force_tool:
             kw["tool_choice"] = {"type": "function", "function": {"name": "get_weather"}}
             kw["extra_body"] = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -141,13 +142,15 @@ def reply(client: Any, ep: Endpoint, session: Session, printer: Printer, max_tok
     """The model's answer to the last user message, running get_weather calls in between."""
     for round_ in range(MAX_TOOL_ROUNDS + 1):
         force = session.tool_mode == "forced" and round_ == 0
-        turn = stream_turn(client, ep, session, printer, max_tokens, force)
+        last = round_ == MAX_TOOL_ROUNDS
+        turn = stream_turn(client, ep, session, printer, max_tokens, force and not last, last)
+        calls = [] if last else turn.tool_calls  # why: every call in history needs its tool reply
         printer.write(("\n" if turn.content else "") + timing_line(turn) + "\n")
         session.messages.append({"role": "assistant", "content": turn.content,
-                                 **({"tool_calls": turn.tool_calls} if turn.tool_calls else {})})
-        if not turn.tool_calls or round_ == MAX_TOOL_ROUNDS:
+                                 **({"tool_calls": calls} if calls else {})})
+        if not calls:
             return
-        for call in turn.tool_calls:
+        for call in calls:
             fn = call["function"]
             result = fake_weather(fn["arguments"]) if fn["name"] == "get_weather" else {"error": "unknown tool"}
             printer.write(f"[tool] {fn['name']}({fn['arguments']}) -> {json.dumps(result)}\n")
@@ -174,8 +177,11 @@ def command(line: str, session: Session, out: Printer) -> bool:
             out.write(f"{msg['role']}: {msg.get('content') or ''}{extra}\n")
         out.write(f"[{len(session.messages)} messages]\n")
     elif name == "/tools":
-        modes = {"auto": "auto", "forced": "forced", "off": "off", "on": "auto"}
-        session.tool_mode = modes.get(arg) or ("off" if session.tool_mode != "off" else "auto")
+        modes = {"auto": "auto", "forced": "forced", "off": "off", "on": "auto", "": None}
+        if arg.lower() not in modes:
+            out.write(f"[unknown tool mode '{arg}'; use /tools auto|forced|off]\n")
+            return True
+        session.tool_mode = modes[arg.lower()] or ("off" if session.tool_mode != "off" else "auto")
         out.write(f"[tools {session.tool_mode}]\n")
     else:
         out.write(f"[unknown command {name}; /help lists them]\n")

@@ -20,7 +20,7 @@ class ClientError(Exception):
     """A setup problem with a one-line message for the user (what failed + what to do next)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots=True: laptops may run Python 3.9
 class Endpoint:
     base_url: str  # ends in /v1
     model: str
@@ -97,6 +97,19 @@ def describe_error(exc: BaseException, ep: Endpoint) -> str:
     if isinstance(exc, openai.APIStatusError):
         return f"the server answered {exc.status_code}: {str(exc.message)[:200]}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def load_format(client: Any, ep: Endpoint) -> str | None:
+    """The server's --load-format from SGLang's /server_info ("dummy" = random weights); None when unreadable."""
+    root = ep.base_url[: -len("/v1")]
+    for path in ("/server_info", "/get_server_info"):  # the second: SGLang releases before /server_info
+        try:
+            info = client.get(root + path, cast_to=object)
+        except Exception:  # noqa: BLE001 - not SGLang, or an older one: the caller says what it assumed
+            continue
+        if isinstance(info, dict) and isinstance(info.get("load_format"), str):
+            return info["load_format"]
+    return None
 
 
 def preflight(client: Any, ep: Endpoint) -> tuple[list[str], str | None]:

@@ -22,7 +22,7 @@ LOCAL_FILE = REPO_ROOT / "config.local.env"
 _REF = re.compile(r"\$\{([A-Z0-9_]+)\}")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)  # no slots=True: laptops may run Python 3.9
 class Config:
     work_dir: str
     results_dir: str

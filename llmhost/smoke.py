@@ -4,17 +4,21 @@ Checks (registry CHECKS, run in this order; `smoke_test.py --only NAME` runs one
   chat          a plain chat reply is non-empty (content, or reasoning_content: random weights only "think")
   model         /v1/models serves exactly one id, equal to the expected name (SGLang accepts and echoes any
                 "model" in a request, so /v1/models is the only place a wrong name shows)
-  tools         get_weather is called with JSON-object arguments. forced = tool_choice naming it with thinking
-                off, streamed (passes on random weights, whose arguments are noise: there only the call's
-                structure is required); natural = tool_choice auto (needs real weights); auto = forced, plus
-                natural when --real-weights
-  prefix_cache  a ~4k-token prompt sent twice: the 2nd reports cached_tokens >= 90% of prompt_tokens and is faster
+  tools         get_weather is called; with real weights its arguments are a JSON object naming Paris as "city".
+                forced = tool_choice naming it with thinking off, streamed (passes on random weights, whose
+                arguments are noise: there only the call's structure is required); natural = tool_choice auto
+                (real weights only); auto = forced, plus natural with real weights. Real or random comes from
+                the server's load_format (/server_info) unless --weights says it
+  prefix_cache  ~4k-token prompts, each sent cold then again: every repeat reports cached_tokens >= 90% of
+                prompt_tokens, and the median repeat is faster than the median cold send (3 pairs, after a
+                warm-up request, so one latency spike on a tunnel neither fails nor passes it)
   stream        a streamed reply arrives in more than one chunk; time to first token is measured
 Every model call goes through the `openai` SDK; failures are recorded as data (ok=False, error), never raised.
 """
 from __future__ import annotations
 
 import json
+import statistics
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -30,14 +34,14 @@ GET_WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Options:
     tool_mode: str = "auto"
     real_weights: bool = False
     max_tokens: int = 32
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CheckResult:
     name: str
     ok: bool
@@ -50,7 +54,7 @@ class CheckResult:
     extra: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Ctx:
     client: Any
     ep: Endpoint
@@ -148,12 +152,16 @@ def _tool_attempt(ctx: Ctx, forced: bool) -> tuple[bool, str, str, float, dict |
         args = None
     if name != "get_weather":
         return False, seen, f"called {name}, expected get_weather", latency, use
+    if not ctx.opts.real_weights:
+        # why: the named call's structure is SGLang's; its arguments are the model's, and random weights write
+        # anything there (an H200 run streamed get_weather(-80292)). Real weights must fill them in.
+        note = "" if isinstance(args, dict) else " (arguments not a JSON object: expected from random weights)"
+        return True, seen + note, "", latency, use
     if not isinstance(args, dict):
-        if forced and not ctx.opts.real_weights:
-            # why: the named call's structure is SGLang's; its arguments are the model's, and random weights
-            # write anything there (an H200 run streamed get_weather(-80292)). --real-weights requires JSON.
-            return True, seen + " (arguments not a JSON object: expected from random weights)", "", latency, use
         return False, seen, "arguments are not a JSON object", latency, use
+    city = args.get("city")
+    if not isinstance(city, str) or "paris" not in city.lower():
+        return False, seen, f"arguments {raw_args} do not give Paris as the required 'city'", latency, use
     return True, seen, "", latency, use
 
 
@@ -169,8 +177,8 @@ def check_tools(ctx: Ctx) -> CheckResult:
         if not ok:
             problems.append(f"{label}: {problem}")
             break  # why: natural calling is only meaningful once the forced structure works
-    detail = "; ".join(problems) or ("get_weather called (structure only: random-weight arguments)"
-                                     if "random weights" in seen[-1] else "get_weather called with JSON-object arguments")
+    detail = "; ".join(problems) or ("get_weather(city=Paris) called" if ctx.opts.real_weights
+                                     else "get_weather called (structure only: random weights write noise arguments)")
     return CheckResult("tools", not problems, latency, f"get_weather, tool mode {mode}", "; ".join(seen), use, detail)
 
 
@@ -182,22 +190,35 @@ def long_prompt(nonce: str, words: int = 2300) -> str:
     return f"Run {nonce}. Read this text and reply with one word.\n{body}"
 
 
-def check_prefix_cache(ctx: Ctx) -> CheckResult:
-    messages = [{"role": "user", "content": long_prompt(uuid.uuid4().hex[:12])}]
-    first, t1 = _chat(ctx, messages, max_tokens=1)
-    second, t2 = _chat(ctx, messages, max_tokens=1)
-    u1, u2 = usage_dict(first.usage), usage_dict(second.usage)
-    prompt, cached = u2["prompt_tokens"], u2["cached_tokens"] or 0
-    problems = []
-    if cached < CACHE_MIN_FRACTION * prompt:
-        problems.append(f"2nd send reused {cached}/{prompt} prompt tokens (< {CACHE_MIN_FRACTION:.0%}) — is the "
-                        "radix cache disabled, or the server started without --enable-cache-report?")
-    if t2 >= t1:
-        problems.append(f"2nd send took {t2:.3f}s, not faster than the 1st ({t1:.3f}s)")
-    out = f"1st {t1:.3f}s cached {u1['cached_tokens'] or 0}; 2nd {t2:.3f}s cached {cached} of {prompt}"
-    return CheckResult("prefix_cache", not problems, t2, f"same {prompt}-token prompt twice, max_tokens 1", out,
-                       u2, "; ".join(problems) or f"{cached / max(prompt, 1):.1%} of the prompt reused",
-                       extra={"first_latency_s": t1, "second_latency_s": t2, "first_usage": u1})
+def check_prefix_cache(ctx: Ctx, pairs: int = 3) -> CheckResult:
+    _chat(ctx, [{"role": "user", "content": "Hi"}], max_tokens=1)  # why: the first call of a client pays setup
+    cold_s, warm_s, cold_use, warm_use, problems = [], [], [], [], []
+    for _ in range(pairs):
+        messages = [{"role": "user", "content": long_prompt(uuid.uuid4().hex[:12])}]
+        first, t1 = _chat(ctx, messages, max_tokens=1)
+        second, t2 = _chat(ctx, messages, max_tokens=1)
+        cold_s.append(t1)
+        warm_s.append(t2)
+        cold_use.append(usage_dict(first.usage))
+        warm_use.append(usage_dict(second.usage))
+    for use in warm_use:
+        prompt, cached = use["prompt_tokens"], use["cached_tokens"] or 0
+        if cached < CACHE_MIN_FRACTION * prompt:
+            problems.append(f"a repeat reused {cached}/{prompt} prompt tokens (< {CACHE_MIN_FRACTION:.0%}) — is the "
+                            "radix cache disabled, or the server started without --enable-cache-report?")
+            break
+    cold, warm = statistics.median(cold_s), statistics.median(warm_s)
+    if warm >= cold:
+        problems.append(f"repeats took {warm:.3f}s (median), not faster than cold sends ({cold:.3f}s)")
+    last = warm_use[-1]
+    prompt, cached = last["prompt_tokens"], last["cached_tokens"] or 0
+    out = (f"cold {', '.join(f'{t:.3f}' for t in cold_s)}s; repeat {', '.join(f'{t:.3f}' for t in warm_s)}s; "
+           f"cached {', '.join(str(u['cached_tokens'] or 0) for u in warm_use)} of {prompt}")
+    return CheckResult("prefix_cache", not problems, warm, f"{pairs} ~{prompt}-token prompts, each twice, max_tokens 1",
+                       out, last, "; ".join(problems) or f"{cached / max(prompt, 1):.1%} of the prompt reused, "
+                       f"repeats {cold / max(warm, 1e-9):.1f}x faster (medians)",
+                       extra={"cold_latency_s": cold_s, "repeat_latency_s": warm_s, "cold_median_s": cold,
+                              "repeat_median_s": warm, "first_usage": cold_use[-1]})
 
 
 def check_stream(ctx: Ctx) -> CheckResult:

@@ -79,6 +79,7 @@ def test_smoke_test_passes_with_forced_tool_calls(gpu_env, record):
                 stderr_tail=out.stderr[-2000:])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert summary is not None
+    assert summary["weights"] == "random", summary["weights_source"]  # read from the real /server_info
 
 
 def test_status_shows_the_kv_pool_from_live_metrics(gpu_env, record):

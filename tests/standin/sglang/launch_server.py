@@ -15,6 +15,8 @@ the model path is only echoed. Knobs (environment variables):
   STANDIN_MAX_RUNNING           concurrent requests; more wait in the queue (num_queue_reqs). Default
                                 --max-running-requests, else 4096.
   STANDIN_NO_TOOL_CALLS=1       a named tool_choice returns no call (to test a missing tool call).
+  STANDIN_TOOL_ARGUMENTS        arguments of a named (forced) call: what random weights write (default "{}").
+  STANDIN_NATURAL_TOOL_ARGUMENTS  behave like real weights: tool_choice auto calls the first tool with these.
 The prefix cache is off with --disable-radix-cache, like the real flag.
 """
 from __future__ import annotations
@@ -60,6 +62,7 @@ def settings_from(parsed: dict) -> tuple[dict, dict]:
     for key, value in given.items():
         if value is not False or info[key] is None or isinstance(info[key], bool):
             info[key] = _typed(value, info[key])
+    info["load_format"] = parsed.get("load_format") or "auto"  # the capture ran dummy; the flag's default is auto
     info["tokenizer_path"] = parsed.get("tokenizer_path") or parsed["model_path"]
     info["served_model_name"] = parsed.get("served_model_name") or parsed["model_path"]
     max_total = int(parsed.get("max_total_tokens") or H200_MAX_TOTAL_TOKENS)

@@ -51,6 +51,8 @@ class ChatPlan:
     tool_call: str | None  # function name to call, or None
     required: bool
     include_usage: bool
+    tool_args: str = "{}"  # the call's arguments as the model writes them
+    natural: bool = False  # tool_choice auto and the model chose the call (STANDIN_NATURAL_TOOL_ARGUMENTS)
 
 
 def _text(content: object) -> str:
@@ -111,14 +113,22 @@ def plan_chat(body: object, context_len: int) -> ChatPlan:
     choice = body.get("tool_choice")
     named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
     calls_disabled = os.environ.get("STANDIN_NO_TOOL_CALLS") == "1"
+    # STANDIN_NATURAL_TOOL_ARGUMENTS: behave like real weights, which call a fitting tool under tool_choice auto
+    natural_args = os.environ.get("STANDIN_NATURAL_TOOL_ARGUMENTS")
+    natural = bool(tools and natural_args and choice in (None, "auto") and not calls_disabled)
+    if natural:
+        named = tools[0].get("function", {}).get("name")
     prompt = engine.tokenize(render_chat(messages, tools, thinking))
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     _check_length(len(prompt), int(max_tokens), context_len)
     stream_options = body.get("stream_options") or {}
+    named_call = bool(tools and named and not thinking and not calls_disabled)
     return ChatPlan(prompt=prompt, max_tokens=int(max_tokens), thinking=thinking,
-                    tool_call=named if tools and named and not thinking and not calls_disabled else None,
+                    tool_call=named if natural or named_call else None,
                     required=bool(tools) and choice == "required",
-                    include_usage=bool(stream_options.get("include_usage")))
+                    include_usage=bool(stream_options.get("include_usage")),
+                    tool_args=natural_args if natural else os.environ.get("STANDIN_TOOL_ARGUMENTS", "{}"),
+                    natural=natural)
 
 
 def _check_length(prompt_len: int, max_tokens: int, context_len: int) -> None:
@@ -135,9 +145,9 @@ def usage(prompt: int, completion: int, cached: int, reasoning: int, cache_repor
             "prompt_tokens_details": details, "reasoning_tokens": reasoning}
 
 
-def tool_call(name: str, index: int = 0) -> dict:
+def tool_call(name: str, index: int = 0, arguments: str = "{}") -> dict:
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "index": index, "type": "function",
-            "function": {"name": name, "arguments": "{}"}}
+            "function": {"name": name, "arguments": arguments}}
 
 
 def chat_message(plan: ChatPlan, pieces: list[str]) -> tuple[dict, int]:
@@ -145,6 +155,9 @@ def chat_message(plan: ChatPlan, pieces: list[str]) -> tuple[dict, int]:
     text = "".join(pieces)
     if plan.required:
         return {"role": "assistant", "content": "", "reasoning_content": None, "tool_calls": None}, 0
+    if plan.natural:  # the parser found the model's call in the finished output
+        call = tool_call(plan.tool_call or "", arguments=plan.tool_args)
+        return {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": [call]}, 0
     if plan.thinking:
         return {"role": "assistant", "content": "", "reasoning_content": text, "tool_calls": None}, len(pieces)
     return {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}, 0
@@ -178,8 +191,8 @@ def chat_stream_deltas(plan: ChatPlan, piece: str, index: int) -> list[tuple[dic
             return [({"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]}, True)]
         if index == 1:
             # STANDIN_TOOL_ARGUMENTS: what random weights put there ("{}" captured; "-80292" also seen on an H200)
-            streamed = os.environ.get("STANDIN_TOOL_ARGUMENTS", "{}")
-            args = {"id": None, "index": 0, "type": "function", "function": {"name": None, "arguments": streamed}}
+            args = {"id": None, "index": 0, "type": "function",
+                    "function": {"name": None, "arguments": plan.tool_args}}
             return [({"role": None, "content": None, "reasoning_content": None, "tool_calls": [args]}, True)]
         if index < TOOL_CALL_TOKENS:
             return []
