@@ -55,14 +55,23 @@ tmux_session_ours() {
   [[ "$(tmux display-message -p -t "=$TMUX_SESSION:" '#{@llmhost_state}' 2>/dev/null)" == "$STATE" ]]
 }
 
-# Variables the server may need from this shell even when a tmux server started elsewhere holds another
-# environment. Names that look like secrets are never passed (they would show in tmux's argv).
-forwarded_env() {
-  local name
-  while IFS= read -r name; do
-    [[ "$name" =~ (TOKEN|KEY|SECRET|PASSWORD) ]] && continue
-    printf '%s\0' -e "$name=${!name}"
-  done < <(compgen -e | grep -E '^(PATH|HOME|USER|LANG|LC_[A-Z]+|TMPDIR|PYTHONPATH|VIRTUAL_ENV|LD_LIBRARY_PATH|CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|HF_[A-Z_]+|TRANSFORMERS_[A-Z_]+|FLASHINFER_[A-Z_]+|SGLANG_[A-Z_]+|NCCL_[A-Z_]+|TORCH[A-Z_]*|TRITON_[A-Z_]+|XDG_[A-Z_]+)$')
+# The server runs with THIS shell's environment, not that of a tmux server started days ago elsewhere: start
+# writes it (0600, NUL-separated) and the pane replaces its own with it. Secret-looking names stay out.
+write_launch_env() {
+  (umask 077 && env -0 | grep -zvE '^([A-Za-z0-9_]*(TOKEN|KEY|SECRET|PASSWORD)[A-Za-z0-9_]*|TMUX|TMUX_PANE)=' \
+    >"$STATE/launch.env")
+}
+
+# Port of the server start recorded (from launch_command.txt), empty when none was recorded.
+recorded_port() {
+  grep -oE -- '--port [0-9]+' "$STATE/launch_command.txt" 2>/dev/null | awk '{print $2; exit}'
+}
+
+# One start/stop/restart at a time per WORK_DIR: two starts at once moved each other's log away.
+take_lock() {
+  mkdir -p "$STATE"
+  exec 9>"$STATE/.lock"
+  flock -n 9 || die "another ./serve.sh start/stop/restart is running for $STATE — wait for it"
 }
 
 cmd_start() {
@@ -71,8 +80,13 @@ cmd_start() {
   local pgid
   pgid=$(our_pgid)
   if [[ -n "$pgid" ]]; then
+    local running_port
+    running_port=$(recorded_port)
+    if [[ -n "$running_port" && "$running_port" != "$PORT" ]]; then
+      die "our server already runs on port $running_port (process group $pgid) — ./serve.sh restart applies PORT=$PORT"
+    fi
     if py -m llmhost.server wait-ready --pgid "$pgid" --timeout-s 0.1 >/dev/null 2>&1; then
-      log "already running: pid $(cat "$STATE/pid" 2>/dev/null || echo '?'), port $PORT, tmux session $TMUX_SESSION — ./serve.sh status"
+      log "already running: pid $(cat "$STATE/pid" 2>/dev/null || echo '?'), port $PORT, tmux session $TMUX_SESSION — ./serve.sh status (restart applies changed settings)"
       return 0
     fi
     log "already starting (process group $pgid) — waiting for it"
@@ -88,10 +102,10 @@ cmd_start() {
     py -m llmhost.server prepare >/dev/null || exit 1
     log "launching: $(<"$STATE/launch_command.txt")"
     [[ -f "$STATE/server.log" ]] && mv -f "$STATE/server.log" "$STATE/server.log.1"
-    local -a fwd
-    mapfile -d '' -t fwd < <(forwarded_env)
-    tmux new-session -d -s "$TMUX_SESSION" -x 200 -y 50 "${fwd[@]}" -- "$SELF" _run "$STATE" \; \
-      set-option @llmhost_state "$STATE"
+    write_launch_env
+    # 9>&-: a tmux server started here must not inherit (and hold forever) the start/stop lock
+    tmux new-session -d -s "$TMUX_SESSION" -x 200 -y 50 -- "$SELF" _run "$STATE" \; \
+      set-option @llmhost_state "$STATE" 9>&-
     wait_until 15 0.2 test -s "$STATE/pgid" || die "the tmux session did not start the server — run tmux attach -t $TMUX_SESSION"
     pgid=$(<"$STATE/pgid")
     log "server in tmux session $TMUX_SESSION (process group $pgid); log: $STATE/server.log"
@@ -113,6 +127,11 @@ cmd_start() {
 # key redactor (when a key is set) into the pane and server.log; records pid, pgid and started_at.
 cmd__run() {
   local state=$1
+  if [[ -z "${LLMHOST_LAUNCH_ENV:-}" && -f "$state/launch.env" ]]; then
+    local -a vars
+    mapfile -d '' -t vars <"$state/launch.env"
+    exec env -i LLMHOST_LAUNCH_ENV=1 "${vars[@]}" "$SELF" _run "$state"
+  fi
   # tmux makes each pane a session leader; setsid guarantees one process group for the server tree anyway.
   [[ "$(pgid_of $$)" == "$$" ]] || exec setsid "$SELF" _run "$state"
   local -a cmd
@@ -207,7 +226,7 @@ cmd_dashboard() {
     fi
     # Loopback only: results can name hosts and paths. setsid: its own process group, stopped by pid file.
     setsid "$(host_python)" -m http.server --bind 127.0.0.1 --directory "$dir" "$DASHBOARD_PORT" \
-      >"$STATE/dashboard.log" 2>&1 </dev/null &
+      >"$STATE/dashboard.log" 2>&1 </dev/null 9>&- &
     pid=$!
     echo "$pid" >"$pid_file"
     wait_until 10 0.2 py -m llmhost.procfs "$DASHBOARD_PORT" >/dev/null 2>&1 \
@@ -218,16 +237,27 @@ cmd_dashboard() {
 }
 
 cmd_tunnel() {
-  local addr=""
-  # The address the user reached this host on (server side of the SSH connection); no outside service asked.
-  [[ -n "${SSH_CONNECTION:-}" ]] && addr=$(awk '{print $3}' <<<"$SSH_CONNECTION")
+  local addr="" ssh_port="" target=127.0.0.1 port_opt=""
+  # The address and port the user reached this host on (server side of the SSH connection); no outside service.
+  if [[ -n "${SSH_CONNECTION:-}" ]]; then
+    read -r _ _ addr ssh_port <<<"$SSH_CONNECTION"
+  fi
   [[ -n "$addr" ]] || addr=$(hostname -I 2>/dev/null | awk '{print $1}')
   [[ -n "$addr" ]] || addr=$(hostname)
+  [[ -n "$ssh_port" && "$ssh_port" != 22 ]] && port_opt="-p $ssh_port "
+  case $HOST in
+    127.0.0.1 | localhost | 0.0.0.0) ;;
+    ::1 | ::) target="[::1]" ;;
+    *) target=$HOST ;;
+  esac
   case $HOST in
     127.0.0.1 | localhost | ::1) ;;
     *) warn "HOST=$HOST: the API listens beyond loopback, so anyone who reaches port $PORT can use it — prefer HOST=127.0.0.1 and this tunnel" ;;
   esac
-  log "laptop tunnel: ssh -N -L $PORT:127.0.0.1:$PORT -L $DASHBOARD_PORT:127.0.0.1:$DASHBOARD_PORT ${USER:-$(id -un)}@$addr"
+  if [[ "$addr" =~ ^(10\.|192\.168\.|172\.(1[6-9]|2[0-9]|3[01])\.|100\.(6[4-9]|[7-9][0-9]|1[01][0-9]|12[0-7])\.|169\.254\.) ]]; then
+    warn "$addr is a private address: from outside its network, put the public address or name you ssh to instead"
+  fi
+  log "laptop tunnel: ssh ${port_opt}-N -L $PORT:$target:$PORT -L $DASHBOARD_PORT:127.0.0.1:$DASHBOARD_PORT ${USER:-$(id -un)}@$addr"
   log "then on the laptop: curl http://127.0.0.1:$PORT/v1/models   (dashboard: http://127.0.0.1:$DASHBOARD_PORT/)"
 }
 
@@ -244,7 +274,8 @@ main() {
   load_config
   STATE="$WORK_DIR/server"
   case $sub in
-    start | stop | restart | status | tunnel) [[ $# -eq 0 ]] || die_usage "$sub takes no arguments — ./serve.sh --help"; "cmd_$sub" ;;
+    start | stop | restart) [[ $# -eq 0 ]] || die_usage "$sub takes no arguments — ./serve.sh --help"; take_lock; "cmd_$sub" ;;
+    status | tunnel) [[ $# -eq 0 ]] || die_usage "$sub takes no arguments — ./serve.sh --help"; "cmd_$sub" ;;
     logs) cmd_logs "$@" ;;
     dashboard) cmd_dashboard "$@" ;;
     print-command) cmd_print_command ;;

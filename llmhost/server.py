@@ -121,7 +121,23 @@ SETTING_FLAGS = {
 }
 CONFIG_FILE_NAME = "sglang_config.yaml"
 # SGLang reserves ~10 GiB beside its static pool on GPUs > 60 GiB (activations, CUDA graphs); smaller: ~4 GiB.
-_RESERVE_BIG_MIB, _RESERVE_SMALL_MIB = 10 * 1024, 4 * 1024
+_RESERVE_SHARE, _RESERVE_MIN_MIB = 0.097, 4 * 1024  # SGLang's auto fraction on an H200 is 0.903: 9.7% left free
+_MIN_USABLE_MIB = 2 * 1024  # below this, weights + a KV pool cannot fit: refuse instead of crashing after a minute
+
+
+def usable_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota (containers), not the host's."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 2
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cpus = min(cpus, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 def tokenizer_workers(setting: str, cpu_count: int) -> int:
@@ -138,11 +154,17 @@ def tokenizer_workers(setting: str, cpu_count: int) -> int:
     return int(setting)
 
 
+def gpu_reserve_mib(total_mib: float) -> float:
+    """Memory SGLang keeps outside its static pool (activations, CUDA graphs): 9.7% of the GPU, at least 4 GiB."""
+    return max(_RESERVE_MIN_MIB, _RESERVE_SHARE * total_mib)
+
+
 def mem_fraction(setting: str, gpu_free_total_mib: tuple[float, float] | None) -> tuple[float | None, str]:
     """--mem-fraction-static value (None = let SGLang size it) and a note when it was adapted.
 
-    SGLang's auto value is (total - reserve) / total of the whole GPU (0.903 on an H200), which assumes an empty
-    GPU; when other processes already hold memory, auto shrinks it to (free - reserve) / total.
+    SGLang applies the fraction to the memory FREE when it starts (its KV budget is free-after-weights minus
+    free-at-start x (1 - fraction)), so on a GPU others already use, its default keeps the same share but a smaller
+    runtime reserve. auto then sets 1 - reserve / free: the same reserve in MiB as on an empty GPU.
     """
     if setting != "auto":
         try:
@@ -157,16 +179,25 @@ def mem_fraction(setting: str, gpu_free_total_mib: tuple[float, float] | None) -
     free, total = gpu_free_total_mib
     if total <= 0 or free >= total - 1024:  # (nearly) empty GPU: SGLang's own sizing is right
         return None, ""
-    reserve = _RESERVE_BIG_MIB if total > 60 * 1024 else _RESERVE_SMALL_MIB
-    fraction = round((free - reserve) / total, 3)
-    if fraction < 0.05:
-        raise SpecError(
-            f"the GPU has only {free / 1024:.1f} of {total / 1024:.1f} GiB free — stop what holds it "
-            "(nvidia-smi) or set MEM_FRACTION_STATIC"
-        )
-    note = (f"GPU already holds {(total - free) / 1024:.1f} GiB: --mem-fraction-static {fraction} "
-            f"instead of SGLang's whole-GPU default")
+    reserve = gpu_reserve_mib(total)
+    if free - reserve < _MIN_USABLE_MIB:
+        return None, (f"the GPU has only {free / 1024:.1f} of {total / 1024:.1f} GiB free: not enough to start "
+                      "(start refuses; stop what holds it or set MEM_FRACTION_STATIC)")
+    fraction = round(1 - reserve / free, 3)
+    note = (f"GPU already holds {(total - free) / 1024:.1f} GiB: --mem-fraction-static {fraction} of the "
+            f"{free / 1024:.1f} GiB free keeps SGLang's {reserve / 1024:.1f} GiB runtime reserve")
     return fraction, note
+
+
+def gpu_room_problem(gpu_free_total_mib: tuple[float, float] | None) -> str | None:
+    """One line when MEM_FRACTION_STATIC=auto cannot fit a server into the free GPU memory; None when it can."""
+    if gpu_free_total_mib is None:
+        return None
+    free, total = gpu_free_total_mib
+    if total > 0 and free - gpu_reserve_mib(total) < _MIN_USABLE_MIB:
+        return (f"the GPU has only {free / 1024:.1f} of {total / 1024:.1f} GiB free — stop what holds it "
+                "(nvidia-smi) or set MEM_FRACTION_STATIC")
+    return None
 
 
 def _flag_groups(tokens: Sequence[str], source: str) -> list[list[str]]:
@@ -210,7 +241,11 @@ def merge_extra(ours: list[list[str]], extra: list[list[str]]) -> tuple[list[str
 def server_env(cfg: Config) -> tuple[tuple[str, str], ...]:
     """SERVER_ENV pairs plus the persistent FlashInfer JIT cache (kernels compiled once survive restarts)."""
     pairs: dict[str, str] = {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base}
-    for item in shlex.split(cfg.server_env):
+    try:
+        items = shlex.split(cfg.server_env)
+    except ValueError as exc:
+        raise SpecError(f"SERVER_ENV cannot be split like a shell line: {exc}") from None
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.replace("_", "a").isalnum() or key[0].isdigit():
             raise SpecError(f"SERVER_ENV: {item!r} is not KEY=VALUE")
@@ -229,7 +264,7 @@ def build_spec(
     extra_args defaults to SERVER_EXTRA_ARGS (shell-split); run_bench passes an arm's flags here.
     """
     python = cfg.sglang_python if "/" in cfg.sglang_python else (shutil.which(cfg.sglang_python) or cfg.sglang_python)
-    workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or os.cpu_count() or 2)
+    workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or usable_cpus())
     key_note = None
     if cfg.api_key_file and workers > 1:
         # SGLang 0.5.17 asserts "API key is not supported in multi-tokenizer mode" (seen on an H200)
@@ -364,6 +399,9 @@ def _check_inputs(cfg: Config) -> None:
     if holder:
         raise SpecError(f"port {cfg.port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
                         "or set PORT=<free port>")
+    room = gpu_room_problem(_gpu_free_total()) if cfg.mem_fraction_static == "auto" else None
+    if room:
+        raise SpecError(room)
 
 
 def _cmd_spec(cfg: Config, args: argparse.Namespace) -> int:

@@ -45,8 +45,17 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
     state = read_state(cfg.state_dir)
     code, body = http_get(cfg, "/health", timeout=5.0)
     if code != 200:
+        pgid = int(state.get("pgid", "0") or 0)
+        if pgid and group_alive(pgid):  # ours, alive, not serving yet: starting (or stuck), not "down"
+            from llmhost import serverlog
+
+            since = f" for {_uptime(state['started_at'])}" if "started_at" in state else ""
+            return False, [f"server starting{since} (process group {pgid}; /health -> {code or body}) — last log: "
+                           f"{serverlog.last_line(cfg.state_dir / 'server.log')} | ./serve.sh start waits for it, "
+                           "./serve.sh logs -f follows it"]
         where = f" (recorded pgid {state['pgid']})" if "pgid" in state else ""
-        return False, [f"server down at {cfg.base_url}{where}: /health -> {code or body}"]
+        return False, [f"server down at {cfg.base_url}{where}: /health -> {code or body} — start it with "
+                       "./serve.sh start"]
     lines = [f"health       : ok at {cfg.base_url}"]
     code, body = http_get(cfg, "/v1/models", timeout=5.0, api_key=api_key)
     models = [m.get("id") for m in json.loads(body).get("data", [])] if code == 200 else [f"? (/v1/models -> {code})"]
@@ -56,12 +65,15 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
         samples = metrics.parse(body)
         pool, usage = _gauge(samples, "sglang:max_total_num_tokens"), _gauge(samples, "sglang:token_usage")
         running, queued = _gauge(samples, "sglang:num_running_reqs"), _gauge(samples, "sglang:num_queue_reqs")
-        hit = _gauge(samples, "sglang:cache_hit_rate")
+        # cumulative: the sglang:cache_hit_rate gauge is the LAST prefill batch's and reads 0 after any decode
+        prompt, cached = metrics.total(samples, "sglang:prompt_tokens_total"), metrics.total(
+            samples, "sglang:cached_tokens_total")
         lines += [
             f"KV pool      : {pool:,.0f} tokens" if pool is not None else "KV pool      : ? (no sglang:max_total_num_tokens)",
             f"requests     : {running or 0:.0f} running, {queued or 0:.0f} queued",
             f"token usage  : {100 * (usage or 0):.1f}% of the KV pool",
-            f"cache hits   : {100 * (hit or 0):.1f}% of prompt tokens (prefix cache)",
+            f"cache hits   : {100 * (cached or 0) / prompt:.1f}% of {prompt:,.0f} prompt tokens since start (prefix cache)"
+            if prompt else "cache hits   : no prompt served yet",
         ]
     else:
         lines.append(f"metrics      : /metrics -> {code or body} (start with --enable-metrics)")
@@ -125,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
               "that has sglang (./setup_host.sh installs it)", file=sys.stderr)
         return 1
     if not healthy:
-        print(f"[serve] {lines[0]} — start it with ./serve.sh start", file=sys.stderr)
+        print(f"[serve] {lines[0]}", file=sys.stderr)
         return 1
     print("\n".join(lines))
     return 0

@@ -136,6 +136,16 @@ def test_recorded_launch_command_is_exactly_what_runs(running):
         assert feature in cmdline
 
 
+def test_a_start_with_another_port_is_refused_and_the_running_server_kept(running):
+    """It used to wait READY_TIMEOUT_S for the new port, then stop the healthy server on the old one."""
+    s, _ = running
+    pgid = s.pgid()
+    other = subprocess.run([str(SERVE), "start"], env={**s.env, "PORT": str(free_port())}, cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert other.returncode == 1 and f"already runs on port {s.port}" in other.stderr and "restart" in other.stderr
+    assert procfs.group_alive(pgid) and s("status").returncode == 0
+
+
 def test_status_reports_the_live_metrics(running):
     s, _ = running
     status = s("status")
@@ -240,6 +250,35 @@ def test_a_users_own_tmux_session_of_that_name_is_never_killed(serve):
     assert s.tmux("has-session", "-t", s.env["TMUX_SESSION"]).returncode == 0
 
 
+def test_two_starts_at_once_run_one_server_and_keep_its_log(serve):
+    s = serve(SERVER_ENV=f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=3")
+    procs = [subprocess.Popen([str(SERVE), "start"], env=s.env, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(90), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 1], results
+    assert any("another ./serve.sh start/stop/restart is running" in err for code, err in results if code == 1)
+    assert "Uvicorn running" in (s.state / "server.log").read_text()
+    assert s("status").returncode == 0
+
+
+def test_the_server_gets_this_shells_environment_not_the_tmux_servers(serve):
+    """A tmux server started earlier keeps its own environment; start must not hand that to SGLang."""
+    s = serve()
+    tmux_env = {**s.env, "LLMHOST_PROBE": "from-an-old-tmux-server"}
+    subprocess.run(["tmux", "new-session", "-d", "-s", "older", "sleep", "300"], env=tmux_env, check=True, timeout=10)
+    s.env.update(LLMHOST_PROBE="from-this-shell", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True",
+                 HF_TOKEN="hf_secret_value")
+    assert s("start").returncode == 0
+    pid = int((s.state / "pid").read_text())
+    environ = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+                   if "=" in item)
+    assert environ["LLMHOST_PROBE"] == "from-this-shell"
+    assert environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "HF_TOKEN" not in environ and "hf_secret_value" not in (s.state / "launch.env").read_text()
+    assert (s.state / "launch.env").stat().st_mode & 0o077 == 0
+
+
 # ---------------------------------------------------------------- the API key
 def test_api_key_works_end_to_end_and_never_leaks(serve, tmp_path):
     key = "sk-test-7c1f9d2a"
@@ -289,6 +328,12 @@ def test_tunnel_uses_the_address_the_user_connected_to_and_warns_off_loopback(se
     assert out.returncode == 0 and "198.51.100.7" in out.stdout and "warning" not in out.stderr
     wide = serve(HOST="0.0.0.0")("tunnel")
     assert "HOST=0.0.0.0" in wide.stderr and "ssh -N -L" in wide.stdout
+    nat = serve(SSH_CONNECTION="203.0.113.9 50000 172.31.5.20 2222")
+    out = nat("tunnel")
+    assert "ssh -p 2222 -N -L" in out.stdout and "@172.31.5.20" in out.stdout
+    assert "private address" in out.stderr
+    v6 = serve(HOST="::1")("tunnel")
+    assert f"-L {v6.stdout.split('-L ')[1].split(':')[0]}:[::1]:" in v6.stdout and "warning" not in v6.stderr
 
 
 def test_usage_errors_are_one_line_with_exit_2_and_help_works(serve):

@@ -62,11 +62,25 @@ def test_auto_leaves_sizing_to_sglang_on_an_empty_gpu_and_shrinks_it_on_a_busy_o
     total = 143771.0  # H200 MiB
     assert flag(build_spec(cfg, 16, (total - 500, total)).argv, "--mem-fraction-static") is None
     assert flag(build_spec(cfg, 16, None).argv, "--mem-fraction-static") is None
-    spec = build_spec(cfg, 16, (total - 40 * 1024, total))  # 40 GiB held by someone else
-    assert flag(spec.argv, "--mem-fraction-static") == [str(round((total - 40 * 1024 - 10 * 1024) / total, 3))]
+    free = total - 40 * 1024  # 40 GiB held by someone else
+    spec = build_spec(cfg, 16, (free, total))
+    fraction = float(flag(spec.argv, "--mem-fraction-static")[0])
+    # SGLang keeps free x (1 - fraction) outside its pool: the same 9.7% of the GPU it keeps on an empty one
+    assert abs(free * (1 - fraction) - 0.097 * total) < 0.001 * free
     assert "40.0 GiB" in spec.notes[0]
-    with pytest.raises(SpecError, match="MEM_FRACTION_STATIC"):
-        build_spec(cfg, 16, (2048.0, total))
+    nearly_full = build_spec(cfg, 16, (2048.0, total))  # print-command still works (our own server may hold it)
+    assert flag(nearly_full.argv, "--mem-fraction-static") is None and "start refuses" in nearly_full.notes[0]
+    assert "MEM_FRACTION_STATIC" in server.gpu_room_problem((2048.0, total))
+    assert server.gpu_room_problem((free, total)) is None and server.gpu_room_problem(None) is None
+
+
+def test_a_bad_server_env_is_one_line_not_a_traceback(cfg):
+    with pytest.raises(SpecError, match="SERVER_ENV cannot be split"):
+        build_spec(dataclasses.replace(cfg, server_env="A='b"), cpu_count=4)
+
+
+def test_usable_cpus_follow_the_affinity_mask_not_the_host():
+    assert 1 <= server.usable_cpus() <= len(os.sched_getaffinity(0))
 
 
 @pytest.mark.parametrize("key, value", [("TOKENIZER_WORKER_NUM", "0"), ("TOKENIZER_WORKER_NUM", "many"),

@@ -28,3 +28,42 @@ def test_a_python_without_the_client_packages_is_one_line_naming_sglang_python(m
     assert status.main(["chat"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "openai is not importable" in err and "SGLANG_PYTHON" in err
+
+
+def _cfg(tmp_path):
+    from llmhost import config
+
+    cfg = config.load({"WORK_DIR": str(tmp_path), "API_KEY_FILE": ""})
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    return cfg
+
+
+def test_cache_hits_are_cumulative_not_the_last_batch_gauge(tmp_path, monkeypatch, repo):
+    """Captured after real traffic: the gauge reads 0.0 (last batch was decode), the counters say 4886/9623."""
+    metrics_text = (repo / "tests" / "captures" / "metrics_after.txt").read_text()
+    answers = {"/health": (200, ""), "/v1/models": (200, '{"data": [{"id": "qwen3-4b"}]}'), "/metrics": (200, metrics_text)}
+    monkeypatch.setattr(status, "http_get", lambda cfg, path, **kw: answers[path])
+    monkeypatch.setattr("llmhost.gpu.devices", lambda: [])
+    healthy, lines = status.status_lines(_cfg(tmp_path), None)
+    assert healthy
+    assert any(line.startswith("cache hits   : 50.8% of 9,623 prompt tokens") for line in lines), lines
+
+
+def test_a_server_of_ours_still_starting_is_starting_not_down(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    cfg = _cfg(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        (cfg.state_dir / "pgid").write_text(str(child.pid))
+        (cfg.state_dir / "started_at").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        (cfg.state_dir / "server.log").write_text("Capturing batches (bs=8): 40%\n")
+        monkeypatch.setattr(status, "http_get", lambda cfg, path, **kw: (503, ""))
+        healthy, lines = status.status_lines(cfg, None)
+        assert not healthy and lines[0].startswith("server starting for 0h00m") and "Capturing batches" in lines[0]
+    finally:
+        child.kill()
+        child.wait()
+    healthy, lines = status.status_lines(cfg, None)
+    assert not healthy and lines[0].startswith("server down at") and "./serve.sh start" in lines[0]
