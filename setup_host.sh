@@ -5,7 +5,7 @@
 # $WORK_DIR/logs/setup-<UTC timestamp>.log):
 #   os          Ubuntu 24.04 from /etc/os-release (--force-os to proceed on another release)
 #   packages    apt base packages, only the missing ones (needs root or passwordless sudo)
-#   driver      NVIDIA driver R580+; absent -> installs nvidia-driver-580-open, prints REBOOT REQUIRED, exits 0
+#   driver      NVIDIA driver R580+; absent -> installs nvidia-driver-580-open, prints REBOOT REQUIRED, exits 3
 #   cuda        CUDA 13 toolkit (nvcc 13.x) from NVIDIA's apt repo via the cuda-keyring .deb
 #   python      Python 3.12 venv at $WORK_DIR/venv with uv (from PyPI, installed into the venv)
 #   sglang      sglang==$SGLANG_VERSION with torch for CUDA 13, plus this toolkit's pinned client deps
@@ -23,8 +23,8 @@
 # Options: --dry-run (print each phase's plan; change nothing, no sudo) | --only PHASE | --python PATH (existing
 # Python with sglang, sets SGLANG_PYTHON: skip installs, verify everything) | --wheelhouse DIR (pip/uv --no-index
 # --find-links DIR) | --skip-model | --force-os (continue on another OS) | -h, --help
-# Exit codes: 0 done (also after a driver install: the last line then says "REBOOT REQUIRED"), 1 a check or
-# step failed (one line says what and the next command), 2 bad arguments.
+# Exit codes: 0 done, 1 a check or step failed (one line says what and the next command), 2 bad arguments,
+# 3 REBOOT REQUIRED (the driver was just installed: reboot, then run it again; `&& ./serve.sh start` stops there).
 # Disk: the venv needs ~25 GB free (torch + CUDA 13 libraries ~7 GB, the rest of sglang's stack ~4 GB,
 # flashinfer-cubin ~1.5 GB and flashinfer-jit-cache ~3 GB unpacked, plus the wheels in uv's cache ~9 GB); the model
 # needs its hub size + 5% (Qwen3-4B bf16: 4.02e9 params x 2 bytes = 8.05 GB).
@@ -43,6 +43,7 @@ CUDA_MAJOR=13
 CUDA_PACKAGE=cuda-toolkit-13-0
 VENV_NEED_GB=25
 PYPI_URL=https://pypi.org/simple/sglang/
+APT_GET=(apt-get -o DPkg::Lock::Timeout=600) # a fresh cloud VM runs unattended-upgrades at boot: wait, do not fail
 HF_URL=https://huggingface.co/api/models/Qwen/Qwen3-4B
 NVIDIA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404
 
@@ -85,7 +86,7 @@ parse_args() {
 }
 
 is_dry() { [[ "${DRY_RUN:-0}" == 1 ]]; }
-note() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "$PHASE" "$*" >>"$LOG_FILE"; }
+note() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "$PHASE" "$*" >>"$LOG_FILE" 2>/dev/null || true; }
 fail() { die "$PHASE: $*"; }
 
 # step CMD...: run with output in the log (dry run: print it); a failure ends setup naming the log.
@@ -107,14 +108,16 @@ need_root() {
     SUDO=(sudo)
     log "$PHASE: would need root or passwordless sudo (a real run stops here without it)"
   else
-    fail "$1 needs root or passwordless sudo — re-run as root (sudo ./setup_host.sh) or do it yourself: $2"
+    # not "sudo ./setup_host.sh": sudo sets HOME=/root, which would move WORK_DIR (venv, model) to /root
+    fail "$1 needs root or passwordless sudo — run sudo -v (then sudo -n works for a while) and re-run ./setup_host.sh as yourself, or do it yourself: $2"
   fi
 }
 
+# need_network URL [ADVICE]: URL answers, or one line with what to do offline (default: a wheelhouse).
 need_network() {
   is_dry && return 0
   curl -fsS --max-time 8 -o /dev/null "$1" 2>>"$LOG_FILE" \
-    || fail "cannot reach ${1%%/simple*} (offline?) — re-run with --wheelhouse DIR (wheels copied from an online host)"
+    || fail "cannot reach ${1%%/simple*} (offline?) — ${2:-re-run with --wheelhouse DIR (wheels copied from an online host)}"
 }
 
 # need_disk BYTES DIR WHAT: the filesystem holding DIR (or its nearest existing parent) has room.
@@ -165,8 +168,8 @@ phase_packages() {
     log "packages: verified; missing ${missing[*]}"
   else
     need_root "installing ${missing[*]}" "sudo apt-get install -y ${missing[*]}"
-    as_root apt-get update -q
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    as_root "${APT_GET[@]}" update -q
+    as_root env DEBIAN_FRONTEND=noninteractive "${APT_GET[@]}" install -y -q --no-install-recommends "${missing[@]}"
     log "packages: $(is_dry && echo would install || echo installed) ${missing[*]}"
   fi
 }
@@ -195,11 +198,11 @@ phase_driver() {
   [[ $MODE == install ]] \
     || fail "an NVIDIA GPU is present but no driver (nvidia-smi) — install it: sudo apt-get install -y $DRIVER_PACKAGE && sudo reboot"
   need_root "installing the NVIDIA driver" "sudo apt-get install -y $DRIVER_PACKAGE"
-  as_root apt-get update -q
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$DRIVER_PACKAGE"
+  as_root "${APT_GET[@]}" update -q
+  as_root env DEBIAN_FRONTEND=noninteractive "${APT_GET[@]}" install -y -q "$DRIVER_PACKAGE"
   is_dry && { log "driver: would install $DRIVER_PACKAGE, then stop with REBOOT REQUIRED"; return 0; }
   log "driver: REBOOT REQUIRED — installed $DRIVER_PACKAGE; reboot and re-run ./setup_host.sh"
-  exit 0
+  exit 3
 }
 
 # Prints "VERSION PATH" of the newest nvcc found (PATH first, then the toolkit's fixed locations).
@@ -236,7 +239,7 @@ phase_cuda() {
   [[ $MODE == install ]] \
     || fail "nvcc $CUDA_MAJOR.x not found (found: ${found:-none}) — install $CUDA_PACKAGE (offline: from a local apt mirror) and re-run"
   need_root "installing $CUDA_PACKAGE" "sudo apt-get install -y $CUDA_PACKAGE"
-  need_network "$NVIDIA_REPO/"
+  need_network "$NVIDIA_REPO/" "install $CUDA_PACKAGE from a local apt mirror (or copy CUDA $CUDA_MAJOR here), then re-run"
   arch=$(uname -m)
   [[ $arch == aarch64 ]] && arch=sbsa
   deb="$WORK_DIR/downloads/cuda-keyring_1.1-1_all.deb"
@@ -245,12 +248,12 @@ phase_cuda() {
   if ! is_dry && [[ $(dpkg-deb -f "$deb" Package 2>>"$LOG_FILE") != cuda-keyring ]]; then
     fail "$deb is not the cuda-keyring package (proxy error page?) — delete it and re-run"
   fi
-  as_root dpkg -i "$deb"
+  as_root env DEBIAN_FRONTEND=noninteractive "${APT_GET[@]}" install -y -q "$deb" # apt, unlike dpkg, waits for the lock
   is_dry || dpkg-query -W -f='${Status}' cuda-keyring 2>/dev/null | grep -q 'install ok installed' \
     || fail "cuda-keyring did not install — see $LOG_FILE"
-  as_root apt-get update -q
+  as_root "${APT_GET[@]}" update -q
   log "cuda: $(is_dry && echo would install || echo installing) $CUDA_PACKAGE (~4 GB, typically 3-6 min)"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$CUDA_PACKAGE"
+  as_root env DEBIAN_FRONTEND=noninteractive "${APT_GET[@]}" install -y -q "$CUDA_PACKAGE"
   is_dry && return 0
   found=$(find_nvcc)
   [[ ${found%%.*} == "$CUDA_MAJOR" ]] || fail "$CUDA_PACKAGE installed but no nvcc $CUDA_MAJOR.x found — see $LOG_FILE"
@@ -375,7 +378,7 @@ phase_model() {
   note "$result"
   is_dry && { log "model: would download $MODEL_ID $what into $MODEL_DIR (now: ${result#*incomplete: })"; return 0; }
   [[ $MODE != wheelhouse ]] || fail "${result#model_files: } — offline (--wheelhouse): copy the model there and re-run"
-  need_network "$HF_URL"
+  need_network "$HF_URL" "copy the model into MODEL_DIR=$MODEL_DIR from a host that has it (or set HF_ENDPOINT to a mirror), then re-run"
   bytes=$("$SGLANG_PYTHON" -m llmhost.model_files size --model-id "$MODEL_ID" "${scope[@]}" 2>>"$LOG_FILE") \
     || fail "cannot list $MODEL_ID on the hub — check MODEL_ID (and HF_TOKEN for gated models)"
   need_disk $((bytes + bytes / 20)) "$MODEL_DIR" "$MODEL_ID ($what)"
@@ -387,11 +390,27 @@ phase_model() {
 
 phase_kernel() {
   is_dry && { log "kernel: would run $SGLANG_PYTHON -m llmhost.fi.verify --model-dir $MODEL_DIR (CUDA-core + tensor-core GQA decode)"; return 0; }
-  [[ -f "$MODEL_DIR/config.json" ]] || fail "$MODEL_DIR/config.json is missing — run ./setup_host.sh --only model"
+  if [[ ! -f "$MODEL_DIR/config.json" ]]; then
+    ((SKIP_MODEL)) && { warn "kernel: skipped — $MODEL_DIR/config.json is absent (--skip-model); the check needs the model's head shape"; return 0; }
+    fail "$MODEL_DIR/config.json is missing — run ./setup_host.sh --only model"
+  fi
   note "+ $SGLANG_PYTHON -m llmhost.fi.verify --model-dir $MODEL_DIR"
   "$SGLANG_PYTHON" -m llmhost.fi.verify --model-dir "$MODEL_DIR" 2>&1 | tee -a "$LOG_FILE" | grep --line-buffered '^\[verify\]\|^verify:' \
     || fail "FlashInfer decode does not match the reference (lines above) — full output in $LOG_FILE"
   log "kernel: FlashInfer GQA paged decode matches the float32 reference on both paths"
+}
+
+# WORK_DIR can be created and written, with room for the log: a full or read-only disk is one line, not a
+# bash error from deep inside a phase.
+check_work_dir() {
+  mkdir -p "$WORK_DIR/logs" 2>/dev/null || die "cannot create $WORK_DIR/logs (permissions? read-only disk?) — set WORK_DIR to a writable directory"
+  local probe="$WORK_DIR/logs/.write-test.$$"
+  if ! (printf '%01024d' 0 >"$probe") 2>/dev/null; then
+    rm -f "$probe"
+    die "cannot write under $WORK_DIR (disk full or read-only) — free space or set WORK_DIR to a bigger disk"
+  fi
+  rm -f "$probe"
+  PHASE=setup need_disk 104857600 "$WORK_DIR" "the setup log and state"
 }
 
 main() {
@@ -407,10 +426,13 @@ main() {
     SGLANG_PYTHON=$(command -v "$SGLANG_PYTHON") || die "SGLANG_PYTHON=$SGLANG_PYTHON is not an executable — fix it or unset it"
   fi
   if ! is_dry; then
-    mkdir -p "$WORK_DIR/logs"
+    check_work_dir
     LOG_FILE="$WORK_DIR/logs/setup-$(date -u +%Y%m%dT%H%M%SZ).log"
     note "mode=$MODE args=$* sglang_python=$SGLANG_PYTHON"
   fi
+  # uv's and pip's caches (~9 GB of wheels) go next to the venv: with WORK_DIR on a big disk, a small root disk
+  # would still fill up through ~/.cache otherwise (and uv hard-links from a cache on the same filesystem)
+  export UV_CACHE_DIR=${UV_CACHE_DIR:-$WORK_DIR/cache/uv} PIP_CACHE_DIR=${PIP_CACHE_DIR:-$WORK_DIR/cache/pip}
   log "mode: $MODE${WHEELHOUSE:+ ($WHEELHOUSE)}; WORK_DIR=$WORK_DIR; SGLANG_PYTHON=$SGLANG_PYTHON; log: $(is_dry && echo 'none (dry run)' || echo "$LOG_FILE")"
   local phase blocked=()
   for phase in "${PHASES[@]}"; do

@@ -148,7 +148,7 @@ def plan_flashinfer(installed: Mapping[str, str], cuda_version: str, pin: str | 
 
     installed: canonical name -> version (every distribution in the environment). cuda_version: torch's CUDA
     ('13.0'). pin: the flashinfer-python version sglang requires, when known. Returns one Action per package:
-    'remove' for any flashinfer-* add-on whose version differs (stale or for another CUDA), 'install' for
+    'remove' for an add-on (cubin, jit-cache) whose version differs (stale or for another CUDA), 'install' for
     each add-on that is absent or removed, 'ok' for matches, 'error' when flashinfer-python itself is wrong.
     """
     packages = {canonical_name(k): v for k, v in installed.items()}
@@ -161,8 +161,9 @@ def plan_flashinfer(installed: Mapping[str, str], cuda_version: str, pin: str | 
     else:
         actions.append(Action("ok", FLASHINFER_BASE, base, f"pinned by sglang ({pin})" if pin else ""))
     tag = cuda_tag(cuda_version)
-    others = sorted(name for name in packages if name.startswith("flashinfer-") and name != FLASHINFER_BASE)
-    for name in sorted(set(others) | set(FLASHINFER_ADDONS)):
+    # only the add-ons versioned with flashinfer-python: other flashinfer-* projects (flashinfer-bench) have
+    # their own version numbers and are none of our business
+    for name in sorted(FLASHINFER_ADDONS):
         have = packages.get(name)
         if have is not None and _addon_matches(name, have, base, tag):
             actions.append(Action("ok", name, have))
@@ -184,12 +185,12 @@ def _addon_matches(name: str, have: str, base: str, tag: str) -> bool:
 
 # Runs inside the target interpreter: every installed distribution, sglang's requirements, torch's CUDA.
 _PROBE = r"""
-import json, importlib.metadata as md
+import json, re, importlib.metadata as md
 out = {"packages": {}, "sglang_requires": [], "torch_cuda": None}
-for dist in md.distributions():
+for dist in md.distributions():  # sys.path order: the first copy of a name is the one Python imports
     name = dist.metadata["Name"]
     if name:
-        out["packages"][name] = dist.version
+        out["packages"].setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
 try:
     out["sglang_requires"] = md.requires("sglang") or []
 except md.PackageNotFoundError:

@@ -94,13 +94,14 @@ def test_dry_run_on_a_good_host_needs_no_sudo_and_exits_zero(host):
     host.shim("sudo", "exit 1")
     host.shim("dpkg-query", "exit 1")  # every base package missing
     host.shim("python3.12", "exit 0")
+    host.shim("nvcc", 'echo "Cuda compilation tools, release 13.0, V13.0.88"')
     proc = host.run("--dry-run", "--skip-model")
     assert "would need root or passwordless sudo" in proc.stdout
-    assert "would run: sudo apt-get update" in proc.stdout
+    assert "would run: sudo apt-get -o DPkg::Lock::Timeout=600 update" in proc.stdout
     assert "model: skipped" in proc.stdout
     assert not host.work.exists()
-    # cuda/python phases depend on this machine's nvcc; everything else must plan cleanly
     assert "packages: would install build-essential" in proc.stdout
+    assert proc.returncode == 0 and "0 phase(s) would stop a real run" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(("version", "ok"), [("565.57.01", False), ("570.124.06", False), ("580.95.05", True),
@@ -141,9 +142,9 @@ def test_gpu_without_driver_installs_r580_through_sudo_and_asks_for_a_reboot(hos
     host.shim("sudo", '[[ "$1" == -n ]] && shift; exec "$@"')
     host.shim("apt-get", "exit 0")
     proc = host.run("--only", "driver")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # not 0: `./setup_host.sh && ./serve.sh start` must stop here
     assert proc.stdout.splitlines()[-1].startswith("[setup] driver: REBOOT REQUIRED")
-    assert "apt-get install -y -q nvidia-driver-580-open" in host.called()
+    assert "apt-get -o DPkg::Lock::Timeout=600 install -y -q nvidia-driver-580-open" in host.called()
     assert "sudo -n env DEBIAN_FRONTEND=noninteractive apt-get" in host.called()
     assert list((host.work / "logs").glob("setup-*.log"))
 
@@ -349,3 +350,35 @@ def test_a_python_that_cannot_list_its_packages_is_one_setup_line(host):
     proc = host.run("--python", str(broken), "--only", "sglang")
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1].startswith("[setup] error: sglang: cannot list the packages")
+
+
+def test_a_full_disk_or_unwritable_work_dir_is_one_line_before_any_phase(host, tmp_path):
+    host.shim("df", 'printf "Filesystem 1024-blocks Used Available Capacity Mounted\\n/dev/x 100 99 1024 99%% /\\n"')
+    proc = host.run("--only", "os")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "disk full" in proc.stderr and "WORK_DIR" in proc.stderr and "Traceback" not in proc.stderr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    host.work = blocker / "work"
+    proc = host.run("--only", "os")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "cannot create" in proc.stderr
+
+
+def test_skip_model_skips_the_kernel_check_it_cannot_run_instead_of_failing(host, tmp_path):
+    python = byo_host(host)
+    host.env["MODEL_DIR"] = str(tmp_path / "no-model")
+    proc = host.run("--python", str(python), "--skip-model", "--only", "kernel")
+    assert proc.returncode == 0, proc.stderr
+    assert "kernel: skipped" in proc.stderr and "--skip-model" in proc.stderr
+    proc = host.run("--python", str(python), "--only", "kernel")
+    assert proc.returncode == 1 and "--only model" in proc.stderr
+
+
+def test_offline_advice_fits_what_is_missing(host, tmp_path):
+    """--wheelhouse cannot bring a model: the model's network error says to copy it instead."""
+    python = byo_host(host)
+    host.shim("curl", "exit 6")
+    host.env.update(MODEL_DIR=str(tmp_path / "empty-model"), LOAD_FORMAT="dummy")
+    proc = host.run("--python", str(python), "--only", "model")
+    assert proc.returncode == 1 and "copy the model into MODEL_DIR" in proc.stderr
+    assert "--wheelhouse" not in proc.stderr

@@ -1,6 +1,7 @@
 """Exact version matching and the FlashInfer add-on plan that setup_host.sh executes."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -95,12 +96,25 @@ def test_absent_addons_are_installed_from_their_indexes():
 
 def test_stale_or_wrong_cuda_addons_are_removed_then_reinstalled():
     plan = lines({"flashinfer-python": "0.6.15.post1", "flashinfer-cubin": "0.6.15",
-                  "flashinfer-jit-cache": "0.6.15.post1+cu129", "flashinfer-extra": "0.5.2"})
+                  "flashinfer-jit-cache": "0.6.15.post1+cu129", "flashinfer-bench": "0.1.2"})
     assert "remove flashinfer-cubin 0.6.15" in plan
     assert "remove flashinfer-jit-cache 0.6.15.post1+cu129" in plan
     assert "install flashinfer-jit-cache 0.6.15.post1 https://flashinfer.ai/whl/cu130" in plan
-    assert "remove flashinfer-extra 0.5.2" in plan
-    assert not any(line.startswith("install flashinfer-extra") for line in plan)
+    # flashinfer-bench is a project with its own versions, not an add-on: never removed, never "mismatched"
+    assert not any("flashinfer-bench" in line for line in plan)
+
+
+def test_the_probe_reports_the_copy_python_imports_when_two_are_installed(tmp_path):
+    """A PYTHONPATH overlay or a stale dist-info: the first on sys.path is what `import flashinfer` loads."""
+    for folder, version in (("a", "0.6.15.post1"), ("b", "0.5.3")):
+        info = tmp_path / folder / f"flashinfer_python-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer_python\nVersion: {version}\n")
+    env_path = f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}"
+    script = tmp_path / "py"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={env_path} exec {sys.executable} \"$@\"\n")
+    script.chmod(0o755)
+    assert versions.probe(str(script))["packages"]["flashinfer-python"] == "0.6.15.post1"
 
 
 def test_prefix_lookalike_versions_do_not_match():
