@@ -104,8 +104,9 @@ def diff_columns(first: str, first_fn: page.Cell) -> list[tuple[str, page.Cell]]
 def baseline_html(ctx: figures.Context) -> str:
     run, rows = ctx.run, ctx.baseline
     intro = ("<p class=read>Each arm changes exactly one setting. Cells: the arm's value, its change vs the baseline "
-             "arm at the same point, the 95% bootstrap CI of that change, and a verdict — \"within noise\" when the CI "
-             "includes 0, \"no CI\" when a side has a single repeat (throughput: run with --repeat 3).</p>")
+             "arm at the same point, the 95% CI of that change (latencies, goodput: bootstrap over requests; "
+             "throughput: Welch t over repeats), and a verdict — \"within noise\" when the CI includes 0, \"no CI\" "
+             "when a side has a single repeat (throughput: run with --repeat 3).</p>")
     if not rows:
         return intro + page.missing("No arm shares a point with the baseline arm — run ./run_bench.py with the "
                                     "baseline and at least one other arm (e.g. --arms baseline,fp8-kv).")
@@ -121,7 +122,8 @@ def baseline_html(ctx: figures.Context) -> str:
 
 def compare_html(run: Run, other: Run, rows: list[dict[str, Any]]) -> str:
     intro = (f"<p class=read>Every point present in both runs (same arm, workload, pattern, load), {esc(run.run_id)} "
-             f"relative to {esc(other.run_id)}: value in this run, change in %, 95% bootstrap CI, verdict.</p>")
+             f"relative to {esc(other.run_id)}: value in this run, change in %, 95% CI (bootstrap; throughput: "
+             "Welch t over repeats), verdict.</p>")
     body = env_card(other, other.slo or stats.Slo(math.nan, math.nan, math.nan)).replace(
         "<h3>Environment</h3>", f"<h3>Environment of {esc(other.run_id)}</h3>", 1)
     if not rows:
@@ -191,8 +193,10 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
     parts.append("<h3>Load patterns planned</h3>" + _plan_html(run))
     parts.append(
         "<h3>Statistics</h3><p class=read>Percentiles: linear interpolation (numpy default, as bench_serving). "
-        f"CIs: percentile bootstrap, {stats.DEFAULT_BOOT} seeded resamples, 95%; throughput CIs resample repeats, "
-        "latency CIs resample requests. Goodput: share of requests sent that completed with TTFT ≤ "
+        f"CIs, 95%: latencies and goodput by percentile bootstrap over requests ({stats.DEFAULT_BOOT} seeded "
+        "resamples); throughput, one value per repeat, by Student t (differences: Welch), since a bootstrap over 2-3 "
+        "repeats gives [min, max] and covers the truth only about half the time. Goodput: share of requests sent "
+        "that completed with TTFT ≤ "
         f"{slo.ttft_ms:g} ms and TPOT (their own mean inter-token gap) ≤ {slo.itl_ms:g} ms; a load meets the SLO "
         f"when ≥ {slo.pct:g}% are good. Capacity = highest load with it and every lower load meeting the SLO. "
         "ITL percentiles pool every token gap (bench_serving's definition).</p>")

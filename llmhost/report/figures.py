@@ -78,8 +78,8 @@ def _log_x(fig: Any, loads: list[Any], title: str, **where: Any) -> None:
 
 def capacity(ctx: Context) -> Chart:
     title = "How much throughput does each setting deliver as concurrency grows?"
-    read = ("Output tokens/s per concurrency level (mean over repeats, bars = 95% bootstrap CI); a curve that "
-            "flattens has hit its capacity, open markers missed the SLO.")
+    read = ("Output tokens/s per concurrency level (mean over repeats, bars = 95% Student-t CI over repeats); a "
+            "curve that flattens has hit its capacity, open markers missed the SLO.")
     wls = _workloads_with(ctx, "concurrency")
     if not wls:
         return Chart("capacity", title, read, None, "no concurrency sweep succeeded — run ./run_bench.py")
@@ -214,8 +214,9 @@ def _thin(x: np.ndarray, y: np.ndarray) -> tuple[list[float], list[float]]:
 
 def head_to_head(ctx: Context) -> Chart:
     title = "What does each setting change relative to the baseline at the reference load?"
-    read = ("Change vs baseline in % (bars = 95% bootstrap CI) at the highest concurrency every arm ran; for "
-            "throughput and goodput up is better, for latencies down is better; a bar whose CI crosses 0 is noise.")
+    read = ("Change vs baseline in % (bars = 95% CI: bootstrap, throughput Welch t) at the highest concurrency every "
+            "arm ran; for throughput and goodput up is better, for latencies down is better; a bar whose CI crosses 0 "
+            "is noise.")
     ref = reference_groups(ctx)
     metrics = [("output_throughput", "tok/s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
                ("tpot_p50", "TPOT p50"), ("goodput", "goodput")]
@@ -252,8 +253,8 @@ def _nz(v: float) -> float:
 def regression(run: Run, other_id: str, rows: list[dict[str, Any]]) -> Chart:
     """Run-vs-run deltas at every shared concurrency point (rows from tables.compare_rows)."""
     title = f"Did throughput or tail latency move since {other_id}?"
-    read = (f"This run relative to {other_id} at every shared concurrency point, per arm (bars = 95% bootstrap CI); "
-            "throughput up and TTFT p99 down are improvements, a CI crossing 0 is noise.")
+    read = (f"This run relative to {other_id} at every shared concurrency point, per arm (bars = 95% CI: bootstrap, "
+            "throughput Welch t); throughput up and TTFT p99 down are improvements, a CI crossing 0 is noise.")
     rows = [r for r in rows if r["pattern"] == "concurrency"]
     if not rows:
         return Chart("regression", title, read, None, "the runs share no concurrency point — compare two runs of the "

@@ -93,6 +93,7 @@ class Metric:
     is_higher_better: bool
     stat: stats.Stat
     samples: Callable[[Group, stats.Slo], np.ndarray]
+    per_repeat: bool = False  # one value per repeat (few): Student-t/Welch instead of the bootstrap
 
 
 def _ok_ttft(g: Group, slo: stats.Slo) -> np.ndarray:
@@ -109,7 +110,8 @@ def _good_pct(g: Group, slo: stats.Slo) -> np.ndarray:
 
 
 METRICS: dict[str, Metric] = {
-    "output_throughput": Metric("Output tok/s", "tok/s", True, "mean", lambda g, s: np.array(g.throughputs)),
+    "output_throughput": Metric("Output tok/s", "tok/s", True, "mean", lambda g, s: np.array(g.throughputs),
+                                per_repeat=True),
     "ttft_p50": Metric("TTFT p50", "ms", False, 50.0, _ok_ttft),
     "ttft_p99": Metric("TTFT p99", "ms", False, 99.0, _ok_ttft),
     "tpot_p50": Metric("TPOT p50", "ms", False, 50.0, _ok_tpot),
@@ -127,7 +129,7 @@ def summary_row(g: Group, slo: stats.Slo, seed: int = 0) -> dict[str, Any]:
     r = g.requests
     ttft = stats.percentile_summary(r.ttft_ms[r.ok], PCTS, seed=seed)
     tpot = stats.percentile_summary(r.itl_mean_ms[r.ok], PCTS[:2], seed=seed)
-    thr = stats.mean_ci_over_repeats(g.throughputs, seed=seed)
+    thr = stats.mean_ci_over_repeats(g.throughputs)
     good = stats.bootstrap_ci(_good_pct(g, slo), "mean", seed=seed)
     summ = [p.summary for p in g.ok_points]
     row: dict[str, Any] = {
@@ -173,7 +175,10 @@ def diff_row(a: Group, b: Group, slo: stats.Slo, seed: int = 0) -> dict[str, Any
         by_samples.setdefault(m.samples, []).append(name)
     for fn, names in by_samples.items():
         xa, xb = fn(a, slo), fn(b, slo)
-        diffs = stats.bootstrap_diffs(xa, xb, [METRICS[n].stat for n in names], seed=seed)
+        if METRICS[names[0]].per_repeat:
+            diffs = [stats.welch_diff(xa, xb) for _ in names]
+        else:
+            diffs = stats.bootstrap_diffs(xa, xb, [METRICS[n].stat for n in names], seed=seed)
         for name, d in zip(names, diffs):
             row.update(_diff_fields(name, METRICS[name], d, xa, xb))
     return row

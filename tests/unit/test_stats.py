@@ -133,3 +133,27 @@ def test_capacity_is_none_when_even_the_lowest_load_fails_or_nothing_ran() -> No
     cap = stats.max_load_within_slo({2.0: False, 8.0: True})
     assert cap.load is None and cap.first_failing == 2.0
     assert stats.max_load_within_slo({}).load is None
+
+
+@pytest.mark.parametrize("repeats", [2, 3, 5])
+def test_per_repeat_intervals_cover_the_truth_at_the_nominal_rate(repeats: int) -> None:
+    """A bootstrap over 2-3 repeats covered ~53-73% (simulated): the Student-t interval must cover ~95%."""
+    rng = np.random.default_rng(1)
+    trials = 2000
+    hits = 0
+    for _ in range(trials):
+        ci = stats.mean_ci_over_repeats(rng.normal(5000, 150, repeats))
+        hits += ci.lo <= 5000 <= ci.hi
+    assert 0.93 <= hits / trials <= 0.97
+    false_calls = sum(not stats.welch_diff(rng.normal(5000, 150, repeats), rng.normal(5000, 150, repeats)).is_within_noise
+                      for _ in range(trials))
+    assert false_calls / trials <= 0.06  # equal arms are called better/worse at most ~5% of the time
+
+
+def test_welch_finds_a_clear_throughput_gain_and_has_no_ci_for_one_repeat() -> None:
+    d = stats.welch_diff([5000, 5040, 4980], [6000, 6050, 5990])
+    assert not d.is_within_noise and d.lo > 0 and 19 < d.rel_pct < 21 and d.rel_lo < d.rel_pct < d.rel_hi
+    one = stats.welch_diff([5000], [6000, 6100])
+    assert one.rel_pct == pytest.approx(21.0) and not one.has_ci
+    assert not stats.mean_ci_over_repeats([5000.0]).has_ci
+    assert stats.t975(2) == 4.303 and abs(stats.t975(31) - 2.0395) < 1e-3 and abs(stats.t975(1000) - 1.9623) < 1e-3
