@@ -231,9 +231,11 @@ def request_rows(details: dict[str, object], starts: list[list[float]], fallback
     rows = []
     for i in range(n):
         error = errors[i] or ""  # type: ignore[index]
-        itl_ms = [x * 1000.0 for x in (itls[i] or [])]  # type: ignore[index]
         ok = not error
-        ttft_ms = ttfts[i] * 1000.0 if ok else None  # type: ignore[index]
+        # a stream that broke keeps the gaps it saw: they must not enter ITL percentiles (bench_serving drops them)
+        itl_ms = [x * 1000.0 for x in (itls[i] or [])] if ok else []  # type: ignore[index]
+        # a reply streaming only tool-call deltas has no text token: bench_serving leaves ttft 0 (unknown, not fast)
+        ttft_ms = ttfts[i] * 1000.0 if ok and (ttfts[i] or not outs[i]) else None  # type: ignore[index]
         if timed:
             start_s, e2e_ms = timed[i][1], timed[i][2] * 1000.0
         else:

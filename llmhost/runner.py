@@ -129,6 +129,7 @@ def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
                              output_file=raw / f"warm-{arm.name}.jsonl", measured=False)
     code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=raw / f"warm-{arm.name}.starts",
                                      log_file=raw / f"warm-{arm.name}.log", env=b.env, limit_s=300)
+    store.redact_jsonl(raw / f"warm-{arm.name}.jsonl")
     if code:
         print(f"[bench] warning: warm pass of arm {arm.name} failed ({error}) — continuing", flush=True)
 
@@ -150,7 +151,7 @@ def check_tools(b: Bench, arm: arms_mod.Arm) -> None:
 def attempt_point(b: Bench, point: points.Point, attempt: int) -> dict:
     """Run one attempt of a point; returns its points.jsonl record (failures are data)."""
     b.sampler.point_id = point.point_id
-    started, warn_note = time.time(), None
+    started = time.time()
     raw = b.store.raw_dir()
     stem = raw / f"{point.point_id}.a{attempt}.{int(started)}"  # unique: an orphan of a killed run may still write
     workload = WORKLOADS[point.workload]
@@ -164,8 +165,9 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> dict:
                                                              measured=False, **common),
             starts_file=Path(f"{stem}.warm.starts"), log_file=Path(f"{stem}.log"), env=b.env,
             limit_s=points.timeout_s(point))
-        warn_note = f"warm pass failed: {warm_error}" if code else None
-    if flushed:
+        store.redact_jsonl(Path(f"{stem}.warm.jsonl"))
+        error = f"warm pass failed: {warm_error}" if code else ""  # measuring now would publish cold as warm
+    if flushed and not error:
         argv = points.bench_argv(point, workload, output_file=Path(f"{stem}.jsonl"), **common)
         code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=Path(f"{stem}.starts"),
                                          log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
@@ -178,12 +180,16 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> dict:
                 rel = b.store.write_requests(point.point_id, rows)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
+        store.redact_jsonl(Path(f"{stem}.jsonl"))  # bench_serving copies /server_info, API key included, into it
+        if not error and summary.get("completed") == 0:  # bench_serving exits 0 even when every request failed
+            first = next((r["error"] for r in rows if r["error"]), "no error text")
+            error = f"every request failed ({first})"[:300]
+        if not error and not server_alive(b.cfg):
+            error = "the server stopped answering /health during the point"
     record = {**point.as_plan(), "attempt": attempt, "status": "failed" if error else "ok", "error": error or None,
               "started_at": started, "ended_at": time.time(),
               "cache_flushed": flushed and point.pattern != "warm", "summary": summary,
               "requests_file": rel or f"requests/{point.point_id}.jsonl"}
-    if warn_note:
-        record["warning"] = warn_note
     b.sampler.point_id = None
     return record
 

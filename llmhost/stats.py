@@ -16,8 +16,8 @@ Definitions (the dashboard and its tests rely on exactly these):
   bootstrap over 2 repeats returns [min, max] and covered the truth ~half the time (simulated), calling ~1 in 3
   equal arms "better"/"worse". Mean +- t(0.975, n-1) s / sqrt(n); differences by Welch's t (unequal variances).
 * Goodput: a request is good when it completed (ok), its TTFT <= slo.ttft_ms and its mean inter-token latency
-  (TPOT: the mean of its own ITL gaps; a request with < 2 output tokens has no gap and passes) <= slo.itl_ms.
-  The per-request mean is used rather than every gap because users perceive streaming speed, and one gap spiking
+  (TPOT: (e2e - TTFT) / (output tokens - 1), bench_serving's definition; a request with < 2 output tokens has no
+  gap and passes) <= slo.itl_ms. The per-request TPOT is used rather than every gap because users perceive streaming speed, and one gap spiking
   while another request's prefill chunk runs would fail nearly every long answer. Goodput share = good / requests
   sent (failed requests count as not good). A load meets the SLO when goodput share >= slo.pct percent.
 * Capacity: the highest tested load L such that every tested load <= L meets the SLO. A pass above a failure is not

@@ -93,6 +93,23 @@ def redact(value: object) -> object:
     return value
 
 
+def redact_jsonl(path: Path) -> None:
+    """Rewrite a JSONL file (atomically) with redact() applied to every JSON line; absent file: nothing to do."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return
+    out = []
+    for line in lines:
+        try:
+            out.append(json.dumps(redact(json.loads(line))))
+        except json.JSONDecodeError:
+            out.append(line)  # a torn last line stays as it was
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in out))
+    os.replace(tmp, path)
+
+
 def new_run_id(tag: str = "", now: float | None = None) -> str:
     """UTC YYYYmmdd-HHMMSS plus an optional -tag."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))

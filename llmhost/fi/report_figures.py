@@ -89,10 +89,11 @@ def sparse_figures(doc: dict) -> str:
         ceil = doc.get("ceilings") or {}
         if ceil.get("copy_gb_s") and ceil.get("peak_gb_s"):
             fig.add_hline(y=100 * ceil["copy_gb_s"] / ceil["peak_gb_s"], line_dash="dot", line_color="#b00",
-                          annotation_text="device-to-device copy", annotation_position="bottom right")
+                          annotation_text="device-to-device copy (read + write)", annotation_position="bottom right")
         parts.append(_figure(fig, "Bytes a decode step must move (K/V of every token, q, o, page table) over its "
                                   "median time, as % of the datasheet peak; the dotted line is what a plain copy "
-                                  "reaches on this GPU, the practical ceiling."))
+                                  "(read + write bytes) reaches on this GPU. Decode only reads, so it can "
+                                  "match that line."))
     fp8 = _fp8_speedups(df)
     if fp8:
         import pandas as pd

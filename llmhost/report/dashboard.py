@@ -197,7 +197,7 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
         "resamples); throughput, one value per repeat, by Student t (differences: Welch), since a bootstrap over 2-3 "
         "repeats gives [min, max] and covers the truth only about half the time. Goodput: share of requests sent "
         "that completed with TTFT ≤ "
-        f"{slo.ttft_ms:g} ms and TPOT (their own mean inter-token gap) ≤ {slo.itl_ms:g} ms; a load meets the SLO "
+        f"{slo.ttft_ms:g} ms and TPOT ((end-to-end − TTFT) / (output tokens − 1), as bench_serving) ≤ {slo.itl_ms:g} ms; a load meets the SLO "
         f"when ≥ {slo.pct:g}% are good. Capacity = highest load with it and every lower load meeting the SLO. "
         "ITL percentiles pool every token gap (bench_serving's definition).</p>")
     return "".join(parts)

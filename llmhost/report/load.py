@@ -74,7 +74,7 @@ class Requests:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     ttft_ms: np.ndarray
-    itl_mean_ms: np.ndarray  # per request: mean of its own ITL gaps (nan with < 2 output tokens)
+    itl_mean_ms: np.ndarray  # per request TPOT: (e2e - ttft) / (output tokens - 1) (nan with < 2 output tokens)
     itl_all_ms: np.ndarray  # every ITL gap of every request, pooled (what bench_serving's ITL percentiles use)
     e2e_ms: np.ndarray
 
@@ -153,6 +153,16 @@ def _float(value: Any) -> float:
         return math.nan
 
 
+def _tpot(row: dict[str, Any], gaps: list[float]) -> float:
+    """bench_serving's TPOT of one request: (e2e - ttft) / (output tokens - 1). Not the mean of the ITL list: the
+    chat endpoint's chunks can carry several tokens (and tool-call deltas carry none), which inflated that mean.
+    Falls back to the mean gap when a field is missing."""
+    e2e, ttft, out = _float(row.get("e2e_ms")), _float(row.get("ttft_ms")), _float(row.get("output_tokens"))
+    if out >= 2 and not math.isnan(e2e) and not math.isnan(ttft) and e2e >= ttft:
+        return (e2e - ttft) / (out - 1)
+    return sum(gaps) / len(gaps) if gaps else math.nan
+
+
 def requests_from_rows(rows: list[dict[str, Any]]) -> Requests:
     """Arrays from contract rows (missing keys become nan/empty, so a partial writer never crashes the report)."""
     itl_lists = [[g for g in map(_float, r.get("itl_ms") or []) if not math.isnan(g)]
@@ -164,7 +174,7 @@ def requests_from_rows(rows: list[dict[str, Any]]) -> Requests:
         prompt_tokens=np.array([_float(r.get("prompt_tokens")) for r in rows], float),
         output_tokens=np.array([_float(r.get("output_tokens")) for r in rows], float),
         ttft_ms=np.array([_float(r.get("ttft_ms")) for r in rows], float),
-        itl_mean_ms=np.array([sum(g) / len(g) if g else math.nan for g in itl_lists], float),
+        itl_mean_ms=np.array([_tpot(r, g) for r, g in zip(rows, itl_lists)], float),
         itl_all_ms=np.array([g for gaps in itl_lists for g in gaps], float),
         e2e_ms=np.array([_float(r.get("e2e_ms")) for r in rows], float),
     )

@@ -123,3 +123,58 @@ def test_sigterm_stops_the_run_and_its_load_generator_like_ctrl_c(tmp_path):
         signal.signal(signal.SIGTERM, previous)
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
+    """A Bench whose load generator 'ran' and left `details` as its output line (API key in server_info)."""
+    from types import SimpleNamespace
+
+    from llmhost import server
+
+    cfg = SimpleNamespace(sglang_python=sys.executable, base_url="http://127.0.0.1:1", model_dir="/m",
+                          served_model_name="qwen3-4b", api_key=lambda: "sk-secret")
+    bench = SimpleNamespace(store=store.RunStore.create(tmp_path), cfg=cfg, sampler=SimpleNamespace(point_id=None),
+                            seed=1, module="sglang.benchmark.serving", env={})
+
+    def fake_loadgen(python, module, argv, *, starts_file, log_file, env, limit_s):
+        out = Path(argv[argv.index("--output-file") + 1])
+        out.write_text(json.dumps({**details, "server_info": {"api_key": "sk-secret", "port": 1}}) + "\n")
+        Path(starts_file).write_text(json.dumps([[i, 100.0 + i, 0.5] for i in range(len(details["ttfts"]))]))
+        return 0, ""
+
+    monkeypatch.setattr(server, "flush_cache", lambda *a, **k: True)
+    monkeypatch.setattr(points, "run_loadgen", fake_loadgen)
+    monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
+    return bench
+
+
+def _details(errors: list[str]) -> dict:
+    n = len(errors)
+    return {"completed": sum(not e for e in errors), "duration": 1.0, "request_throughput": 1.0,
+            "output_throughput": 10.0, "input_throughput": 1.0, "total_throughput": 11.0,
+            "ttfts": [0.0 if e else 0.05 for e in errors], "itls": [[0.01, 5.0] if e else [0.01] for e in errors],
+            "errors": errors, "input_lens": [8] * n, "output_lens": [0 if e else 2 for e in errors]}
+
+
+def test_a_point_whose_every_request_failed_is_failed_not_ok(tmp_path, monkeypatch):
+    """bench_serving exits 0 when all requests fail: the point must be retried, not recorded as a 0 tok/s 'ok'."""
+    bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["Connection reset"] * 4))
+    record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
+    assert record["status"] == "failed" and "every request failed (Connection reset)" in record["error"]
+
+
+def test_a_server_that_died_during_a_point_fails_it_and_raw_files_hold_no_key(tmp_path, monkeypatch):
+    bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["", "", "", "boom"]), alive=False)
+    record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
+    assert record["status"] == "failed" and "stopped answering /health" in record["error"]
+    raw = [p.read_text() for p in bench.store.raw_dir().glob("*.jsonl")]
+    assert raw and all("sk-secret" not in text and "<redacted>" in text for text in raw)
+
+
+def test_partial_failures_stay_data_and_their_broken_streams_stay_out_of_itl(tmp_path, monkeypatch):
+    bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["", "", "", "stream broke"]))
+    point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
+    record = runner.attempt_point(bench, point, 1)
+    assert record["status"] == "ok" and record["summary"]["failed"] == 1
+    rows = store.read_jsonl(bench.store.root / record["requests_file"])
+    assert [r["itl_ms"] for r in rows] == [[10.0], [10.0], [10.0], []]  # not the 5,000 ms gap of the broken one

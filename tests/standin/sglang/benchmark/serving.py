@@ -266,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-input-len", type=int, default=1024)
     p.add_argument("--random-output-len", type=int, default=1024)
     p.add_argument("--random-range-ratio", type=float, default=0.0)
+    p.add_argument("--tokenize-prompt", action="store_true")  # the stand-in always sends random-ids as ids
     p.add_argument("--request-rate", type=float, default=float("inf"))
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--output-file", default=None)
