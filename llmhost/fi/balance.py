@@ -134,7 +134,8 @@ def run(opts: BalanceOptions, shape: AttentionShape, progress: Callable[[str], N
         eta = (time.monotonic() - started) / done * (len(todo) - done)
         progress(f"[balance {done}/{len(todo)}] batch {batch} {dist}: {', '.join(timed)} eta {eta:.0f}s")
     return {"split_control": {k: v for k, v in control.items() if k != "off_kwargs"}, "path": "tensor-core",
-            "planning": PLANNING_NOTE, "num_layers": shape.num_layers, "cases": cases, "checks": checks,
+            "planning": PLANNING_NOTE, "num_layers": shape.num_layers, "num_kv_heads": shape.num_kv_heads,
+            "sm_count": torch.cuda.get_device_properties(0).multi_processor_count, "cases": cases, "checks": checks,
             "speedup_by_distribution": speedups(cases)}
 
 

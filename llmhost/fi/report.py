@@ -165,6 +165,19 @@ def sparse_section(doc: dict | None, out_dir: Path) -> str:
         + "</section>")
 
 
+def planner_cap_note(doc: dict) -> str:
+    """Why split-KV 'on' equals 'off' for big batches, and what the plan() timing covers (FlashInfer 0.6.x source:
+    the decode planner allows at most 2 x SMs / KV heads work units, else it does not split)."""
+    sm, kv = doc.get("sm_count"), doc.get("num_kv_heads")
+    cap = (f"2 x {sm} SMs / {kv} KV heads = {2 * sm // kv} work units on this GPU, so from a batch of about "
+           f"{2 * sm // kv + 1} requests on") if sm and kv else "2 x SMs / KV heads work units, so for larger batches"
+    return (f"Reading the bars: FlashInfer's planner splits only while the split work fits {cap} split-KV 'on' "
+            "runs the same kernel as 'off' — a bar near 1 there means no split was made, not that splitting could "
+            "not help a skewed batch. plan() is timed on the eager path (page tables copied back from the GPU); "
+            "SGLang's CUDA-graph decode steps use fast_decode_plan with host-side indptr, which skips those copies, "
+            "so the plan() bars overstate its per-step cost there.")
+
+
 def balance_section(doc: dict | None, out_dir: Path) -> str:
     if not doc or not doc.get("cases"):
         return placeholder("balance", out_dir)
@@ -176,6 +189,7 @@ def balance_section(doc: dict | None, out_dir: Path) -> str:
         f"({escape(control.get('note', ''))}); kernel path: {escape(doc.get('path', ''))}. "
         f"Planning: {escape(doc.get('planning', ''))}, so plan() is paid once per decode step and its per-layer "
         f"share is plan / {doc.get('num_layers')} layers.</p>"
+        f"<p>{escape(planner_cap_note(doc))}</p>"
         + figures.balance_figures(doc) + figures.balance_table(doc) + "</section>")
 
 

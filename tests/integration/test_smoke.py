@@ -146,17 +146,23 @@ def test_api_key_missing_wrong_and_right(free_port, tmp_path, capsys, monkeypatc
     key_file.write_text("k3y-value\n")
     wrong_file.write_text("nope\n")
     base = ("--base-url", f"http://127.0.0.1:{free_port}", "--model", SERVED, "--only", "chat")
+    printed = []
     with launch(free_port, *ARGS, "--api-key", "k3y-value"):
-        code, _, err = smoke(capsys, *base, "--api-key-file", str(wrong_file))
+        code, out, err = smoke(capsys, *base, "--api-key-file", str(wrong_file), "--json")
+        printed.append(out + err)
         assert code == 1 and "401" in err and "was rejected" in err
         monkeypatch.setenv("API_KEY_FILE", "")
-        code, _, err = smoke(capsys, *base)
+        code, out, err = smoke(capsys, *base)
+        printed.append(out + err)
         assert code == 1 and "is required" in err and "--api-key-file" in err
         code, out, err = smoke(capsys, *base, "--api-key-file", str(key_file), "--json")
+        printed.append(out + err)
         assert code == 0, err
         monkeypatch.setenv("OPENAI_API_KEY", "k3y-value")
-        assert smoke(capsys, *base)[0] == 0
-    assert "k3y-value" not in out + err  # the key is never printed
+        code, out, err = smoke(capsys, *base, "--json")
+        printed.append(out + err)
+        assert code == 0 and last_json(out)["api_key_set"] is True
+    assert all("k3y-value" not in text and "nope" not in text for text in printed)  # no key is ever printed
 
 
 def test_missing_key_file_and_bad_usage_are_one_line_errors(capsys, tmp_path):

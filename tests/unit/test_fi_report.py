@@ -128,3 +128,14 @@ def test_each_produce_command_names_a_real_subcommand(stage):
                            cwd=repo, timeout=60).stdout
     choices = re.search(r"\{([a-z,]+)\}", usage).group(1).split(",")
     assert subcommand in choices, f"{stage}: {report.PRODUCE[stage]!r} (choices {choices})"
+
+
+def test_the_balance_section_says_where_the_planner_stops_splitting():
+    """FlashInfer's planner allows 2 x SMs / KV heads work units: 33 on an H200 with Qwen3-4B's 8 KV heads."""
+    doc = {**synthetic_balance(), "sm_count": 132, "num_kv_heads": 8}
+    note = report.planner_cap_note(doc)
+    assert "2 x 132 SMs / 8 KV heads = 33 work units" in note and "batch of about 34" in note
+    assert "fast_decode_plan" in note
+    older = report.planner_cap_note(synthetic_balance())  # a balance.json written before the fields existed
+    assert "2 x SMs / KV heads work units" in older
+    assert "batch of about 34" in report.balance_section(doc, Path("/nonexistent"))
