@@ -21,6 +21,8 @@ import json
 import sys
 from pathlib import Path
 
+from llmhost import deps
+
 # Fallback SLO when a run's manifest has none: an interactive-chat target (first token within 1 s, >= 20 tok/s
 # streaming, i.e. 50 ms per token) met by 99% of requests.
 FALLBACK_SLO = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}
@@ -63,23 +65,9 @@ def parse_args(argv: list[str] | None) -> Options:
                    args.slo_itl_ms, args.slo_pct, args.seed)
 
 
-def missing_dependency() -> str | None:
-    """The first report dependency that does not import (hosts without the toolkit venv lack plotly)."""
-    for name in ("numpy", "pandas", "plotly"):
-        try:
-            __import__(name)
-        except ImportError:
-            return name
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    if missing := missing_dependency():
-        print(f"[dashboard] error: python module '{missing}' is missing — run it with the toolkit venv "
-              f"(./tests/run_cpu.sh creates .venv; then .venv/bin/python make_dashboard.py RUN_DIR) or "
-              f"pip install -e .", file=sys.stderr)
-        return 1
+    deps.ensure(__file__, ("numpy", "pandas", "plotly"), "dashboard")  # the host python3 lacks them
     from llmhost import stats
     from llmhost.report import dashboard, load
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from llmhost import arms as arms_mod
-from llmhost import config, points, runner, store, telemetry
+from llmhost import config, deps, points, runner, store, telemetry
 from llmhost.runner import BenchError, arm_overhead_s, fmt_s
 from llmhost.workloads import REGISTRY as WORKLOADS
 
@@ -135,6 +135,7 @@ def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
+    deps.ensure(__file__, ("openai",), "bench")  # the host python3 lacks it; setup's venv has it
     try:
         cfg = config.load()
         run, arms, plan, seed = open_run(opts, cfg)

@@ -10,9 +10,15 @@ import dataclasses
 import re
 import shlex
 
+from llmhost.server import SETTING_FLAGS
+
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # Colours for user arms, in order (the built-ins carry their own).
 _USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+# Launch flags that serve.sh owns through a setting but that are worth comparing: an arm's value travels as that
+# setting (serve.sh refuses them in SERVER_EXTRA_ARGS). The other setting flags (--port, --model-path, ...) are
+# not server configurations to compare and are refused in an arm.
+ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,6 +69,7 @@ def parse_user_arm(spec: str, index: int = 0) -> Arm:
         raise ArmError(f"arm {name}: cannot split flags {flags_text!r} ({exc})") from None
     if not flags or not flags[0].startswith("--"):
         raise ArmError(f"arm {name}: flags must start with a launch_server option such as --page-size")
+    _split_settings(name, flags)  # validates
     color = _USER_COLORS[index % len(_USER_COLORS)]
     return Arm(name, name, color, flags, f"User arm: baseline + {' '.join(flags)}")
 
@@ -88,6 +95,31 @@ def select(names: list[str] | None, user_specs: list[str]) -> list[Arm]:
     return [arm for arm in arms.values() if arm.name in names]
 
 
-def server_extra_args(base: str, arm: Arm) -> str:
-    """SERVER_EXTRA_ARGS for this arm: the configured extra args plus the arm's one difference."""
-    return shlex.join([*shlex.split(base), *arm.flags])
+def _split_settings(name: str, flags: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
+    """(plain launch flags, {SETTING: value}) of an arm's flags; ArmError for a setting flag it cannot carry."""
+    plain: list[str] = []
+    settings: dict[str, str] = {}
+    i = 0
+    while i < len(flags):
+        flag, eq, value = flags[i].partition("=")
+        if flag not in SETTING_FLAGS:
+            plain.append(flags[i])
+            i += 1
+            continue
+        if flag not in ARM_SETTINGS:
+            raise ArmError(f"arm {name}: {flag} is set by {SETTING_FLAGS[flag]}, not compared between arms (arm "
+                           f"settings: {', '.join(ARM_SETTINGS)}, or any other launch_server flag)")
+        if not eq:
+            if i + 1 >= len(flags) or flags[i + 1].startswith("--"):
+                raise ArmError(f"arm {name}: {flag} needs a value")
+            value, i = flags[i + 1], i + 1
+        settings[SETTING_FLAGS[flag]] = value
+        i += 1
+    return plain, settings
+
+
+def server_env(base_extra_args: str, arm: Arm) -> dict[str, str]:
+    """What ./serve.sh restart needs for this arm: SERVER_EXTRA_ARGS (the configured ones plus the arm's flags)
+    and, for a flag serve.sh owns through a setting (--chunked-prefill-size 4096), that setting."""
+    plain, settings = _split_settings(arm.name, arm.flags)
+    return {"SERVER_EXTRA_ARGS": shlex.join([*shlex.split(base_extra_args), *plain]), **settings}

@@ -90,7 +90,7 @@ def loadgen_env(cfg: config.Config) -> dict[str, str]:
 
 def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
     """./serve.sh restart with this arm's one difference; record servers/<arm>.json. Returns '' or an error."""
-    env = {**os.environ, "SERVER_EXTRA_ARGS": arms_mod.server_extra_args(b.cfg.server_extra_args, arm)}
+    env = {**os.environ, **arms_mod.server_env(b.cfg.server_extra_args, arm)}
     log = b.store.raw_dir() / f"serve-{arm.name}.log"
     started = time.time()
     try:

@@ -47,9 +47,21 @@ def test_select_keeps_registry_order_and_rejects_unknown_and_duplicate_names():
 
 
 def test_arm_flags_are_added_to_the_configured_extra_args():
-    assert arms.server_extra_args("--log-level warning", arms.REGISTRY["fp8-kv"]) == \
-        "--log-level warning --kv-cache-dtype fp8_e5m2"
+    assert arms.server_env("--log-level warning", arms.REGISTRY["fp8-kv"]) == \
+        {"SERVER_EXTRA_ARGS": "--log-level warning --kv-cache-dtype fp8_e5m2"}
     assert arms.config_arm_specs(" a=--x 1 ; ;b=--y 2") == ["a=--x 1", "b=--y 2"]
+
+
+def test_an_arm_on_a_flag_serve_sh_owns_travels_as_its_setting():
+    """serve.sh refuses --chunked-prefill-size in SERVER_EXTRA_ARGS: the README's chunk4k example used to fail."""
+    chunk = arms.parse_user_arm('chunk4k="--chunked-prefill-size 4096"'.replace('"', ""))
+    assert arms.server_env("", chunk) == {"SERVER_EXTRA_ARGS": "", "CHUNKED_PREFILL_SIZE": "4096"}
+    both = arms.parse_user_arm("mix=--tokenizer-worker-num=1 --max-running-requests 32")
+    assert arms.server_env("", both) == {"SERVER_EXTRA_ARGS": "--max-running-requests 32", "TOKENIZER_WORKER_NUM": "1"}
+    with pytest.raises(arms.ArmError, match="--port is set by PORT"):
+        arms.parse_user_arm("p=--port 31000")
+    with pytest.raises(arms.ArmError, match="needs a value"):
+        arms.parse_user_arm("c=--chunked-prefill-size")
 
 
 def _metrics_body(captures) -> str:

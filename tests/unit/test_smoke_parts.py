@@ -195,3 +195,4 @@ def test_laptop_side_code_stays_python_3_9(repo, path):
     tree = ast.parse((repo / path).read_text(), feature_version=(3, 9))  # no match statements, no X | Y at runtime
     slots = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.keyword) and node.arg in ("slots", "kw_only")]
     assert not slots, f"{path}: dataclass slots=/kw_only= need Python 3.10 (lines {slots})"
+

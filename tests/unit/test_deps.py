@@ -1,0 +1,21 @@
+"""Top-level scripts started by the host python3 re-run themselves under the toolkit venv's Python."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_a_script_missing_its_modules_reruns_under_the_toolkit_python(tmp_path, repo):
+    """The host python3 has no openai/plotly; setup's venv does: the script re-executes itself there, once."""
+    marker = tmp_path / "ran-with"
+    fake_venv_python = tmp_path / "venv-python"
+    fake_venv_python.write_text(f"#!/bin/sh\necho \"$0 $LLMHOST_REEXEC\" > {marker}\nexit 7\n")
+    fake_venv_python.chmod(0o755)
+    code = ("import sys; sys.modules['plotly'] = None; from llmhost import deps; "
+            "deps.ensure('make_dashboard.py', ('plotly',), 'dashboard')")
+    env = {"PATH": "/usr/bin:/bin", "SGLANG_PYTHON": str(fake_venv_python), "LLMHOST_CONFIG": ""}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 7 and marker.read_text().split() == [str(fake_venv_python), "1"], proc.stderr
+    again = subprocess.run([sys.executable, "-c", code], cwd=repo, env={**env, "LLMHOST_REEXEC": "1"},
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and again.stderr.count("\n") == 1 and "'plotly' is missing" in again.stderr
