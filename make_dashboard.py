@@ -43,8 +43,9 @@ def parse_args(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory (results/bench/<run_id> or "
                         "results/bench/latest)")
-    parser.add_argument("--out", type=Path, metavar="FILE", help="HTML file to write (default: RUN_DIR/dashboard.html); "
-                        "summary.csv and summary.json go beside it")
+    parser.add_argument("--out", metavar="FILE", help="HTML file to write, or a directory for DIR/dashboard.html "
+                        "(default: RUN_DIR/dashboard.html); summary.csv and summary.json go beside it (X.summary.csv "
+                        "and .json for another file name X.html)")
     parser.add_argument("--slo-ttft-ms", type=float, metavar="MS", help="SLO: time to first token per request, ms "
                         "(default: the run's manifest, else 1000)")
     parser.add_argument("--slo-itl-ms", type=float, metavar="MS", help="SLO: a request's mean inter-token latency (TPOT), ms "
@@ -61,7 +62,10 @@ def parse_args(argv: list[str] | None) -> Options:
             parser.error(f"--{name.replace('_', '-')} must be > 0 (got {value:g})")
     if args.slo_pct is not None and not 0 < args.slo_pct <= 100:
         parser.error(f"--slo-pct must be in (0, 100] (got {args.slo_pct:g})")
-    return Options(args.run_dir, args.out or args.run_dir / "dashboard.html", args.compare, args.slo_ttft_ms,
+    out = Path(args.out) if args.out else args.run_dir / "dashboard.html"
+    if out.is_dir() or (args.out or "").endswith("/"):  # a directory, existing or meant: the page goes in it
+        out = out / "dashboard.html"
+    return Options(args.run_dir, out, args.compare, args.slo_ttft_ms,
                    args.slo_itl_ms, args.slo_pct, args.seed)
 
 

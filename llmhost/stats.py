@@ -15,6 +15,9 @@ Definitions (the dashboard and its tests rely on exactly these):
 * Per-repeat values (a point's throughput: 1-5 numbers, not thousands of requests): Student-t, not bootstrap. A
   bootstrap over 2 repeats returns [min, max] and covered the truth ~half the time (simulated), calling ~1 in 3
   equal arms "better"/"worse". Mean +- t(0.975, n-1) s / sqrt(n); differences by Welch's t (unequal variances).
+* Goodput CI: Wilson score interval of good / sent (a bootstrap of 0/1 values collapses to [100, 100] when every
+  request was good; Wilson still says 16 of 16 only shows >= 80.6%). A load's SLO verdict is "decided" when that
+  interval lies wholly on one side of slo.pct.
 * Goodput: a request is good when it completed (ok), its TTFT <= slo.ttft_ms and its mean inter-token latency
   (TPOT: (e2e - TTFT) / (output tokens - 1), bench_serving's definition; a request with < 2 output tokens has no
   gap and passes) <= slo.itl_ms. The per-request TPOT is used rather than every gap because users perceive streaming speed, and one gap spiking
@@ -313,3 +316,18 @@ def welch_diff(a: Sequence[float], b: Sequence[float]) -> Difference:
     lo, hi = delta - t975(df) * se, delta + t975(df) * se
     rlo, rhi = (100.0 * lo / ma, 100.0 * hi / ma) if ma else (math.nan, math.nan)
     return Difference(delta, lo, hi, rel, rlo, rhi)
+
+
+def wilson_ci(good: int, n: int, z: float = 1.959964) -> Interval:
+    """Share good/n (0..1) with its 95% Wilson score interval; nan without requests."""
+    if n <= 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    p = good / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
+
+
+def slo_decided(ci: Interval, slo: Slo) -> bool:
+    """True when the goodput interval (shares 0..1) lies wholly above or below slo.pct."""
+    return ci.has_ci and (100.0 * ci.lo >= slo.pct - 1e-9 or 100.0 * ci.hi < slo.pct - 1e-9)

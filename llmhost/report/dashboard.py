@@ -87,10 +87,13 @@ def _delta_cell(metric: str) -> page.Cell:
         verdict = r[f"{metric}_verdict"]
         cls = {"better": "better", "worse": "worse"}.get(verdict, "noise")
         d, lo, hi = r[f"{metric}_delta_pct"], r[f"{metric}_lo_pct"], r[f"{metric}_hi_pct"]
-        if math.isnan(d):
-            return f"<span class=noise>{esc(verdict)}</span>"  # "no data": a side's point failed or is missing
+        unit = " pp" if r.get(f"{metric}_unit") == "pp" else "%"
+        value = r[f"{metric}_b"]
+        if math.isnan(d):  # "no data": a side's point failed or is missing; still show what this arm did
+            shown = "" if value is None or math.isnan(value) else f"{num(value)} {esc(m.unit)}<br>"
+            return f"{shown}<span class=noise>{esc(verdict)}</span>"
         ci = f" [{lo:+.1f}, {hi:+.1f}]" if not math.isnan(lo) else ""
-        return (f"class={cls}|{num(r[f'{metric}_b'])} {esc(m.unit)}<br><b>{d:+.1f}%</b>"
+        return (f"class={cls}|{num(value)} {esc(m.unit)}<br><b>{d:+.1f}{unit}</b>"
                 f"<span class=noise>{ci}</span><br><small>{esc(verdict)}</small>")
     return cell
 
@@ -98,15 +101,24 @@ def _delta_cell(metric: str) -> page.Cell:
 def diff_columns(first: str, first_fn: page.Cell) -> list[tuple[str, page.Cell]]:
     cols: list[tuple[str, page.Cell]] = [(first, first_fn), ("Point", lambda r: esc(
         f"{r['workload']} · {r['pattern']} · {r['load']}"))]
-    return cols + [(f"{tables.METRICS[k].label} (Δ% [95% CI])", _delta_cell(k)) for k in DIFF_METRICS]
+    return cols + [(f"{tables.METRICS[k].label} (Δ{' pp' if tables.METRICS[k].unit == '%' else '%'} [95% CI])",
+                    _delta_cell(k)) for k in DIFF_METRICS]
 
 
 def baseline_html(ctx: figures.Context) -> str:
     run, rows = ctx.run, ctx.baseline
-    intro = ("<p class=read>Each arm changes exactly one setting. Cells: the arm's value, its change vs the baseline "
-             "arm at the same point, the 95% CI of that change (latencies, goodput: bootstrap over requests; "
-             "throughput: Welch t over repeats), and a verdict — \"within noise\" when the CI includes 0, \"no CI\" "
-             "when a side has a single repeat (throughput: run with --repeat 3).</p>")
+    base = next((a for a in run.arms if a.is_baseline), run.arms[0] if run.arms else None)
+    intro = (f"<p class=read>Each arm changes exactly one setting from the baseline arm, "
+             f"<b>{esc(base.label if base else '?')}</b>. Cells: the arm's value, its change vs the baseline at the "
+             "same point (goodput in percentage points, the rest in %), the 95% CI of that change (latencies, "
+             "goodput: bootstrap over requests; throughput: Welch t over repeats), and a verdict — \"within noise\" "
+             "when the CI includes 0, \"no CI\" when a side has too little data for one (throughput: a single "
+             "repeat; run with --repeat 3), \"no data\" when a side's point failed.</p>")
+    base_rows = [r for r in ctx.rows if base and r["arm"] == base.name]
+    if base and base_rows and not any(r["points_ok"] for r in base_rows):
+        errors = "; ".join(sorted({r["point_errors"] for r in base_rows if r["point_errors"]})) or "no error text"
+        intro += page.missing(f"Every point of the baseline arm {base.name} failed ({errors[:300]}), so no arm can "
+                              f"be compared with it — fix that, then ./run_bench.py --resume {run.path}")
     if not rows:
         return intro + page.missing("No arm shares a point with the baseline arm — run ./run_bench.py with the "
                                     "baseline and at least one other arm (e.g. --arms baseline,fp8-kv).")
@@ -223,8 +235,12 @@ def _plan_html(run: Run) -> str:
 
 
 def write(dash: Dashboard, out_html: Path) -> list[Path]:
-    """Write the page, summary.csv and summary.json beside it (each atomically); return the paths."""
-    csv_path, json_path = out_html.with_name("summary.csv"), out_html.with_name("summary.json")
+    """Write the page and its summaries beside it (each atomically); return the paths. The default page
+    dashboard.html gets summary.csv/.json; another name X.html gets X.summary.csv/.json, so two dashboards in one
+    folder keep their own summaries."""
+    stem = "summary" if out_html.name == "dashboard.html" else f"{out_html.stem}.summary"
+    csv_path, json_path = out_html.with_name(f"{stem}.csv"), out_html.with_name(f"{stem}.json")
+    out_html.parent.mkdir(parents=True, exist_ok=True)
     page.write_atomic(out_html, dash.html)
     buf = io.StringIO()
     if dash.summary:

@@ -79,7 +79,7 @@ def _log_x(fig: Any, loads: list[Any], title: str, **where: Any) -> None:
 def capacity(ctx: Context) -> Chart:
     title = "How much throughput does each setting deliver as concurrency grows?"
     read = ("Output tokens/s per concurrency level (mean over repeats, bars = 95% Student-t CI over repeats); a "
-            "curve that flattens has hit its capacity, open markers missed the SLO.")
+            "curve that flattens has hit its capacity, open markers missed the SLO; log x.")
     wls = _workloads_with(ctx, "concurrency")
     if not wls:
         return Chart("capacity", title, read, None, "no concurrency sweep succeeded — run ./run_bench.py")
@@ -98,6 +98,7 @@ def capacity(ctx: Context) -> Chart:
         _log_x(fig, [r["concurrency"] for r in ctx.rows if r["workload"] == wl and r["pattern"] == "concurrency"],
                "concurrency", row=1, col=col)
     fig.update_yaxes(title_text="output tok/s", row=1, col=1)
+    fig.update_yaxes(rangemode="nonnegative")  # wide CIs of 2 repeats must not push the axis below 0
     return Chart("capacity", title, read, _layout(fig, 420))
 
 
@@ -106,8 +107,9 @@ LOAD_AXES = {"concurrency": ("concurrency", "concurrency"), "qps": ("request_rat
 
 def latency_vs_load(ctx: Context) -> Chart:
     title = "How do first-token and per-token latency grow with load?"
-    read = ("Solid = p50, dashed = p99 (log scales); the grey line is the SLO limit. TTFT top, TPOT (each "
-            "request's mean inter-token gap) bottom; one column per workload and sweep (concurrency, Poisson QPS).")
+    read = ("Solid = p50, dashed = p99 (log scales), bars = 95% bootstrap CI; open markers: too few samples for "
+            "that percentile (p99 needs 1,000). The grey line is the SLO limit. TTFT top, TPOT ((end-to-end - TTFT) / "
+            "(tokens - 1) per request) bottom; one column per workload and sweep (concurrency, Poisson QPS).")
     panels = [(wl, pattern) for pattern in LOAD_AXES for wl in _workloads_with(ctx, pattern)]
     if not panels:
         return Chart("latency", title, read, None, "no concurrency or QPS sweep succeeded — run ./run_bench.py")
@@ -119,18 +121,32 @@ def latency_vs_load(ctx: Context) -> Chart:
             rows = [r for r in _arm_rows(ctx, arm.name, wl, pattern) if r[key] is not None]
             for row, metric in ((1, "ttft"), (2, "tpot")):
                 for pct, dash in (("p50", "solid"), ("p99", "dash")):
+                    name = f"{metric}_{pct}"
                     fig.add_trace(go.Scatter(
-                        x=[r[key] for r in rows], y=[r[f"{metric}_{pct}_ms"] for r in rows],
+                        x=[r[key] for r in rows], y=[r[f"{name}_ms"] for r in rows],
                         name=f"{arm.label} {pct}", legendgroup=arm.name, mode="lines+markers",
-                        showlegend=col == 1 and row == 1, line={"color": arm.color, "dash": dash}),
+                        showlegend=col == 1 and row == 1, line={"color": arm.color, "dash": dash},
+                        marker={"symbol": ["circle" if r[f"{name}_sufficient"] else "circle-open" for r in rows]},
+                        error_y=_err(rows, f"{name}_ms", f"{name}_lo_ms", f"{name}_hi_ms")),
                         row=row, col=col)
         fig.add_hline(y=ctx.slo.ttft_ms, line={"color": "#999", "dash": "dot"}, row=1, col=col)
         fig.add_hline(y=ctx.slo.itl_ms, line={"color": "#999", "dash": "dot"}, row=2, col=col)
         loads = [r[key] for r in ctx.rows if r["workload"] == wl and r["pattern"] == pattern]
         _log_x(fig, loads, "", row=1, col=col)
         _log_x(fig, loads, axis, row=2, col=col)
-    fig.update_yaxes(type="log", title_text="ms")
+    ys = [r[f"{m}_{p}_ms"] for r in ctx.rows for m in ("ttft", "tpot") for p in ("p50", "p99")]
+    fig.update_yaxes(type="log", title_text="ms", **_log_ticks(ys + [ctx.slo.ttft_ms, ctx.slo.itl_ms]))
     return Chart("latency", title, read, _layout(fig, 640))
+
+
+def _log_ticks(values: list[Any]) -> dict[str, Any]:
+    """1-2-5 ticks with full labels over the values' range (plotly's log minor ticks read '2, 5' for 200, 500)."""
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    if not finite:
+        return {}
+    lo, hi = math.floor(math.log10(min(finite))), math.ceil(math.log10(max(finite)))
+    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 2, 5)]
+    return {"tickvals": ticks, "ticktext": [f"{t:,.{0 if t >= 1 else 2}f}" for t in ticks]}
 
 
 def qps_sweep(ctx: Context) -> Chart:
@@ -234,15 +250,18 @@ def head_to_head(ctx: Context) -> Chart:
             continue
         for col, (m, label) in enumerate(metrics, 1):
             d = row[f"{m}_delta_pct"]
-            fig.add_trace(go.Bar(
+            has_ci = not (math.isnan(row[f"{m}_lo_pct"]) or math.isnan(row[f"{m}_hi_pct"]))
+            unit = " pp" if row.get(f"{m}_unit") == "pp" else "%"
+            fig.add_trace(go.Bar(  # no CI: no error bar (a flat one would look precise) and a faded bar
                 x=[arm.label], y=[d], name=arm.label, legendgroup=arm.name, showlegend=col == 1,
-                marker={"color": arm.color}, text=[row[f"{m}_verdict"]], hovertext=[f"{label}: {d:+.1f}%"],
-                error_y={"type": "data", "symmetric": False, "visible": True,
+                marker={"color": arm.color, "opacity": 1.0 if has_ci else 0.35}, text=[row[f"{m}_verdict"]],
+                hovertext=[f"{label}: {d:+.1f}{unit}"],
+                error_y={"type": "data", "symmetric": False, "visible": has_ci,
                          "array": [_nz(row[f"{m}_hi_pct"] - d)], "arrayminus": [_nz(d - row[f"{m}_lo_pct"])]}),
                 row=1, col=col)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(zeroline=True, zerolinecolor="#444")
-    fig.update_yaxes(title_text=f"change vs baseline (%), {wl} at c={conc}", row=1, col=1)
+    fig.update_yaxes(title_text=f"change vs baseline (%; goodput: pp), {wl} at c={conc}", row=1, col=1)
     return Chart("head2head", title, read, _layout(fig, 440))
 
 
@@ -269,11 +288,14 @@ def regression(run: Run, other_id: str, rows: list[dict[str, Any]]) -> Chart:
         x = [f"{r['workload']} c={r['concurrency']}" for r in mine]
         for i, (m, _) in enumerate(panels, 1):
             d = [r[f"{m}_delta_pct"] for r in mine]
-            fig.add_trace(go.Bar(
-                x=x, y=d, name=arm.label, legendgroup=arm.name, showlegend=i == 1, marker={"color": arm.color},
+            has_ci = [not (math.isnan(r[f"{m}_lo_pct"]) or math.isnan(r[f"{m}_hi_pct"])) for r in mine]
+            fig.add_trace(go.Bar(  # bars without a CI are faded and carry no error bar (0-width looked precise)
+                x=x, y=d, name=arm.label, legendgroup=arm.name, showlegend=i == 1, text=[r[f"{m}_verdict"] for r in mine],
+                marker={"color": arm.color, "opacity": [1.0 if c else 0.35 for c in has_ci]},
                 error_y={"type": "data", "symmetric": False, "visible": True,
-                         "array": [_nz(r[f"{m}_hi_pct"] - v) for r, v in zip(mine, d)],
-                         "arrayminus": [_nz(v - r[f"{m}_lo_pct"]) for r, v in zip(mine, d)]}), row=i, col=1)
+                         "array": [_nz(r[f"{m}_hi_pct"] - v) if c else 0 for r, v, c in zip(mine, d, has_ci)],
+                         "arrayminus": [_nz(v - r[f"{m}_lo_pct"]) if c else 0 for r, v, c in zip(mine, d, has_ci)],
+                         "thickness": 1.5, "width": 4}), row=i, col=1)
     fig.update_layout(barmode="group")
     fig.update_yaxes(zeroline=True, zerolinecolor="#444")
     return Chart("regression", title, read, _layout(fig, 560))

@@ -42,31 +42,52 @@ def fmt(value: Any, digits: int = 0, unit: str = "") -> str:
 
 
 def _capacity(rows: list[dict], arm: str, pattern: str) -> tuple[str, str, bool]:
+    """Highest load within the SLO per workload. A load counts as missed when any repeat failed outright (the
+    server did not serve it) and as unmeasured when its points left no request data; both are flagged and named,
+    as is a verdict whose goodput CI straddles the SLO (more requests would be needed to decide it)."""
     parts, details, flagged = [], [], False
+    key = "request_rate" if pattern == "qps" else "concurrency"
+    unit = " req/s" if pattern == "qps" else ""
     for wl in dict.fromkeys(r["workload"] for r in rows if r["arm"] == arm and r["pattern"] == pattern):
         mine = [r for r in rows if r["arm"] == arm and r["workload"] == wl and r["pattern"] == pattern
-                and r["points_ok"] > 0]
-        key = "request_rate" if pattern == "qps" else "concurrency"
-        met = {float(r[key]): bool(r["meets_slo"]) for r in mine if r[key] is not None}
+                and r[key] is not None]
+        met: dict[float, bool] = {}
+        notes: list[str] = []
+        for r in mine:
+            load = float(r[key])
+            if r["points_failed"]:
+                met[load] = False
+                notes.append(f"{r['points_failed']} of {r['repeats']} runs at {load:g}{unit} failed: "
+                             f"{r['point_errors'] or 'no error text'}")
+            elif not r["requests"]:
+                notes.append(f"no request data at {load:g}{unit}")
+            else:
+                met[load] = bool(r["meets_slo"])
         cap = stats.max_load_within_slo(met)
-        unit = " req/s" if pattern == "qps" else ""
         if cap.load is None:
             parts.append(f"{wl}: none")
             details.append(f"{wl}: even {min(met):g}{unit} misses the SLO" if met else f"{wl}: no data")
             flagged = True
-            continue
-        parts.append(f"{wl}: {cap.load:g}{unit}" + ("" if cap.is_bracketed else "+"))
-        details.append(f"{wl}: fails at {cap.first_failing:g}{unit}" if cap.is_bracketed
-                       else f"{wl}: no measured load failed")
-        if any(r["client_bound"] and r[key] == cap.load for r in mine):
-            details[-1] += f" (the load generator could not offer {cap.load:g}{unit}: client-bound)"
-            flagged = True
-        if not cap.is_monotonic:
-            details[-1] += " (a higher load passed again: noisy)"
-        lost = [float(r[key]) for r in rows if r["arm"] == arm and r["workload"] == wl and r["pattern"] == pattern
-                and r["points_ok"] == 0 and r[key] is not None]
-        if lost:  # e.g. the server died under that load: not a pass, so flagged and named
-            details[-1] += f" (no result at {', '.join(f'{x:g}' for x in sorted(lost))}{unit}: the point failed)"
+        else:
+            parts.append(f"{wl}: {cap.load:g}{unit}" + ("" if cap.is_bracketed else "+"))
+            at_cap = next(r for r in mine if float(r[key]) == cap.load)
+            details.append((f"{wl}: fails at {cap.first_failing:g}{unit}" if cap.is_bracketed
+                            else f"{wl}: no measured load failed")
+                           + f"; {fmt(at_cap['output_throughput'], 0, 'tok/s')} at {cap.load:g}{unit}")
+            if at_cap["client_bound"]:
+                details[-1] += f" (the load generator could not offer {cap.load:g}{unit}: client-bound)"
+                flagged = True
+            if not cap.is_monotonic:
+                details[-1] += " (a higher load passed again: noisy)"
+        edges = {x for x in (cap.load, cap.first_failing) if x is not None}
+        undecided = [r for r in mine if float(r[key]) in edges and r["requests"] and not r["points_failed"]
+                     and not r.get("slo_decided", True)]
+        for r in undecided:
+            notes.append(f"at {float(r[key]):g}{unit} goodput {fmt(r['goodput_pct'], 1)}% "
+                         f"[{fmt(r['goodput_lo_pct'], 1)}, {fmt(r['goodput_hi_pct'], 1)}] straddles the SLO: "
+                         f"{r['requests']} requests cannot decide it")
+        if notes:
+            details[-1] += " (" + "; ".join(notes) + ")"
             flagged = True
     if not parts:
         return "—", f"no {pattern} points in this run — {FULL_RUN}", False
@@ -122,17 +143,26 @@ def _peak(rows: list[dict], arm: str) -> Entry:
     if not mine:
         return Entry(arm, "—", "no successful sweep point", True)
     best = max(mine, key=lambda r: r["output_throughput"])
-    return Entry(arm, fmt(best["output_throughput"], 0, "tok/s"), f"{best['workload']} {best['load']}", False)
+    missed = not best["meets_slo"]
+    return Entry(arm, fmt(best["output_throughput"], 0, "tok/s"), f"{best['workload']} {best['load']}"
+                 + (" — misses the SLO there (the capacity card gives throughput within it)" if missed else ""),
+                 missed)
 
 
 def _cold(rows: list[dict], arm: str) -> Entry:
-    cold = [r for r in rows if r["arm"] == arm and r["pattern"] == "cold" and r["requests"]]
+    """TTFT of the first wave after a flush (the requests that find the prefix cache empty) vs the warm point's.
+    The p50 of the whole cold point would mostly be requests that hit what the first wave cached."""
+    planned = [r for r in rows if r["arm"] == arm and r["pattern"] == "cold"]
+    cold = [r for r in planned if r["requests"]]
     warm = [r for r in rows if r["arm"] == arm and r["pattern"] == "warm" and r["requests"]]
     if not cold:
+        if planned:
+            return Entry(arm, "—", f"the cold point failed: {planned[0]['point_errors'] or 'no request data'}", True)
         return Entry(arm, "—", f"not measured in this run — {FULL_RUN}", False)
-    text = fmt(cold[0]["ttft_p50_ms"], 0, "ms")
-    detail = f"warm: {fmt(warm[0]['ttft_p50_ms'], 0, 'ms')} (p50, {cold[0]['workload']} {cold[0]['load']})" \
-        if warm else "no warm point to compare"
+    text = fmt(cold[0]["ttft_first_wave_p50_ms"], 0, "ms")
+    where = f"{cold[0]['workload']} {cold[0]['load']}"
+    detail = (f"p50 of the first wave after a flush; warm: {fmt(warm[0]['ttft_p50_ms'], 0, 'ms')} (p50, {where})"
+              if warm else f"p50 of the first wave after a flush ({where}); no warm point to compare")
     return Entry(arm, text, detail, False)
 
 

@@ -215,11 +215,14 @@ def _manifest(path: Path) -> dict[str, Any]:
         raise LoadError(f"{file} is missing — {hint}")
     try:
         manifest = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError and UnicodeDecodeError
         raise LoadError(f"{file} is not readable JSON ({exc}) — re-run run_bench.py --resume {path}") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != 1:
         raise LoadError(f"{file} has schema {manifest.get('schema') if isinstance(manifest, dict) else '?'}, "
                         "expected 1 — rebuild with this toolkit's make_dashboard.py version")
+    if not isinstance(manifest.get("plan", []), list) or not isinstance(manifest.get("arms", []), list):
+        raise LoadError(f"{file}: 'plan' and 'arms' must be lists — the file was edited or is damaged; "
+                        f"re-run run_bench.py --resume {path}")
     return manifest
 
 

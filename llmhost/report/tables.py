@@ -130,7 +130,8 @@ def summary_row(g: Group, slo: stats.Slo, seed: int = 0) -> dict[str, Any]:
     ttft = stats.percentile_summary(r.ttft_ms[r.ok], PCTS, seed=seed)
     tpot = stats.percentile_summary(r.itl_mean_ms[r.ok], PCTS[:2], seed=seed)
     thr = stats.mean_ci_over_repeats(g.throughputs)
-    good = stats.bootstrap_ci(_good_pct(g, slo), "mean", seed=seed)
+    good_share = stats.wilson_ci(int(stats.good_mask(r.ok, r.ttft_ms, r.itl_mean_ms, slo).sum()), r.n)
+    good = stats.Interval(100 * good_share.value, 100 * good_share.lo, 100 * good_share.hi, good_share.n)
     summ = [p.summary for p in g.ok_points]
     row: dict[str, Any] = {
         "arm": g.arm, "workload": g.workload, "pattern": g.pattern, "concurrency": g.concurrency,
@@ -152,8 +153,19 @@ def summary_row(g: Group, slo: stats.Slo, seed: int = 0) -> dict[str, Any]:
         "e2e_p50_ms": stats.percentile(r.e2e_ms[r.ok], 50),
         "goodput_pct": good.value, "goodput_lo_pct": good.lo, "goodput_hi_pct": good.hi,
         "meets_slo": stats.meets_slo(good.value / 100.0 if r.n else math.nan, slo),
+        "slo_decided": stats.slo_decided(good_share, slo),
+        "ttft_first_wave_p50_ms": _first_wave_ttft_p50(g),
     }
     return row
+
+
+def _first_wave_ttft_p50(g: Group) -> float:
+    """TTFT p50 of the first `concurrency` requests sent (by start time; of the first repeat when repeats are
+    pooled): after a flush these find the prefix cache empty, later ones hit what the first wave filled."""
+    r = g.requests
+    order = np.argsort(r.start_s, kind="stable")[: max(1, int(g.concurrency or r.n))]
+    first = order[r.ok[order]]
+    return stats.percentile(r.ttft_ms[first], 50) if first.size else math.nan
 
 
 def _mean(values: list[Any]) -> float:
@@ -185,11 +197,16 @@ def diff_row(a: Group, b: Group, slo: stats.Slo, seed: int = 0) -> dict[str, Any
 
 
 def _diff_fields(name: str, m: Metric, d: stats.Difference, xa: np.ndarray, xb: np.ndarray) -> dict[str, Any]:
+    """The change and its CI: relative (%) for rates and latencies; for a share in % (goodput) the absolute change
+    in percentage points ('_unit' says which), since a relative change is undefined from 0% and hides 0 -> 12.5."""
     better = (d.delta > 0) == m.is_higher_better
+    no_ci = math.isnan(d.lo) or math.isnan(d.hi)
     verdict = "no data" if math.isnan(d.delta) else (
-        "no CI" if not d.has_ci else "within noise" if d.is_within_noise else "better" if better else "worse")
+        "no CI" if no_ci else "within noise" if d.lo <= 0.0 <= d.hi else "better" if better else "worse")
+    points = m.unit == "%"
     return {f"{name}_a": stats.statistic(xa, m.stat), f"{name}_b": stats.statistic(xb, m.stat),
-            f"{name}_delta_pct": d.rel_pct, f"{name}_lo_pct": d.rel_lo, f"{name}_hi_pct": d.rel_hi,
+            f"{name}_delta_pct": d.delta if points else d.rel_pct, f"{name}_lo_pct": d.lo if points else d.rel_lo,
+            f"{name}_hi_pct": d.hi if points else d.rel_hi, f"{name}_unit": "pp" if points else "%",
             f"{name}_verdict": verdict}
 
 

@@ -73,9 +73,21 @@ def test_slo_options_change_the_verdicts_without_a_rerun(tmp_path: Path) -> None
     out = tmp_path / "strict.html"
     proc = dashboard(str(run), "--out", str(out), "--slo-ttft-ms", "1", "--slo-itl-ms", "1")
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((tmp_path / "strict.summary.json").read_text())  # named after strict.html
     assert not any(p["meets_slo"] for p in summary["points"])
     assert "overridden at build time" in out.read_text()
+    assert any(p["meets_slo"] for p in json.loads((run / "summary.json").read_text())["points"])  # untouched
+
+
+def test_out_may_name_a_directory_and_a_damaged_manifest_is_one_line(tmp_path: Path) -> None:
+    run = make_run(tmp_path, n=16, quick=True)
+    target = tmp_path / "site"
+    proc = dashboard(str(run), "--out", f"{target}/")
+    assert proc.returncode == 0, proc.stderr
+    assert (target / "dashboard.html").is_file() and (target / "summary.json").is_file()
+    (run / "manifest.json").write_bytes(b"\xff\xfe not utf-8")
+    bad = dashboard(str(run))
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "not readable JSON" in bad.stderr
 
 
 def test_missing_data_is_explained_not_fatal(tmp_path: Path) -> None:

@@ -119,15 +119,18 @@ def test_toolcall_rows_score_cases_and_keep_the_skip_reason(run: load.Run) -> No
     assert rows["baseline"]["ok_pct"] == pytest.approx(100 * sum(c["ok"] for c in cases) / len(cases))
 
 
-def _row(conc: int, met: bool, client_bound: bool = False, key: str = "concurrency") -> dict:
+def _row(conc: int, met: bool, client_bound: bool = False, key: str = "concurrency", **extra: object) -> dict:
     return {"arm": "a", "workload": "w", "pattern": "qps" if key == "request_rate" else "concurrency",
             "concurrency": conc if key == "concurrency" else None, "request_rate": conc if key != "concurrency"
-            else None, "meets_slo": met, "client_bound": client_bound, "points_ok": 1}
+            else None, "meets_slo": met, "client_bound": client_bound, "points_ok": 1, "points_failed": 0,
+            "repeats": 1, "point_errors": "", "requests": 256, "output_throughput": 100.0 * conc,
+            "slo_decided": True, "goodput_pct": 100.0 if met else 50.0, "goodput_lo_pct": 98.5,
+            "goodput_hi_pct": 100.0, **extra}
 
 
 def test_capacity_card_brackets_flags_and_explains() -> None:
     value, detail, flagged = kpis._capacity([_row(1, True), _row(4, True), _row(16, False)], "a", "concurrency")
-    assert (value, detail, flagged) == ("w: 4", "w: fails at 16", False)
+    assert (value, detail, flagged) == ("w: 4", "w: fails at 16; 400 tok/s at 4", False)
     value, detail, flagged = kpis._capacity([_row(2, False), _row(8, False)], "a", "concurrency")
     assert value == "w: none" and "even 2 misses" in detail and flagged
     rows = [_row(2, True, key="request_rate"), _row(32, True, True, key="request_rate")]
@@ -234,9 +237,36 @@ def test_compare_matches_loads_across_prompt_counts_but_not_burst_sizes(ctx: fig
 
 
 def test_capacity_card_names_and_flags_a_load_whose_point_failed_outright() -> None:
-    rows = [_row(1, True), _row(8, True), _row(32, True), {**_row(64, False), "points_ok": 0}]
+    rows = [_row(1, True), _row(8, True), _row(32, True),
+            _row(64, False, points_ok=0, points_failed=1, requests=0, point_errors="server died (exit -9)")]
     value, detail, flagged = kpis._capacity(rows, "a", "concurrency")
-    assert value == "w: 32+" and "no result at 64: the point failed" in detail and flagged
+    # a crash under a load is a failure to serve it: capacity is bracketed there, and the error is named
+    assert value == "w: 32" and "fails at 64" in detail and "server died (exit -9)" in detail and flagged
+
+
+def test_a_load_with_one_crashed_repeat_is_missed_and_one_without_data_is_not_a_verdict() -> None:
+    rows = [_row(1, True), _row(4, True, points_failed=1, repeats=2, point_errors="server died"),
+            _row(16, True)]
+    value, detail, flagged = kpis._capacity(rows, "a", "concurrency")
+    assert value == "w: 1" and "1 of 2 runs at 4 failed: server died" in detail and flagged
+    rows = [_row(1, True), _row(4, False, requests=0), _row(16, True)]
+    value, detail, flagged = kpis._capacity(rows, "a", "concurrency")
+    assert value == "w: 16+" and "no request data at 4" in detail and flagged
+
+
+def test_a_capacity_whose_goodput_ci_straddles_the_slo_is_flagged() -> None:
+    rows = [_row(4, True), _row(16, False, slo_decided=False, goodput_pct=98.8, goodput_lo_pct=96.6,
+                                  goodput_hi_pct=99.6, requests=256)]
+    value, detail, flagged = kpis._capacity(rows, "a", "concurrency")
+    assert value == "w: 4" and "at 16 goodput 98.8% [96.6, 99.6] straddles the SLO" in detail and flagged
+
+
+def test_goodput_ci_is_wilson_and_the_slo_verdict_knows_when_it_is_undecided() -> None:
+    all_good = stats.wilson_ci(16, 16)
+    assert all_good.value == 1.0 and 0.80 < all_good.lo < 0.81 and all_good.hi == 1.0  # not [100, 100]
+    slo = stats.Slo(1000, 50, 99)
+    assert not stats.slo_decided(stats.wilson_ci(32, 32), slo)  # 32/32 cannot show >= 99%
+    assert stats.slo_decided(stats.wilson_ci(1000, 1000), slo) and stats.slo_decided(stats.wilson_ci(50, 100), slo)
 
 
 def test_qps_chart_states_the_client_bound_rule_the_runner_applies(ctx: figures.Context) -> None:
@@ -251,3 +281,16 @@ def test_a_failed_no_tool_request_does_not_count_as_respecting_no_tool(run: load
               "ok": False, "latency_ms": 120_000.0, "error": "APITimeoutError: Request timed out."}]
     rows = {r["arm"]: r for r in tables.toolcall_rows(dataclasses.replace(run, toolcalls=tuple(cases)))}
     assert rows["baseline"]["no_tool_respected_pct"] == 50.0 and rows["baseline"]["ok_pct"] == 50.0
+
+
+def test_cold_start_ttft_is_the_first_wave_not_the_whole_point() -> None:
+    """After a flush only the first `concurrency` requests miss the prefix cache; the rest hit what they filled."""
+    from types import SimpleNamespace
+
+    n = 128
+    start = np.arange(n, dtype=float)
+    ttft = np.where(start < 16, 900.0, 40.0)  # 16 cold requests, then warm ones
+    group = SimpleNamespace(concurrency=16, requests=SimpleNamespace(
+        start_s=start[::-1].copy(), ok=np.ones(n, bool), ttft_ms=ttft[::-1].copy(), n=n))
+    assert tables._first_wave_ttft_p50(group) == 900.0
+    assert stats.percentile(ttft, 50) == 40.0  # what the card used to show: no cold cost at all
