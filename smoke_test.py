@@ -142,6 +142,14 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     args = parse(sys.argv[1:] if argv is None else argv)
     try:
+        return run(args)
+    except KeyboardInterrupt:  # Ctrl-C while importing openai or connecting (a hung tunnel): one line, no traceback
+        fail_early(args, "interrupted")
+        return 130
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
         ep = client.resolve(args.base_url, args.model, args.api_key_file)
     except client.ClientError as exc:
         return fail_early(args, str(exc))
@@ -150,11 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, AttributeError):  # a laptop with only the repo cloned, or openai < 1.0 (no OpenAI class)
         return fail_early(args, f"the openai package (>= 1.0) is not installed in {sys.executable} — "
                                 "pip install -U openai", ep)
-    try:
-        return run_chat(args, ep, api) if args.mode == "chat" else run_check(args, ep, api)
-    except KeyboardInterrupt:  # Ctrl-C while connecting (a hung tunnel): one line, no traceback
-        fail_early(args, "interrupted")
-        return 130
+    return run_chat(args, ep, api) if args.mode == "chat" else run_check(args, ep, api)
 
 
 if __name__ == "__main__":

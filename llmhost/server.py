@@ -125,6 +125,9 @@ _RESERVE_SHARE, _RESERVE_MIN_MIB = 0.097, 4 * 1024  # SGLang's auto fraction on 
 _MIN_USABLE_MIB = 2 * 1024  # below this, weights + a KV pool cannot fit: refuse instead of crashing after a minute
 
 
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2 CPU quota: "QUOTA PERIOD" or "max PERIOD"
+
+
 def usable_cpus() -> int:
     """CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota (containers), not the host's."""
     try:
@@ -132,7 +135,7 @@ def usable_cpus() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 2
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
         if quota != "max" and int(period) > 0:
             cpus = min(cpus, max(1, int(quota) // int(period)))
     except (OSError, ValueError):

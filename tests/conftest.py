@@ -23,3 +23,25 @@ def captures() -> Path:
 @pytest.fixture
 def free_port() -> int:
     return harness.free_port()
+
+
+@pytest.fixture
+def site_python(tmp_path):
+    """make(dists) -> a `python` whose sys.path starts with a site dir holding only those dist-infos:
+    {name: (version, [Requires-Dist lines])}. Metadata-level fakes of sglang/flashinfer/torch installs."""
+    import sys
+
+    def make(dists: dict[str, tuple[str, list[str]]]) -> str:
+        site = tmp_path / f"site{len(list(tmp_path.glob('site*')))}"
+        for name, (version, requires) in dists.items():
+            info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+            info.mkdir(parents=True)
+            lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+                     *(f"Requires-Dist: {r}" for r in requires)]
+            (info / "METADATA").write_text("\n".join(lines) + "\n")
+        script = site.with_suffix(".python")
+        script.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+        script.chmod(0o755)
+        return str(script)
+
+    return make

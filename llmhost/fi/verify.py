@@ -126,7 +126,9 @@ def control_reference(q: Any, k_cache: Any, v_cache: Any, table: PageTable, sm_s
     """What a kernel with the classic bug would return; a check that passes this too could not fail.
 
     GQA/MHA: query heads read the wrong KV head (round-robin instead of contiguous groups, or reversed when the
-    group is 1). MQA (one KV head, no wrong head to read): the pages of each request are read in reverse order.
+    group is 1). MQA (one KV head, no wrong head to read): each request reads the previous request's pages (a
+    request-indexing bug). Reversing a request's own pages would not do: attention does not depend on token order,
+    so at page size 1 that control matched the reference and the check could never pass.
     """
     if shape.num_kv_heads > 1:
         if shape.group_size > 1:
@@ -134,10 +136,15 @@ def control_reference(q: Any, k_cache: Any, v_cache: Any, table: PageTable, sm_s
         else:
             mapping = list(reversed(range(shape.num_qo_heads)))
         return reference_decode(q, k_cache, v_cache, table, sm_scale, mapping)
-    reversed_pages = [page for b in range(len(table.last_page_len))
-                      for page in reversed(table.indices[table.indptr[b]:table.indptr[b + 1]])]
-    swapped = dataclasses.replace(table, indices=tuple(reversed_pages))
-    return reference_decode(q, k_cache, v_cache, swapped, sm_scale)
+    batch = len(table.last_page_len)
+    source = [(b - 1) % batch for b in range(batch)]
+    pages = [table.indices[table.indptr[s]:table.indptr[s + 1]] for s in source]
+    indptr = [0]
+    for p in pages:
+        indptr.append(indptr[-1] + len(p))
+    shifted = dataclasses.replace(table, indptr=tuple(indptr), indices=tuple(x for p in pages for x in p),
+                                  last_page_len=tuple(table.last_page_len[s] for s in source))
+    return reference_decode(q, k_cache, v_cache, shifted, sm_scale)
 
 
 def run_case(shape: AttentionShape, path: str, page_size: int, kv_lens: list[int], seed: int) -> CaseResult:

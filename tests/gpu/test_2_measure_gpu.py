@@ -69,6 +69,7 @@ def test_a_small_benchmark_completes_every_point(results, record):
     assert summary["points_planned"] > 0 and summary["points_failed"] == 0
     run_dir = Path(summary["run_dir"])
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
-    assert all(p["status"] == "ok" and p["cache_flushed"] and p["summary"]["completed"] > 0 for p in points)
+    assert all(p["status"] == "ok" and p["cache_flushed"] == (p["pattern"] != "warm") and p["summary"]["completed"] > 0
+               for p in points)  # a warm point is measured on the cache its warm pass filled
     assert (run_dir / "telemetry.jsonl").stat().st_size > 0
     subprocess.run([str(REPO / "serve.sh"), "stop"], env=results, capture_output=True, timeout=120)

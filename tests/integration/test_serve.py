@@ -332,8 +332,9 @@ def test_tunnel_uses_the_address_the_user_connected_to_and_warns_off_loopback(se
     out = nat("tunnel")
     assert "ssh -p 2222 -N -L" in out.stdout and "@172.31.5.20" in out.stdout
     assert "private address" in out.stderr
-    v6 = serve(HOST="::1")("tunnel")
-    assert f"-L {v6.stdout.split('-L ')[1].split(':')[0]}:[::1]:" in v6.stdout and "warning" not in v6.stderr
+    v6_serve = serve(HOST="::1")
+    v6, port = v6_serve("tunnel"), v6_serve.port
+    assert f"-L {port}:[::1]:{port}" in v6.stdout and "warning" not in v6.stderr
 
 
 def test_usage_errors_are_one_line_with_exit_2_and_help_works(serve):

@@ -76,6 +76,9 @@ def test_help_lists_every_phase_and_flag(host):
 def test_dry_run_prints_the_whole_plan_and_flags_the_os_without_changing_anything(host):
     host.os_release.write_text(DEBIAN)
     host.nvidia_smi("580.95.05")
+    host.shim("apt-get", "exit 0")  # recorded if called: a dry run must not
+    host.shim("sudo", '[[ "$1" == -n ]] && shift; exec "$@"')
+    host.shim("dpkg-query", "exit 1")  # packages missing: a real run would install them
     proc = host.run("--dry-run")
     lines = setup_lines(proc)
     assert set(PHASES) <= set(lines), proc.stdout
@@ -85,7 +88,8 @@ def test_dry_run_prints_the_whole_plan_and_flags_the_os_without_changing_anythin
     assert "1 phase(s) would stop a real run: os" in proc.stdout
     assert proc.returncode == 1
     assert not host.work.exists()
-    assert "apt-get" not in host.called()
+    assert "would install build-essential" in proc.stdout  # the apt step was planned...
+    assert "apt-get" not in host.called() and "sudo" not in host.called()  # ...and not run
 
 
 def test_dry_run_on_a_good_host_needs_no_sudo_and_exits_zero(host):
@@ -242,6 +246,10 @@ def byo_host(host: Host, packages=None, verify_rc=0) -> Path:
 def test_bring_your_own_python_verifies_every_phase_without_installing(host):
     python = byo_host(host)
     host.shim("apt-get", "exit 1")
+    uv = host.work / "venv" / "bin" / "uv"  # where setup's uv would be: recorded if anything runs it
+    uv.parent.mkdir(parents=True)
+    uv.write_text(f'#!/usr/bin/env bash\necho "uv $*" >> "{host.calls}"\n')
+    uv.chmod(0o755)
     proc = host.run("--python", str(python))
     assert proc.returncode == 0, proc.stderr
     lines = setup_lines(proc)

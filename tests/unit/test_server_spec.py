@@ -79,8 +79,16 @@ def test_a_bad_server_env_is_one_line_not_a_traceback(cfg):
         build_spec(dataclasses.replace(cfg, server_env="A='b"), cpu_count=4)
 
 
-def test_usable_cpus_follow_the_affinity_mask_not_the_host():
-    assert 1 <= server.usable_cpus() <= len(os.sched_getaffinity(0))
+@pytest.mark.parametrize("cpu_max, expected", [("400000 100000", 4), ("max 100000", 16), ("50000 100000", 1),
+                                                ("garbage", 16), (None, 16)])
+def test_usable_cpus_follow_the_affinity_mask_and_the_container_quota(monkeypatch, tmp_path, cpu_max, expected):
+    """A 4-CPU container quota on a 16-CPU host: 4, so auto picks 2 tokenizer workers, not 8."""
+    monkeypatch.setattr(server.os, "sched_getaffinity", lambda pid: set(range(16)))
+    quota = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        quota.write_text(cpu_max + "\n")
+    monkeypatch.setattr(server, "CGROUP_CPU_MAX", quota)
+    assert server.usable_cpus() == expected
 
 
 @pytest.mark.parametrize("key, value", [("TOKENIZER_WORKER_NUM", "0"), ("TOKENIZER_WORKER_NUM", "many"),

@@ -192,7 +192,23 @@ def test_laptop_side_code_stays_python_3_9(repo, path):
     """macOS ships Python 3.9: smoke_test and what it imports ran there (verified once by hand); keep it so."""
     import ast
 
-    tree = ast.parse((repo / path).read_text(), feature_version=(3, 9))  # no match statements, no X | Y at runtime
+    tree = ast.parse((repo / path).read_text(), feature_version=(3, 9))  # grammar: no match statements
     slots = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.keyword) and node.arg in ("slots", "kw_only")]
     assert not slots, f"{path}: dataclass slots=/kw_only= need Python 3.10 (lines {slots})"
+    # `X | None` evaluated at runtime (outside annotations, which `from __future__ import annotations` defers)
+    annotations = {id(n) for node in ast.walk(tree) for n in ast.walk(getattr(node, "annotation", None) or ast.Pass())}
+    annotations |= {id(n) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and node.returns for n in ast.walk(node.returns)}
+    typeish = (ast.Name, ast.Attribute, ast.Subscript)
+
+    def is_type(node: ast.AST) -> bool:
+        return isinstance(node, typeish) or (isinstance(node, ast.Constant) and node.value is None)
+
+    unions = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
+              and id(node) not in annotations and (
+                  (isinstance(node.right, ast.Constant) and node.right.value is None)
+                  or (is_type(node.left) and is_type(node.right)
+                      and any(isinstance(x, ast.Name) and x.id in ("int", "str", "float", "bool", "bytes", "list",
+                                                                    "dict", "tuple", "set") for x in (node.left, node.right))))]
+    assert not unions, f"{path}: a runtime X | Y type union needs Python 3.10 (lines {unions})"
 

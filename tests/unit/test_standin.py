@@ -159,30 +159,41 @@ def test_completions_and_generate_stream_match_captures(srv, captures):
     assert got[-1]["text"].startswith(got[0]["text"]) and len(got[-1]["output_ids"]) == 8
 
 
-def test_second_identical_long_prompt_hits_the_prefix_cache_and_is_faster(srv):
-    call(srv.url + "/flush_cache", b"", method="POST")
-    text = " ".join(f"word{i % 97} token{i % 89}" for i in range(2000))
-    messages = [{"role": "user", "content": text}]
-    t0 = time.perf_counter()
-    first = chat(srv.url, messages=messages, max_tokens=1)["usage"]
-    t1 = time.perf_counter()
-    second = chat(srv.url, messages=messages, max_tokens=1)["usage"]
-    t2 = time.perf_counter()
-    assert first["prompt_tokens"] > 4000
-    assert first["prompt_tokens_details"] is None  # nothing cached: details are null, as captured
-    assert second["prompt_tokens_details"]["cached_tokens"] == second["prompt_tokens"] - 1
-    assert t2 - t1 < t1 - t0
-    status, _, body = call(srv.url + "/flush_cache", b"", method="POST")
-    assert status == 200 and body.startswith(b"Cache flushed.\n")
-    assert chat(srv.url, messages=messages, max_tokens=1)["usage"]["prompt_tokens_details"] is None
+def test_second_identical_long_prompt_hits_the_prefix_cache_and_is_faster(free_port):
+    # 500 us per uncached token: ~2 s of prefill saved, so a scheduling stall on a busy CI core cannot flip it
+    with launch(free_port, *BASE_ARGS, env={"STANDIN_PREFILL_US_PER_TOKEN": "500"}) as srv:
+        text = " ".join(f"word{i % 97} token{i % 89}" for i in range(2000))
+        messages = [{"role": "user", "content": text}]
+        t0 = time.perf_counter()
+        first = chat(srv.url, messages=messages, max_tokens=1)["usage"]
+        t1 = time.perf_counter()
+        second = chat(srv.url, messages=messages, max_tokens=1)["usage"]
+        t2 = time.perf_counter()
+        assert first["prompt_tokens"] > 4000
+        assert first["prompt_tokens_details"] is None  # nothing cached: details are null, as captured
+        assert second["prompt_tokens_details"]["cached_tokens"] == second["prompt_tokens"] - 1
+        assert (t1 - t0) - (t2 - t1) > 1.0
+        status, _, body = call(srv.url + "/flush_cache", b"", method="POST")
+        assert status == 200 and body.startswith(b"Cache flushed.\n")
+        assert chat(srv.url, messages=messages, max_tokens=1)["usage"]["prompt_tokens_details"] is None
+
+
+def _wait_for_gauge(url: str, name: str, value: float, timeout_s: float = 10.0) -> str:
+    """Poll /metrics until gauge `name` reads `value` (not a fixed sleep: a busy CI core is slow to admit)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = call(url + "/metrics")[2].decode()
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        if fams[name].samples[0].value == value or time.monotonic() > deadline:
+            return text
+        time.sleep(0.02)
 
 
 def test_flush_is_refused_and_metrics_are_live_while_a_request_runs(srv, captures):
-    worker = threading.Thread(target=chat, args=(srv.url,), kwargs={"max_tokens": 150})
+    worker = threading.Thread(target=chat, args=(srv.url,), kwargs={"max_tokens": 1000})  # ~2 s of decode
     worker.start()
-    time.sleep(0.1)
+    text = _wait_for_gauge(srv.url, "sglang:num_running_reqs", 1)
     status, _, body = call(srv.url + "/flush_cache", b"", method="POST")
-    text = call(srv.url + "/metrics")[2].decode()
     worker.join()
     want_status, _, want_body = captured(captures, "POST_flush_cache_busy.txt")
     assert (status, body) == (want_status, want_body)
@@ -199,11 +210,10 @@ def test_flush_is_refused_and_metrics_are_live_while_a_request_runs(srv, capture
 
 def test_queueing_shows_in_num_queue_reqs(free_port):
     with launch(free_port, "--enable-metrics", env={"STANDIN_MAX_RUNNING": "1", "STANDIN_ITL_MS": "5"}) as srv:
-        workers = [threading.Thread(target=chat, args=(srv.url,), kwargs={"max_tokens": 60}) for _ in range(2)]
+        workers = [threading.Thread(target=chat, args=(srv.url,), kwargs={"max_tokens": 400}) for _ in range(2)]
         for w in workers:
             w.start()
-        time.sleep(0.1)
-        text = call(srv.url + "/metrics")[2].decode()
+        text = _wait_for_gauge(srv.url, "sglang:num_queue_reqs", 1)
         for w in workers:
             w.join()
     fams = {f.name: f for f in text_string_to_metric_families(text)}

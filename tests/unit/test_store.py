@@ -82,3 +82,9 @@ def test_versions_of_a_python_without_sglang_are_none(tmp_path):
     found = store.versions(sys.executable)
     assert set(found) == {"sglang", "flashinfer", "torch", "llmhost"}
     assert store.versions(str(tmp_path / "no-python"))["sglang"] is None
+
+
+def test_versions_are_read_from_the_server_pythons_metadata(site_python):
+    found = store.versions(site_python({"sglang": ("0.5.17", []), "flashinfer-python": ("0.6.15.post1", []),
+                                        "torch": ("2.11.0", [])}))
+    assert (found["sglang"], found["flashinfer"], found["torch"]) == ("0.5.17", "0.6.15.post1", "2.11.0")

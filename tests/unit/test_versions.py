@@ -147,3 +147,16 @@ def test_cli_same_exit_codes_and_version_of(repo):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     out = cli("version-of", "--python", sys.executable, "pytest", "no-such-package").stdout.splitlines()
     assert out[0].startswith("pytest ") and out[1] == "no-such-package -"
+
+
+SGLANG_SITE = {"sglang": ("0.5.17", ["flashinfer_python==0.6.15.post1", "torch==2.11.0",
+                                     'pytest ; extra == "test"']),
+               "flashinfer-python": ("0.6.15.post1", []), "torch": ("2.11.0", [])}
+
+
+def test_the_probe_reads_sglangs_flashinfer_pin_from_its_metadata(site_python):
+    """The pin setup installs add-ons against: from sglang's Requires-Dist, in the interpreter that runs SGLang."""
+    data = versions.probe(site_python(SGLANG_SITE))
+    assert "flashinfer_python==0.6.15.post1" in data["sglang_requires"]
+    assert data["packages"]["sglang"] == "0.5.17" and data["packages"]["flashinfer-python"] == "0.6.15.post1"
+    assert versions.pinned_version(data["sglang_requires"], versions.FLASHINFER_BASE) == "0.6.15.post1"
