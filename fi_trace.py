@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -65,17 +66,39 @@ def hook_server_env(server_env: str, pythonpath: str, trace_dir: Path, every: in
     return shlex.join(kept + extra)
 
 
+SERVE_LOCK_BUSY = 75  # serve.sh: another start/stop/restart holds the lock
+LOCK_WAIT_S = 900.0  # a start waits up to READY_TIMEOUT_S (900 s by default) for readiness
+_OUTPUT_OK = True  # False once stdout broke (the terminal's tee died with Ctrl-C): say nothing, still restore
+
+
+def say(text: str, err: bool = False) -> None:
+    """Print, and never fail: a broken pipe must not skip the server restore that follows."""
+    global _OUTPUT_OK
+    try:
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+    except OSError:
+        _OUTPUT_OK = False
+
+
 def serve(action: str, server_env: str | None = None) -> int:
     """Run ./serve.sh ACTION (output shown), optionally with another SERVER_ENV."""
     env = dict(os.environ)
     if server_env is not None:
         env["SERVER_ENV"] = server_env
-    print(f"[trace] ./serve.sh {action}", flush=True)
-    return subprocess.run([str(REPO / "serve.sh"), action], env=env, check=False).returncode
+    say(f"[trace] ./serve.sh {action}")
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        sink = None if _OUTPUT_OK else subprocess.DEVNULL  # serve.sh would die of SIGPIPE at its first line
+        code = subprocess.run([str(REPO / "serve.sh"), action], env=env, check=False, stdout=sink,
+                              stderr=sink).returncode
+        if code != SERVE_LOCK_BUSY or time.monotonic() > deadline:
+            return code
+        time.sleep(2)  # another serve.sh call (a restart we were interrupted in) still holds the lock
 
 
 def server_running() -> bool:
-    return subprocess.run([str(REPO / "serve.sh"), "status"], capture_output=True, check=False).returncode == 0
+    """A server serve.sh started is alive, ready or still starting (status would call a starting one down)."""
+    return subprocess.run([str(REPO / "serve.sh"), "running"], capture_output=True, check=False).returncode == 0
 
 
 def wait_hook_loaded(trace_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
@@ -202,9 +225,13 @@ def capture(cfg: config.Config, opts: CaptureOptions) -> dict[str, Any]:
                   file=sys.stderr)
     finally:
         action = "restart" if was_running else "stop"
-        print(f"[trace] restoring the server without the tracer ({action})", flush=True)
-        if serve(action) != 0:
-            print(f"[trace] warning: ./serve.sh {action} failed — run it by hand", file=sys.stderr)
+        say(f"[trace] restoring the server without the tracer ({action})")
+        restored = serve(action) == 0
+        if not restored:
+            say(f"[trace] warning: ./serve.sh {action} failed — run it by hand", err=True)
+    if not restored:  # the traced server may still run, sampling into the trace directory
+        raise CaptureError(f"./serve.sh {action} failed after the capture — the server may still run with the "
+                           "tracer: ./serve.sh restart")
     if not traffic["ok"]:
         raise CaptureError(f"no request succeeded ({'; '.join(traffic['errors']) or 'no reply'}) — "
                            "check ./serve.sh status")
@@ -252,11 +279,16 @@ def main(argv: list[str] | None = None) -> int:
         opts = CaptureOptions(trace_dir=trace_dir, out_dir=out_dir, duration_s=args.duration_s,
                               concurrency=args.concurrency, prefixes=args.prefixes, prefix_words=args.prefix_words,
                               max_tokens=args.max_tokens, every=args.every, hook_timeout_s=args.hook_timeout_s)
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: unwind, so the server is restored
+            signal.signal(sig, _interrupt)
         try:
             capture(cfg, opts)
         except CaptureError as exc:
-            print(f"fi_trace.py capture: {exc}", file=sys.stderr)
+            say(f"fi_trace.py capture: {exc}", err=True)
             return 1
+        except KeyboardInterrupt:
+            say("fi_trace.py capture: interrupted (the restore line above says how the server was left)", err=True)
+            return 130
         args.trace_dir = trace_dir
     from llmhost.fi.trace_analysis import TraceFormatError
 
@@ -271,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
           f"mean run {decode.get('mean_run_len', 0):.1f} pages", flush=True)
     print(json.dumps({"trace_json": str(target), "samples": doc["samples"], **proof}))
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

@@ -28,14 +28,17 @@ host_python() {
 }
 
 # Export every config key into the environment (one implementation: llmhost/config.py).
+# No cd: a relative LLMHOST_CONFIG means the same file to bash and to the Python tools; NUL-separated records
+# keep values with newlines whole.
 load_config() {
-  local py record records
+  local py record
+  local -a records
   py=$(host_python)
-  records=$(cd "$LIB_DIR" && "$py" -m llmhost.config --env0 | tr '\0' '\n') \
-    || die "could not read config.env (see the message above)"
-  while IFS= read -r record; do
+  mapfile -d '' -t records < <(PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$py" -m llmhost.config --env0)
+  wait $! || die "could not read config.env (see the message above)"
+  for record in "${records[@]}"; do
     [[ -n "$record" ]] && export "${record?}"
-  done <<<"$records"
+  done
 }
 
 # print_usage FILE: the script's header comment (line 2 up to the first non-comment line), for --help.

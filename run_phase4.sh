@@ -10,8 +10,9 @@
 #   jit      fi_jit_setup.sh, then fi_bench.py jit in the clean environment it prints (server stopped too)
 #   trace    fi_trace.py capture                      (restarts the server with the tracer, then restores it)
 #   report   fi_bench.py report -> fi_report.html + fi_summary.json (needs plotly: the toolkit venv)
-# A server that was running before kernels/jit is started again at the end. A failed stage does not stop the
-# others; the run ends with a table (stage, status, seconds) and exits 1 when any stage failed.
+# A server that was running before kernels/jit is started again at the end, also after Ctrl-C, SIGTERM or a
+# dropped SSH session (SIGHUP). A failed stage does not stop the others; the run ends with a table (stage,
+# status, seconds) and exits 1 when any stage failed, or when the server could not be stopped or started again.
 # Options: --quick | --jit-variants LIST (fi_bench.py jit --variants) | --trace-duration-s N | --dry-run |
 # -h, --help. Writes $RESULTS_DIR/fi/{sparse,balance,jit,trace}.json, fi_report.html, fi_summary.json and the log
 # $RESULTS_DIR/fi/phase4-<UTC timestamp>.log.
@@ -37,14 +38,15 @@ python_with() {
 
 # --- server handling: kernel timings need the GPU to themselves --------------------------------------------------
 SERVER_WAS_RUNNING=0 SERVER_STOPPED=0
+# "running" = a server serve.sh started is alive, ready or still starting (status would call a starting one down)
 pause_server() {
   ((SERVER_STOPPED)) && return 0
-  if "$REPO_DIR/serve.sh" status >/dev/null 2>&1; then
+  SERVER_STOPPED=1
+  if "$REPO_DIR/serve.sh" running >/dev/null 2>&1; then
     SERVER_WAS_RUNNING=1
     log "stopping the server for the kernel benchmarks (it is started again afterwards)"
-    run "$REPO_DIR/serve.sh" stop
+    run "$REPO_DIR/serve.sh" stop || { warn "could not stop the server — kernel timings would share the GPU"; return 1; }
   fi
-  SERVER_STOPPED=1
 }
 
 resume_server() {
@@ -52,13 +54,24 @@ resume_server() {
   SERVER_STOPPED=0
   if ((SERVER_WAS_RUNNING)); then
     log "starting the server again"
-    run "$REPO_DIR/serve.sh" start || warn "./serve.sh start failed — run it by hand"
+    if ! run "$REPO_DIR/serve.sh" start; then
+      warn "./serve.sh start failed — run it by hand"
+      NAMES+=(server) STATUSES+=(FAILED) SECONDS_TAKEN+=(0)
+    fi
   fi
+}
+
+# Ctrl-C, SIGTERM, SIGHUP: exit through on_exit, which starts a paused server again (a second Ctrl-C skips it)
+on_exit() {
+  local rc=$?
+  trap - INT TERM HUP
+  resume_server
+  exit "$rc"
 }
 
 # --- stages ------------------------------------------------------------------------------------------------------
 stage_kernels() {
-  pause_server
+  pause_server || return 1
   local -a quick=()
   ((QUICK)) && quick=(--quick)
   run "$SGLANG_PYTHON" "$REPO_DIR/fi_bench.py" sparse --out-dir "$OUT_DIR" "${quick[@]}" || return 1
@@ -66,7 +79,7 @@ stage_kernels() {
 }
 
 stage_jit() {
-  pause_server
+  pause_server || return 1
   run "$REPO_DIR/fi_jit_setup.sh" || return 1
   local -a variants=()
   [[ -n "$JIT_VARIANTS" ]] && variants=(--variants "$JIT_VARIANTS")
@@ -116,7 +129,7 @@ summary() {
 
 main() {
   local -a stages=()
-  QUICK=0 JIT_VARIANTS="" TRACE_DURATION_S=30
+  QUICK=0 JIT_VARIANTS="" TRACE_DURATION_S=""
   while (($#)); do
     case "$1" in
       -h | --help) usage && return 0 ;;
@@ -126,7 +139,13 @@ main() {
       --dry-run) export DRY_RUN=1 ;;
       --jit-variants | --trace-duration-s)
         [[ $# -ge 2 ]] || die_usage "$1 needs a value (see ./run_phase4.sh --help)"
-        if [[ "$1" == --jit-variants ]]; then JIT_VARIANTS=$2; else TRACE_DURATION_S=$2; fi
+        if [[ "$1" == --jit-variants ]]; then
+          [[ $2 =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || die_usage "--jit-variants $2: expected names like decode_base,prefill_paged"
+          JIT_VARIANTS=$2
+        else
+          [[ $2 =~ ^[0-9]+([.][0-9]+)?$ && ! $2 =~ ^0+([.]0+)?$ ]] || die_usage "--trace-duration-s $2: expected seconds > 0"
+          TRACE_DURATION_S=$2
+        fi
         shift ;;
       *) die_usage "unknown stage or option '$1' (see ./run_phase4.sh --help)" ;;
     esac
@@ -134,19 +153,25 @@ main() {
   done
   ((${#stages[@]})) || die_usage "name a stage: kernels | jit | trace | report | all (see --help)"
   ((QUICK)) && [[ -z "$JIT_VARIANTS" ]] && JIT_VARIANTS=$QUICK_JIT_VARIANTS
-  ((QUICK)) && [[ "$TRACE_DURATION_S" == 30 ]] && TRACE_DURATION_S=20
+  [[ -n "$TRACE_DURATION_S" ]] || { ((QUICK)) && TRACE_DURATION_S=20 || TRACE_DURATION_S=30; }
   load_config
   [[ "$RESULTS_DIR" == /* ]] && OUT_DIR=$RESULTS_DIR/fi || OUT_DIR=$REPO_DIR/$RESULTS_DIR/fi
   mkdir -p "$OUT_DIR"
   LOG_FILE=$OUT_DIR/phase4-$(date -u +%Y%m%dT%H%M%SZ).log
-  exec > >(tee -a "$LOG_FILE") 2>&1
+  # tee ignores the signals: Ctrl-C must not kill the log before on_exit has said what it restores
+  exec > >(trap '' INT TERM HUP; exec tee -i -a "$LOG_FILE") 2>&1
   local tee_pid=$!
+  trap on_exit EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
   log "stages: ${stages[*]}; results in $OUT_DIR"
   local stage
   for stage in "${stages[@]}"; do
     run_stage "$stage"
   done
   resume_server
+  trap - EXIT INT TERM HUP
   local rc=0
   summary || rc=$?
   # close our end of the pipe and let tee write the last lines before the exit status is seen

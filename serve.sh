@@ -6,6 +6,7 @@
 #   ./serve.sh stop             stop only what start launched (recorded process group, our tagged tmux session)
 #   ./serve.sh restart          stop, wait for the GPU memory of the old PIDs to be freed, start
 #   ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down)
+#   ./serve.sh running          exit 0 when a server start launched is alive (ready or still starting), else 1
 #   ./serve.sh logs [-f] [-n N] the server log
 #   ./serve.sh dashboard [stop] serve RESULTS_DIR on 127.0.0.1:$DASHBOARD_PORT
 #   ./serve.sh tunnel           print the ssh command for a laptop
@@ -13,6 +14,7 @@
 #
 # Settings come from config.env (environment variables win), e.g.
 #   PORT=30001 TOKENIZER_WORKER_NUM=8 ./serve.sh start
+# Exit codes: 0 ok, 1 failed (one line says why), 2 usage, 75 another start/stop/restart holds the lock.
 # Writes $WORK_DIR/server/: launch_command.{txt,json} (exact command, no secret), server.log (+ .1 of the
 # previous run), pid, pgid, started_at, sglang_config.yaml (0600, only with API_KEY_FILE), dashboard.{pid,log}.
 set -euo pipefail
@@ -67,11 +69,16 @@ recorded_port() {
   grep -oE -- '--port [0-9]+' "$STATE/launch_command.txt" 2>/dev/null | awk '{print $2; exit}'
 }
 
-# One start/stop/restart at a time per WORK_DIR: two starts at once moved each other's log away.
+# One start/stop/restart at a time per WORK_DIR: two starts at once moved each other's log away. Exit 75
+# (EX_TEMPFAIL) when busy, so a caller that must act (a restore after a benchmark) can retry.
+LOCK_BUSY=75
 take_lock() {
   mkdir -p "$STATE"
   exec 9>"$STATE/.lock"
-  flock -n 9 || die "another ./serve.sh start/stop/restart is running for $STATE — wait for it"
+  if ! flock -n 9; then
+    printf '[%s] error: %s\n' "$LOG_PREFIX" "another ./serve.sh start/stop/restart is running for $STATE — wait for it" >&2
+    exit "$LOCK_BUSY"
+  fi
 }
 
 cmd_start() {
@@ -183,6 +190,8 @@ cmd_restart() {
 
 cmd_status() { client_py -m llmhost.status; }
 
+cmd_running() { [[ -n "$(our_pgid)" ]]; }
+
 cmd_logs() {
   local follow=() lines=100
   while (($#)); do
@@ -275,7 +284,7 @@ main() {
   STATE="$WORK_DIR/server"
   case $sub in
     start | stop | restart) [[ $# -eq 0 ]] || die_usage "$sub takes no arguments — ./serve.sh --help"; take_lock; "cmd_$sub" ;;
-    status | tunnel) [[ $# -eq 0 ]] || die_usage "$sub takes no arguments — ./serve.sh --help"; "cmd_$sub" ;;
+    status | tunnel | running) [[ $# -eq 0 ]] || die_usage "$sub takes no arguments — ./serve.sh --help"; "cmd_$sub" ;;
     logs) cmd_logs "$@" ;;
     dashboard) cmd_dashboard "$@" ;;
     print-command) cmd_print_command ;;

@@ -153,6 +153,8 @@ def load(env: dict[str, str] | None = None) -> Config:
     for port_name in ("port", "dashboard_port"):
         if not 0 < getattr(cfg, port_name) < 65536:
             raise ConfigError(f"{port_name.upper()}={getattr(cfg, port_name)} is not a TCP port")
+    if not Path(cfg.work_dir).is_absolute():  # empty made /server, /venv, /flashinfer-cache out of every path
+        raise ConfigError(f"WORK_DIR={cfg.work_dir!r} must be an absolute path (e.g. ~/llmhost)")
     return cfg
 
 

@@ -51,3 +51,48 @@ def test_dry_run_of_all_prints_every_stage_command_and_usage_errors_exit_2(tmp_p
     assert _run(tmp_path, free_port, "bogus").returncode == 2
     assert _run(tmp_path, free_port).returncode == 2
     assert "kernels" in _run(tmp_path, free_port, "--help").stdout
+
+
+def test_ctrl_c_during_a_stage_starts_the_paused_server_again(tmp_path, free_port):
+    """An interrupted run used to leave the server it stopped for the kernel benchmarks down."""
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    import pytest
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux not installed (tests/run_cpu.sh installs it)")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    python = tmp_path / "python"  # the server's Python; as the benchmark's Python it "benchmarks" for a minute
+    python.write_text(f'#!/bin/sh\ncase "$1" in *fi_bench.py) exec sleep 60 ;; esac\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    tmux_dir = Path(tempfile.mkdtemp(prefix="tmx", dir="/tmp"))
+    env = {**os.environ, "RESULTS_DIR": str(tmp_path / "results"), "WORK_DIR": str(tmp_path / "work"),
+           "SGLANG_PYTHON": str(python), "MODEL_DIR": str(model), "PORT": str(free_port), "HOST": "127.0.0.1",
+           "TMUX_TMPDIR": str(tmux_dir), "TMUX_SESSION": f"p4{free_port}", "READY_TIMEOUT_S": "60",
+           "SERVER_ENV": f"PYTHONPATH={REPO / 'tests' / 'standin'}", "API_KEY_FILE": "", "SERVER_EXTRA_ARGS": "",
+           "LLMHOST_CONFIG": ""}
+    env.pop("TMUX", None)
+    serve = lambda *a: subprocess.run([str(REPO / "serve.sh"), *a], env=env, cwd=REPO,  # noqa: E731
+                                      capture_output=True, text=True, timeout=120)
+    try:
+        assert serve("start").returncode == 0
+        proc = subprocess.Popen([str(REPO / "run_phase4.sh"), "kernels"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while serve("running").returncode == 0 and time.monotonic() < deadline:  # wait until it paused the server
+            time.sleep(0.3)
+        time.sleep(1)  # the "benchmark" is running now
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole foreground group
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, out
+        assert "starting the server again" in out and serve("running").returncode == 0
+        assert serve("status").returncode == 0
+    finally:
+        serve("stop")
+        subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)
+        shutil.rmtree(tmux_dir, ignore_errors=True)

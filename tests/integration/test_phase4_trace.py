@@ -132,3 +132,39 @@ def test_capture_restarts_with_the_hook_env_and_stops_again_when_the_tracer_is_a
         subprocess.run([str(REPO / "serve.sh"), "stop"], cwd=REPO, env=env, capture_output=True, timeout=90)
         subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=10)
         shutil.rmtree(tmux_dir, ignore_errors=True)
+
+
+def test_sigterm_during_a_capture_restores_the_server_without_the_tracer(tmp_path, free_port):
+    """Python skips `finally` on SIGTERM by default: the traced server used to be left running and sampling."""
+    import signal
+    import tempfile
+    import time
+
+    standin = REPO / "tests" / "standin"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    tmux_dir = Path(tempfile.mkdtemp(prefix="tmx", dir="/tmp"))
+    env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
+           "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "PORT": str(free_port),
+           "TMUX_SESSION": f"fis{free_port}", "SERVER_ENV": "", "PYTHONPATH": str(standin), "API_KEY_FILE": "",
+           "READY_TIMEOUT_S": "60", "LLMHOST_CONFIG": ""}
+    env.pop("TMUX", None)
+    serve = lambda *a: subprocess.run([str(REPO / "serve.sh"), *a], cwd=REPO, env=env,  # noqa: E731
+                                      capture_output=True, text=True, timeout=90)
+    try:
+        proc = subprocess.Popen([sys.executable, "fi_trace.py", "capture", "--trace-dir", str(tmp_path / "trace"),
+                                 "--hook-timeout-s", "60"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60  # until the traced server is up and capture waits for the tracer
+        while serve("status").returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, out
+        assert "restoring the server without the tracer (stop)" in out and "Traceback" not in out
+        assert serve("running").returncode == 1, out  # not running before the capture, not running after
+    finally:
+        serve("stop")
+        subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=10)
+        shutil.rmtree(tmux_dir, ignore_errors=True)
