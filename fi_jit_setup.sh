@@ -134,6 +134,7 @@ main() {
   log "serving Python $SGLANG_PYTHON: torch $TORCH_VERSION, flashinfer-python $FI_VERSION, flashinfer-jit-cache $( ((HAS_JIT_CACHE)) && echo present || echo absent), flashinfer-cubin $( ((HAS_CUBIN)) && echo present || echo absent)"
 
   # view: the venv is self-contained, so a PYTHONPATH pointing at the serving packages must not leak back in
+  [[ "$WORK_DIR" == /?* ]] || die "WORK_DIR='$WORK_DIR' is not an absolute path — nothing is deleted outside it"
   local clean=$WORK_DIR/fi-jit-clean py install=0 pythonpath=${PYTHONPATH:-}
   CACHE=$clean/cache
   PIP_SOURCE=()
