@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    # a hangup comes twice (shell, then kernel): the second must not cut the server restore short
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 

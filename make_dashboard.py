@@ -10,8 +10,8 @@ tool-call quality and the exact launch commands. Reads only the stored results, 
     ./make_dashboard.py results/bench/latest --slo-ttft-ms 300 --slo-itl-ms 15 --slo-pct 95
     ./make_dashboard.py results/bench/20261129-120000 --compare results/bench/20261120-090000
 
-Writes: RUN_DIR/dashboard.html (or --out FILE), and summary.csv + summary.json beside it (headline numbers per
-arm/workload/pattern/load with CIs). The last stdout line is one JSON document naming the files.
+Writes: RUN_DIR/dashboard.html (or --out FILE / --out DIR/), and summary.csv + summary.json beside it
+(X.summary.csv/.json for --out X.html; headline numbers per arm/workload/pattern/load with CIs). The last stdout line is one JSON document naming the files.
 """
 from __future__ import annotations
 

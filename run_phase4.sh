@@ -37,15 +37,20 @@ python_with() {
 }
 
 # --- server handling: kernel timings need the GPU to themselves --------------------------------------------------
-SERVER_WAS_RUNNING=0 SERVER_STOPPED=0
+SERVER_WAS_RUNNING=0 SERVER_STOPPED=0 SERVER_STOP_FAILED=0
 # "running" = a server serve.sh started is alive, ready or still starting (status would call a starting one down)
 pause_server() {
+  ((SERVER_STOP_FAILED)) && return 1 # every later GPU stage too: its timings would share the GPU
   ((SERVER_STOPPED)) && return 0
   SERVER_STOPPED=1
   if "$REPO_DIR/serve.sh" running >/dev/null 2>&1; then
     SERVER_WAS_RUNNING=1
     log "stopping the server for the kernel benchmarks (it is started again afterwards)"
-    run "$REPO_DIR/serve.sh" stop || { warn "could not stop the server — kernel timings would share the GPU"; return 1; }
+    if ! run "$REPO_DIR/serve.sh" stop; then
+      SERVER_STOP_FAILED=1
+      warn "could not stop the server — kernel timings would share the GPU"
+      return 1
+    fi
   fi
 }
 
@@ -64,7 +69,10 @@ resume_server() {
 # Ctrl-C, SIGTERM, SIGHUP: exit through on_exit, which starts a paused server again (a second Ctrl-C skips it)
 on_exit() {
   local rc=$?
-  trap - INT TERM HUP
+  # a hangup comes twice (the login shell forwards one, the kernel sends another): ignore TERM/HUP now, also in
+  # the serve.sh start below (it inherits that); a second Ctrl-C still skips the restore
+  trap - INT
+  trap '' TERM HUP
   resume_server
   exit "$rc"
 }

@@ -59,9 +59,14 @@ tmux_session_ours() {
 
 # The server runs with THIS shell's environment, not that of a tmux server started days ago elsewhere: start
 # writes it (0600, NUL-separated) and the pane replaces its own with it. Secret-looking names stay out.
+# Secret-looking = ending in TOKEN, KEY, SECRET, PASSWORD... (HF_TOKEN, OPENAI_API_KEY); SGLANG_INIT_NEW_TOKEN_RATIO
+# and TOKENIZERS_PARALLELISM are settings and pass.
+SECRET_NAMES='^([A-Za-z0-9_]*_)?(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)='
 write_launch_env() {
-  (umask 077 && env -0 | grep -zvE '^([A-Za-z0-9_]*(TOKEN|KEY|SECRET|PASSWORD)[A-Za-z0-9_]*|TMUX|TMUX_PANE)=' \
-    >"$STATE/launch.env")
+  local dropped
+  (umask 077 && env -0 | grep -zvE "$SECRET_NAMES|^(TMUX|TMUX_PANE)=" >"$STATE/launch.env")
+  dropped=$(env -0 | { grep -zE "$SECRET_NAMES" || true; } | tr '\0' '\n' | cut -d= -f1 | paste -sd' ' -)
+  [[ -z "$dropped" ]] || log "not passed to the server (secret-looking names): $dropped"
 }
 
 # Port of the server start recorded (from launch_command.txt), empty when none was recorded.
@@ -117,13 +122,23 @@ cmd_start() {
     pgid=$(<"$STATE/pgid")
     log "server in tmux session $TMUX_SESSION (process group $pgid); log: $STATE/server.log"
   fi
+  # The lock guards launching, not the wait: ./serve.sh stop must be able to end a slow or hung start.
+  exec 9>&-
   local rc=0
   py -m llmhost.server wait-ready --pgid "$pgid" || rc=$?
   ((rc != 130)) || exit 130 # Ctrl-C: the server starts on in tmux; start again to resume waiting
   if ((rc != 0)); then
-    # Never leave a crashed or timed-out server holding the GPU; the log stays for ./serve.sh logs.
-    group_gone "$pgid" || stop_group "$pgid" 30 || true
-    clear_state
+    # Never leave a crashed or timed-out server holding the GPU (unless a stop or restart is already at it);
+    # the log stays for ./serve.sh logs.
+    exec 9>"$STATE/.lock"
+    if flock -n 9; then
+      local now
+      now=$(our_pgid)
+      if [[ -z "$now" || "$now" == "$pgid" ]]; then # not a server someone started meanwhile
+        [[ -z "$now" ]] || stop_group "$pgid" 30 || true
+        clear_state
+      fi
+    fi
     exit 1
   fi
   client_py -m llmhost.status chat || exit 1

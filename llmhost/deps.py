@@ -34,7 +34,8 @@ def ensure(script: str, modules: tuple[str, ...], prefix: str) -> None:
         python = shutil.which(config.load().sglang_python) or ""
     except (config.ConfigError, OSError):
         python = ""
-    if python and os.path.realpath(python) != os.path.realpath(sys.executable) and not os.environ.get(REEXEC_ENV):
+    # abspath, not realpath: setup's venv python is a symlink to the same /usr/bin/python3.12 as the shebang's
+    if python and os.path.abspath(python) != os.path.abspath(sys.executable) and not os.environ.get(REEXEC_ENV):
         print(f"[{prefix}] '{gone}' is not in {sys.executable}: running with {python}", file=sys.stderr, flush=True)
         os.execve(python, [python, os.path.abspath(script), *sys.argv[1:]], {**os.environ, REEXEC_ENV: "1"})
     print(f"[{prefix}] error: python module '{gone}' is missing in {sys.executable} — run ./setup_host.sh (its venv "

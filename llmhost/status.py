@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from llmhost.config import Config, ConfigError, load
-from llmhost.procfs import group_alive, port_holder
+from llmhost.procfs import group_alive, pgid_of, port_holder
 from llmhost.server import http_get
 
 
@@ -27,6 +27,22 @@ def read_state(state_dir: Path) -> dict[str, str]:
         if path.is_file():
             out[name] = path.read_text().strip()
     return out
+
+
+def our_group(state: dict[str, str], state_dir: Path) -> int | None:
+    """The recorded process group when it is still the one serve.sh started (as serve.sh's our_pgid decides: its
+    leader runs `serve.sh _run STATE`, or the recorded server PID is in it); None after a reboot or PID reuse."""
+    pgid = int(state.get("pgid", "0") or 0)
+    if not pgid or not group_alive(pgid):
+        return None
+    try:
+        leader = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        leader = ""
+    pid = state.get("pid", "")
+    if f"_run {state_dir}" in leader or (pid.isdigit() and pgid_of(int(pid)) == pgid):
+        return pgid
+    return None
 
 
 def _gauge(samples: list, name: str) -> float | None:
@@ -44,9 +60,10 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
 
     state = read_state(cfg.state_dir)
     code, body = http_get(cfg, "/health", timeout=5.0)
+    ours = our_group(state, cfg.state_dir)
     if code != 200:
-        pgid = int(state.get("pgid", "0") or 0)
-        if pgid and group_alive(pgid):  # ours, alive, not serving yet: starting (or stuck), not "down"
+        pgid = ours
+        if pgid:  # ours, alive, not serving yet: starting (or stuck), not "down"
             from llmhost import serverlog
 
             since = f" for {_uptime(state['started_at'])}" if "started_at" in state else ""
@@ -77,8 +94,8 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
         ]
     else:
         lines.append(f"metrics      : /metrics -> {code or body} (start with --enable-metrics)")
-    pgid = int(state.get("pgid", "0") or 0)
-    if pgid and group_alive(pgid) and "started_at" in state:
+    pgid = ours
+    if pgid and "started_at" in state:
         lines.append(f"process      : pid {state.get('pid', '?')}, group {pgid} (ours), started {state['started_at']}")
         lines.append(f"uptime       : {_uptime(state['started_at'])}")
     else:

@@ -41,10 +41,11 @@ def fmt(value: Any, digits: int = 0, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def _capacity(rows: list[dict], arm: str, pattern: str) -> tuple[str, str, bool]:
+def _capacity(rows: list[dict], arm: str, pattern: str, slo_pct: float = 99.0) -> tuple[str, str, bool]:
     """Highest load within the SLO per workload. A load counts as missed when any repeat failed outright (the
     server did not serve it) and as unmeasured when its points left no request data; both are flagged and named,
-    as is a verdict whose goodput CI straddles the SLO (more requests would be needed to decide it)."""
+    as is an edge verdict within 1 point of the SLO whose goodput CI straddles it (a coin flip: more requests
+    would decide it). 256 of 256 good cannot *prove* 99% either, but 100% is no coin flip: not flagged)."""
     parts, details, flagged = [], [], False
     key = "request_rate" if pattern == "qps" else "concurrency"
     unit = " req/s" if pattern == "qps" else ""
@@ -81,7 +82,7 @@ def _capacity(rows: list[dict], arm: str, pattern: str) -> tuple[str, str, bool]
                 details[-1] += " (a higher load passed again: noisy)"
         edges = {x for x in (cap.load, cap.first_failing) if x is not None}
         undecided = [r for r in mine if float(r[key]) in edges and r["requests"] and not r["points_failed"]
-                     and not r.get("slo_decided", True)]
+                     and not r.get("slo_decided", True) and abs(r["goodput_pct"] - slo_pct) < 1.0]
         for r in undecided:
             notes.append(f"at {float(r[key]):g}{unit} goodput {fmt(r['goodput_pct'], 1)}% "
                          f"[{fmt(r['goodput_lo_pct'], 1)}, {fmt(r['goodput_hi_pct'], 1)}] straddles the SLO: "
@@ -191,7 +192,7 @@ def build_cards(run: Run, rows: list[dict], slo: stats.Slo) -> list[Card]:
     slo_text = f"TTFT ≤ {slo.ttft_ms:g} ms and TPOT ≤ {slo.itl_ms:g} ms for ≥ {slo.pct:g}% of requests"
 
     def cap(pattern: str) -> tuple[Entry, ...]:
-        return tuple(Entry(a, *_capacity(rows, a, pattern)) for a in arms)
+        return tuple(Entry(a, *_capacity(rows, a, pattern, slo.pct)) for a in arms)
 
     return [
         Card("Max concurrency within SLO", f"How many concurrent users before the SLO ({slo_text}) breaks?",

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -256,10 +257,27 @@ def test_two_starts_at_once_run_one_server_and_keep_its_log(serve):
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(90), p.stderr.read()) for p in procs]
     codes = sorted(code for code, _ in results)
-    assert codes == [0, 75], results  # 75 = EX_TEMPFAIL: busy, try again
-    assert any("another ./serve.sh start/stop/restart is running" in err for code, err in results if code == 75)
+    # the loser either met the lock while the winner launched (75 = EX_TEMPFAIL: busy, try again) or came after
+    # it and waited for the same server (0, "already starting"); never a second launch
+    assert codes in ([0, 0], [0, 75]), results
+    assert all("another ./serve.sh start/stop/restart is running" in err for code, err in results if code == 75)
     assert "Uvicorn running" in (s.state / "server.log").read_text()
-    assert s("status").returncode == 0
+    assert s("status").returncode == 0 and not (s.state / "server.log.1").exists()  # one launch only
+
+
+def test_stop_ends_a_start_that_is_still_waiting(serve):
+    """The lock covers launching, not the wait: a hung start must not make stop answer "busy"."""
+    s = serve(SERVER_ENV=f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=30", READY_TIMEOUT_S="60")
+    start = subprocess.Popen([str(SERVE), "start"], env=s.env, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (s.state / "pgid").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pgid = s.pgid()
+    stopped = s("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not procfs.group_alive(pgid)
+    assert start.wait(60) == 1 and "exited" in start.stderr.read()
 
 
 def test_the_server_gets_this_shells_environment_not_the_tmux_servers(serve):

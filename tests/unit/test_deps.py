@@ -19,3 +19,17 @@ def test_a_script_missing_its_modules_reruns_under_the_toolkit_python(tmp_path, 
     again = subprocess.run([sys.executable, "-c", code], cwd=repo, env={**env, "LLMHOST_REEXEC": "1"},
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and again.stderr.count("\n") == 1 and "'plotly' is missing" in again.stderr
+
+
+def test_a_venv_python_symlinked_to_the_same_interpreter_still_counts_as_another_python(tmp_path, repo):
+    """setup's venv python is a symlink to /usr/bin/python3.12, the shebang's python3 too: compare the paths as
+    given (their site-packages differ), not their real files."""
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(sys.executable)
+    code = ("import sys; sys.modules['plotly'] = None; from llmhost import deps; "
+            "deps.ensure('make_dashboard.py', ('plotly',), 'dashboard')")
+    env = {"PATH": "/usr/bin:/bin", "SGLANG_PYTHON": str(venv_python), "LLMHOST_CONFIG": ""}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert f"running with {venv_python}" in proc.stderr
+    assert proc.returncode == 2 and "usage: make_dashboard.py" in proc.stderr  # the re-run itself ran (no RUN_DIR)

@@ -259,6 +259,9 @@ def test_a_capacity_whose_goodput_ci_straddles_the_slo_is_flagged() -> None:
                                   goodput_hi_pct=99.6, requests=256)]
     value, detail, flagged = kpis._capacity(rows, "a", "concurrency")
     assert value == "w: 4" and "at 16 goodput 98.8% [96.6, 99.6] straddles the SLO" in detail and flagged
+    # 256 of 256 good is "undecided" for 99% (Wilson lower bound 98.5%) on every run: that alone is no flag
+    clean = [_row(4, True, slo_decided=False, goodput_pct=100.0), _row(16, False, goodput_pct=60.0)]
+    assert kpis._capacity(clean, "a", "concurrency") == ("w: 4", "w: fails at 16; 400 tok/s at 4", False)
 
 
 def test_goodput_ci_is_wilson_and_the_slo_verdict_knows_when_it_is_undecided() -> None:

@@ -58,6 +58,10 @@ def test_a_server_of_ours_still_starting_is_starting_not_down(tmp_path, monkeypa
     try:
         (cfg.state_dir / "pgid").write_text(str(child.pid))
         (cfg.state_dir / "started_at").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        monkeypatch.setattr(status, "http_get", lambda cfg, path, **kw: (503, ""))
+        healthy, lines = status.status_lines(cfg, None)  # a live group that is not ours (PID reuse): down
+        assert not healthy and lines[0].startswith("server down at")
+        (cfg.state_dir / "pid").write_text(str(child.pid))  # the recorded server PID is in the group: ours
         (cfg.state_dir / "server.log").write_text("Capturing batches (bs=8): 40%\n")
         monkeypatch.setattr(status, "http_get", lambda cfg, path, **kw: (503, ""))
         healthy, lines = status.status_lines(cfg, None)
