@@ -34,18 +34,11 @@ client_py() {
   PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$exe" "$@"
 }
 
-# Process group of the server start launched, when it is still alive; empty otherwise. The recorded group
-# must still be ours: its leader is our `serve.sh _run STATE` or the recorded server PID is still in it.
+# Process group of the server start launched, when it is still alive and still ours; empty otherwise
+# (llmhost.server.recorded_group: the one rule, shared with ./serve.sh status).
 our_pgid() {
-  local pgid pid
   [[ -s "$STATE/pgid" ]] || return 0
-  pgid=$(<"$STATE/pgid")
-  group_gone "$pgid" && return 0
-  pid=$(cat "$STATE/pid" 2>/dev/null || true)
-  if tr '\0' ' ' <"/proc/$pgid/cmdline" 2>/dev/null | grep -qF -- "_run $STATE" \
-    || [[ -n "$pid" && "$(pgid_of "$pid")" == "$pgid" ]]; then
-    echo "$pgid"
-  fi
+  py -m llmhost.server our-pgid --state-dir "$STATE"
 }
 
 clear_state() { rm -f "$STATE/pid" "$STATE/pgid" "$STATE/started_at"; }

@@ -77,13 +77,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def fail_early(args: argparse.Namespace, problem: str, ep: client.Endpoint | None = None) -> int:
-    """One line on stderr; with --json also the summary line, so scripts always find one."""
+def fail_early(args: argparse.Namespace, problem: str, ep: client.Endpoint | None = None, *,
+               interrupted: bool = False) -> int:
+    """One line on stderr; with --json also the summary line, so scripts always find one. Exit 1 (130: Ctrl-C)."""
     print(f"smoke_test: {problem}", file=sys.stderr)
     if getattr(args, "json", False):
-        doc = {"ok": False, **(ep.public() if ep else {}), "error": problem, "checks": []}
-        print(json.dumps({**doc, "interrupted": True} if problem == "interrupted" else doc))
-    return 1
+        extra = {"interrupted": True} if interrupted else {}
+        print(json.dumps({"ok": False, **(ep.public() if ep else {}), "error": problem, "checks": [], **extra}))
+    return 130 if interrupted else 1
 
 
 def weights(args: argparse.Namespace, ep: client.Endpoint, api: object) -> tuple[bool, str]:
@@ -144,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except KeyboardInterrupt:  # Ctrl-C while importing openai or connecting (a hung tunnel): one line, no traceback
-        fail_early(args, "interrupted")
-        return 130
+        return fail_early(args, "interrupted", interrupted=True)
 
 
 def run(args: argparse.Namespace) -> int:

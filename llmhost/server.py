@@ -332,6 +332,30 @@ def write_launch_files(spec: ServerSpec, state_dir: Path, api_key: str | None) -
     _write_atomic(state_dir / "launch.argv0", "".join(f"{a}\0" for a in spec.command))
 
 
+# ---------------------------------------------------------------- which process group is ours
+def recorded_group(state_dir: Path) -> int | None:
+    """The process group serve.sh recorded in STATE/pgid while it is still the one start launched: its leader
+    runs `serve.sh _run STATE`, or the recorded server PID (STATE/pid) is in it. None when nothing was started,
+    the group is gone, or the number now belongs to someone else (after a reboot or PID reuse).
+    The one rule: serve.sh asks this (`our-pgid`), ./serve.sh status uses it too."""
+    def read(name: str) -> str:
+        try:
+            return (state_dir / name).read_text().strip()
+        except OSError:
+            return ""
+
+    pgid, pid = read("pgid"), read("pid")
+    if not pgid.isdigit() or not group_alive(int(pgid)):
+        return None
+    try:
+        leader = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        leader = ""
+    if f"_run {state_dir}" in leader or (pid.isdigit() and pgid_of(int(pid)) == int(pgid)):
+        return int(pgid)
+    return None
+
+
 # ---------------------------------------------------------------- readiness tied to OUR process group
 def readiness(cfg: Config, pgid: int) -> tuple[str, str]:
     """('ready' | 'starting' | 'dead' | 'foreign', detail) for our server in process group `pgid`.
@@ -421,6 +445,13 @@ def _cmd_spec(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_our_pgid(cfg: Config, args: argparse.Namespace) -> int:
+    pgid = recorded_group(Path(args.state_dir) if args.state_dir else cfg.state_dir)
+    if pgid:
+        print(pgid)
+    return 0
+
+
 def _cmd_wait_ready(cfg: Config, args: argparse.Namespace) -> int:
     log = cfg.state_dir / "server.log"
     ok, detail = wait_ready(cfg, args.pgid, log, args.timeout_s or cfg.ready_timeout_s)
@@ -437,6 +468,7 @@ COMMANDS = {
     "argv": (_cmd_spec, "print the launch argv NUL-separated (no side effects)"),
     "prepare": (_cmd_spec, "check inputs and the port, write launch_command.{txt,json}, launch.argv0, key YAML"),
     "wait-ready": (_cmd_wait_ready, "wait until our process group serves a generation on PORT"),
+    "our-pgid": (_cmd_our_pgid, "print the process group start launched while it is alive and ours (else nothing)"),
 }
 
 
@@ -449,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "wait-ready":
             cmd.add_argument("--pgid", type=int, required=True, help="process group of the server serve.sh started")
             cmd.add_argument("--timeout-s", type=float, default=0, help="seconds (default READY_TIMEOUT_S)")
+        if name == "our-pgid":
+            cmd.add_argument("--state-dir", help="serve.sh's state directory, as it spells it (default WORK_DIR/server)")
     args = parser.parse_args(argv)
     try:
         return args.func(load(), args)

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from llmhost.config import Config, ConfigError, load
-from llmhost.procfs import group_alive, pgid_of, port_holder
-from llmhost.server import http_get
+from llmhost.procfs import port_holder
+from llmhost.server import http_get, recorded_group
 
 
 def read_state(state_dir: Path) -> dict[str, str]:
@@ -27,22 +27,6 @@ def read_state(state_dir: Path) -> dict[str, str]:
         if path.is_file():
             out[name] = path.read_text().strip()
     return out
-
-
-def our_group(state: dict[str, str], state_dir: Path) -> int | None:
-    """The recorded process group when it is still the one serve.sh started (as serve.sh's our_pgid decides: its
-    leader runs `serve.sh _run STATE`, or the recorded server PID is in it); None after a reboot or PID reuse."""
-    pgid = int(state.get("pgid", "0") or 0)
-    if not pgid or not group_alive(pgid):
-        return None
-    try:
-        leader = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        leader = ""
-    pid = state.get("pid", "")
-    if f"_run {state_dir}" in leader or (pid.isdigit() and pgid_of(int(pid)) == pgid):
-        return pgid
-    return None
 
 
 def _gauge(samples: list, name: str) -> float | None:
@@ -60,7 +44,7 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
 
     state = read_state(cfg.state_dir)
     code, body = http_get(cfg, "/health", timeout=5.0)
-    ours = our_group(state, cfg.state_dir)
+    ours = recorded_group(cfg.state_dir)
     if code != 200:
         pgid = ours
         if pgid:  # ours, alive, not serving yet: starting (or stuck), not "down"
