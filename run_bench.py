@@ -25,10 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from llmhost import arms as arms_mod
-from llmhost import config, deps, points, runner, store, telemetry
-from llmhost.runner import BenchError, arm_overhead_s, fmt_s
-from llmhost.workloads import REGISTRY as WORKLOADS
+from llmhost.bench import arms as arms_mod
+from llmhost import config, deps
+from llmhost.bench import points, runner, store, telemetry
+from llmhost.bench.runner import BenchError, arm_overhead_s, fmt_s
+from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 SLO_DEFAULTS = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}  # recorded in the manifest; the dashboard can override
 

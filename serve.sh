@@ -35,10 +35,10 @@ client_py() {
 }
 
 # Process group of the server start launched, when it is still alive and still ours; empty otherwise
-# (llmhost.server.recorded_group: the one rule, shared with ./serve.sh status).
+# (llmhost.serve.server.recorded_group: the one rule, shared with ./serve.sh status).
 our_pgid() {
   [[ -s "$STATE/pgid" ]] || return 0
-  py -m llmhost.server our-pgid --state-dir "$STATE"
+  py -m llmhost.serve.server our-pgid --state-dir "$STATE"
 }
 
 clear_state() { rm -f "$STATE/pid" "$STATE/pgid" "$STATE/started_at"; }
@@ -90,7 +90,7 @@ cmd_start() {
     if [[ -n "$running_port" && "$running_port" != "$PORT" ]]; then
       die "our server already runs on port $running_port (process group $pgid) — ./serve.sh restart applies PORT=$PORT"
     fi
-    if py -m llmhost.server wait-ready --pgid "$pgid" --timeout-s 0.1 >/dev/null 2>&1; then
+    if py -m llmhost.serve.server wait-ready --pgid "$pgid" --timeout-s 0.1 >/dev/null 2>&1; then
       log "already running: pid $(cat "$STATE/pid" 2>/dev/null || echo '?'), port $PORT, tmux session $TMUX_SESSION — ./serve.sh status (restart applies changed settings)"
       return 0
     fi
@@ -104,7 +104,7 @@ cmd_start() {
       die "a tmux session named $TMUX_SESSION exists and serve.sh did not start it — set TMUX_SESSION=<another name>"
     fi
     # Checks inputs and that nobody holds PORT (one line naming the holder), then records the command.
-    py -m llmhost.server prepare >/dev/null || exit 1
+    py -m llmhost.serve.server prepare >/dev/null || exit 1
     log "launching: $(<"$STATE/launch_command.txt")"
     [[ -f "$STATE/server.log" ]] && mv -f "$STATE/server.log" "$STATE/server.log.1"
     write_launch_env
@@ -118,7 +118,7 @@ cmd_start() {
   # The lock guards launching, not the wait: ./serve.sh stop must be able to end a slow or hung start.
   exec 9>&-
   local rc=0
-  py -m llmhost.server wait-ready --pgid "$pgid" || rc=$?
+  py -m llmhost.serve.server wait-ready --pgid "$pgid" || rc=$?
   ((rc != 130)) || exit 130 # Ctrl-C: the server starts on in tmux; start again to resume waiting
   if ((rc != 0)); then
     # Never leave a crashed or timed-out server holding the GPU (unless a stop or restart is already at it);
@@ -134,7 +134,7 @@ cmd_start() {
     fi
     exit 1
   fi
-  client_py -m llmhost.status chat || exit 1
+  client_py -m llmhost.serve.status chat || exit 1
   cmd_tunnel
 }
 
@@ -154,7 +154,7 @@ cmd__run() {
   local log="$state/server.log" pid rc=0
   date -u +%Y-%m-%dT%H:%M:%SZ >"$state/started_at"
   if [[ -f "$state/sglang_config.yaml" ]]; then
-    "${cmd[@]}" > >(py -m llmhost.serverlog redact --config-file "$state/sglang_config.yaml" | tee -a "$log") 2>&1 &
+    "${cmd[@]}" > >(py -m llmhost.serve.serverlog redact --config-file "$state/sglang_config.yaml" | tee -a "$log") 2>&1 &
   else
     "${cmd[@]}" > >(tee -a "$log") 2>&1 &
   fi
@@ -175,7 +175,7 @@ cmd_stop() {
   else
     log "no server of ours is running"
     local holder
-    holder=$(py -m llmhost.procfs "$PORT" --host "$HOST" 2>/dev/null) \
+    holder=$(py -m llmhost.serve.procfs "$PORT" --host "$HOST" 2>/dev/null) \
       && warn "port $PORT is held by $holder, which this serve.sh did not start — left alone; stop it yourself"
   fi
   if tmux_session_ours; then
@@ -187,16 +187,16 @@ cmd_stop() {
 cmd_restart() {
   local pgid pids=""
   pgid=$(our_pgid)
-  [[ -n "$pgid" ]] && pids=$(py -c 'import sys; from llmhost.procfs import group_pids; print(",".join(map(str, group_pids(int(sys.argv[1])))))' "$pgid")
+  [[ -n "$pgid" ]] && pids=$(py -c 'import sys; from llmhost.serve.procfs import group_pids; print(",".join(map(str, group_pids(int(sys.argv[1])))))' "$pgid")
   cmd_stop
   if [[ -n "$pids" ]]; then
     log "waiting for the GPU memory of pids $pids to be released"
-    client_py -m llmhost.gpu wait-released --pids "$pids" --timeout-s 120 || exit 1
+    client_py -m llmhost.serve.gpu wait-released --pids "$pids" --timeout-s 120 || exit 1
   fi
   cmd_start
 }
 
-cmd_status() { client_py -m llmhost.status; }
+cmd_status() { client_py -m llmhost.serve.status; }
 
 cmd_running() { [[ -n "$(our_pgid)" ]]; }
 
@@ -238,7 +238,7 @@ cmd_dashboard() {
   [[ "$dir" == /* ]] || dir="$LIB_DIR/$dir"
   mkdir -p "$dir" "$STATE"
   if [[ -z "$pid" ]]; then
-    if holder=$(py -m llmhost.procfs "$DASHBOARD_PORT" 2>/dev/null); then
+    if holder=$(py -m llmhost.serve.procfs "$DASHBOARD_PORT" 2>/dev/null); then
       die "port $DASHBOARD_PORT is held by $holder — set DASHBOARD_PORT=<free port>"
     fi
     # Loopback only: results can name hosts and paths. setsid: its own process group, stopped by pid file.
@@ -246,7 +246,7 @@ cmd_dashboard() {
       >"$STATE/dashboard.log" 2>&1 </dev/null 9>&- &
     pid=$!
     echo "$pid" >"$pid_file"
-    wait_until 10 0.2 py -m llmhost.procfs "$DASHBOARD_PORT" >/dev/null 2>&1 \
+    wait_until 10 0.2 py -m llmhost.serve.procfs "$DASHBOARD_PORT" >/dev/null 2>&1 \
       || die "the dashboard server did not start — see $STATE/dashboard.log"
   fi
   log "dashboard: http://127.0.0.1:$DASHBOARD_PORT/ serving $dir (pid $pid; ./serve.sh dashboard stop)"
@@ -278,7 +278,7 @@ cmd_tunnel() {
   log "then on the laptop: curl http://127.0.0.1:$PORT/v1/models   (dashboard: http://127.0.0.1:$DASHBOARD_PORT/)"
 }
 
-cmd_print_command() { py -m llmhost.server print-command; }
+cmd_print_command() { py -m llmhost.serve.server print-command; }
 
 main() {
   local sub=${1:-}

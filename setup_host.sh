@@ -133,7 +133,7 @@ need_disk() {
 
 toolkit() { "$(host_python)" -m "$@"; }
 uv_pip() { step "$WORK_DIR/venv/bin/uv" pip "$1" --python "$SGLANG_PYTHON" "${@:2}"; }
-installed_version() { toolkit llmhost.versions version-of --python "$SGLANG_PYTHON" "$1" | awk '{print $2}'; }
+installed_version() { toolkit llmhost.setup.versions version-of --python "$SGLANG_PYTHON" "$1" | awk '{print $2}'; }
 
 phase_os() {
   local file=${OS_RELEASE_FILE:-/etc/os-release} id version
@@ -290,7 +290,7 @@ phase_sglang() {
   if [[ -x "$SGLANG_PYTHON" ]]; then
     have=$(installed_version sglang) || fail "cannot list the packages of $SGLANG_PYTHON (message above)"
   fi
-  if [[ "$have" != - ]] && toolkit llmhost.versions same "$have" "$SGLANG_VERSION"; then
+  if [[ "$have" != - ]] && toolkit llmhost.setup.versions same "$have" "$SGLANG_VERSION"; then
     [[ $MODE == byo ]] || uv_pip install "${SRC[@]}" -e "$REPO_DIR"
     log "sglang: $have (= SGLANG_VERSION) in $SGLANG_PYTHON"
     return 0
@@ -309,7 +309,7 @@ phase_sglang() {
   uv_pip install "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
   is_dry && return 0
   have=$(installed_version sglang) || fail "cannot list the packages of $SGLANG_PYTHON (message above)"
-  toolkit llmhost.versions same "$have" "$SGLANG_VERSION" || fail "asked for sglang==$SGLANG_VERSION, got $have — see $LOG_FILE"
+  toolkit llmhost.setup.versions same "$have" "$SGLANG_VERSION" || fail "asked for sglang==$SGLANG_VERSION, got $have — see $LOG_FILE"
   log "sglang: installed $have (+ toolkit client deps) in $SGLANG_PYTHON"
 }
 
@@ -318,7 +318,7 @@ phase_flashinfer() {
   if is_dry && ! "$SGLANG_PYTHON" -c 'import sglang' >/dev/null 2>&1; then
     log "flashinfer: would read the flashinfer-python version sglang installs (V), remove flashinfer-* of other versions, install flashinfer-cubin==V (PyPI) and flashinfer-jit-cache==V (https://flashinfer.ai/whl/cu130)" && return 0
   fi
-  plan=$(toolkit llmhost.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not read the FlashInfer packages (message above)"
+  plan=$(toolkit llmhost.setup.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not read the FlashInfer packages (message above)"
   note "plan: ${plan//$'\n'/; }"
   while read -r kind name version detail; do
     case $kind in
@@ -349,7 +349,7 @@ phase_flashinfer() {
     fi
   done
   is_dry && return 0
-  plan=$(toolkit llmhost.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not re-read the FlashInfer packages"
+  plan=$(toolkit llmhost.setup.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not re-read the FlashInfer packages"
   grep -qv '^\(ok\|cuda\) ' <<<"$plan" && fail "FlashInfer packages still inconsistent after install: ${plan//$'\n'/; }"
   log "flashinfer: $(grep '^ok ' <<<"$plan" | awk '{printf "%s %s, ", $2, $3}')all equal ($tag)"
 }
@@ -371,7 +371,7 @@ phase_model() {
   local scope=() what="weights + config + tokenizer" result bytes
   ((SKIP_MODEL)) && { log "model: skipped (--skip-model)"; return 0; }
   [[ $LOAD_FORMAT == dummy ]] && { scope=(--config-only); what="config + tokenizer (LOAD_FORMAT=dummy)"; }
-  if result=$(toolkit llmhost.model_files check --model-dir "$MODEL_DIR" "${scope[@]}" 2>&1); then
+  if result=$(toolkit llmhost.setup.model_files check --model-dir "$MODEL_DIR" "${scope[@]}" 2>&1); then
     log "model: $what $result"
     return 0
   fi
@@ -379,12 +379,12 @@ phase_model() {
   is_dry && { log "model: would download $MODEL_ID $what into $MODEL_DIR (now: ${result#*incomplete: })"; return 0; }
   [[ $MODE != wheelhouse ]] || fail "${result#model_files: } — offline (--wheelhouse): copy the model there and re-run"
   need_network "$HF_URL" "copy the model into MODEL_DIR=$MODEL_DIR from a host that has it (or set HF_ENDPOINT to a mirror), then re-run"
-  bytes=$("$SGLANG_PYTHON" -m llmhost.model_files size --model-id "$MODEL_ID" "${scope[@]}" 2>>"$LOG_FILE") \
+  bytes=$("$SGLANG_PYTHON" -m llmhost.setup.model_files size --model-id "$MODEL_ID" "${scope[@]}" 2>>"$LOG_FILE") \
     || fail "cannot list $MODEL_ID on the hub — check MODEL_ID (and HF_TOKEN for gated models)"
   need_disk $((bytes + bytes / 20)) "$MODEL_DIR" "$MODEL_ID ($what)"
   log "model: downloading $MODEL_ID $what, $((bytes / 1048576)) MB (~$((bytes / 52428800 + 1)) s at 50 MB/s)"
-  step "$SGLANG_PYTHON" -m llmhost.model_files download --model-id "$MODEL_ID" --model-dir "$MODEL_DIR" "${scope[@]}"
-  result=$(toolkit llmhost.model_files check --model-dir "$MODEL_DIR" "${scope[@]}" 2>&1) || fail "${result#model_files: }"
+  step "$SGLANG_PYTHON" -m llmhost.setup.model_files download --model-id "$MODEL_ID" --model-dir "$MODEL_DIR" "${scope[@]}"
+  result=$(toolkit llmhost.setup.model_files check --model-dir "$MODEL_DIR" "${scope[@]}" 2>&1) || fail "${result#model_files: }"
   log "model: downloaded; $what $result"
 }
 

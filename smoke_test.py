@@ -8,7 +8,7 @@
     ./smoke_test.py chat --tools          # interactive streaming chat with the get_weather demo tool
     ./smoke_test.py --base-url http://127.0.0.1:30000/v1 --model qwen3-4b --api-key-file ~/.llmhost_key
 
-Checks (llmhost/smoke.py): chat (non-empty reply), model (served name), tools (a get_weather call; with real weights
+Checks (llmhost/smoke/checks.py): chat (non-empty reply), model (served name), tools (a get_weather call; with real weights
 its arguments name Paris), prefix_cache (a repeated ~4k-token prompt reuses >= 90% and is faster), stream (chunks +
 TTFT). Real or random (--load-format dummy) weights: read from the server's /server_info unless --weights says it.
 Defaults come from config.env: http://127.0.0.1:$PORT/v1, SERVED_MODEL_NAME, API_KEY_FILE (OPENAI_API_KEY wins over
@@ -25,7 +25,8 @@ from urllib.parse import urlparse
 if sys.version_info < (3, 9):  # a laptop's old system Python: one line, not a SyntaxError deep in an import
     sys.exit(f"smoke_test: Python {sys.version.split()[0]} is too old — use Python 3.9 or newer")
 
-from llmhost import chat, client, smoke  # noqa: E402
+from llmhost.smoke import chat, checks as smoke  # noqa: E402
+from llmhost import client
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from llmhost import stats
-from llmhost.arms import Arm  # the manifest's arms, as run_bench.py wrote them
+from llmhost.bench.arms import Arm  # the manifest's arms, as run_bench.py wrote them
 
 PATTERNS = ("concurrency", "qps", "long", "burst", "cold", "warm")
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import config, gpu, metrics, procfs, server
+from llmhost import config
+from llmhost.serve import gpu, metrics, procfs, server
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import store
+from llmhost.bench import store
 from standin.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,8 +168,8 @@ def test_agent_tools_point_streams_chat_completions_with_tool_schemas(tmp_path, 
     sys.path.insert(0, str(REPO / "tests"))
     from standin.harness import launch, standin_env
 
-    from llmhost import points
-    from llmhost.workloads import REGISTRY
+    from llmhost.bench import points
+    from llmhost.bench.workloads import REGISTRY
 
     point = points.make_point("baseline", "agent-tools", "concurrency", 4, None, 16, 1)
     with launch(free_port, "--served-model-name", "qwen3-4b", "--enable-metrics", "--tool-call-parser", "qwen",

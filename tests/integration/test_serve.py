@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import metrics, procfs
+from llmhost.serve import metrics, procfs
 from standin.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]

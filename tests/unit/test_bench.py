@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmhost import arms, telemetry, toolcalls
+from llmhost.bench import arms, telemetry, toolcalls
 
 
 def test_builtin_arms_each_change_one_setting_and_the_baseline_comes_first():

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import arms, points, store
-from llmhost import runner  # executes runner.py's plan
+from llmhost.bench import arms, points, store
+from llmhost.bench import runner  # executes runner.py's plan
 
 
 class FakeBench:
@@ -129,7 +129,7 @@ def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
     """A Bench whose load generator 'ran' and left `details` as its output line (API key in server_info)."""
     from types import SimpleNamespace
 
-    from llmhost import server
+    from llmhost.serve import server
 
     cfg = SimpleNamespace(sglang_python=sys.executable, base_url="http://127.0.0.1:1", model_dir="/m",
                           served_model_name="qwen3-4b", api_key=lambda: "sk-secret")

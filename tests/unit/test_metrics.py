@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from llmhost import metrics
+from llmhost.serve import metrics
 
 
 def body(path) -> str:

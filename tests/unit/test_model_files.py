@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import model_files
+from llmhost.setup import model_files
 
 
 def make_model(root, shards=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")):
@@ -112,7 +112,7 @@ def test_wanted_selects_config_and_tokenizer_for_dummy_weights():
 @pytest.mark.parametrize("config_only", [False, True])
 def test_cli_check_prints_one_line_either_way(repo, tmp_path, config_only):
     root = make_model(tmp_path / "m")
-    args = [sys.executable, "-m", "llmhost.model_files", "check", "--model-dir", str(root)]
+    args = [sys.executable, "-m", "llmhost.setup.model_files", "check", "--model-dir", str(root)]
     args += ["--config-only"] if config_only else []
     ok = subprocess.run(args, cwd=repo, capture_output=True, text=True)
     assert ok.returncode == 0 and ok.stdout.startswith("complete:")
@@ -128,7 +128,7 @@ def test_cli_download_without_hub_client_is_one_line(repo, tmp_path):
         pytest.skip("huggingface_hub installed: the download path would reach the network")
     except ImportError:
         pass
-    proc = subprocess.run([sys.executable, "-m", "llmhost.model_files", "download", "--model-id", "Qwen/Qwen3-4B",
+    proc = subprocess.run([sys.executable, "-m", "llmhost.setup.model_files", "download", "--model-id", "Qwen/Qwen3-4B",
                            "--model-dir", str(tmp_path / "m")], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 1 and "huggingface_hub is not installed" in proc.stderr
     assert "Traceback" not in proc.stderr

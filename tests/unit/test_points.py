@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import arms, points, stats
-from llmhost.workloads import REGISTRY as WORKLOADS
+from llmhost.bench import arms, points
+from llmhost import stats
+from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -231,7 +232,7 @@ def test_a_sigkilled_run_bench_takes_its_load_generator_with_it(tmp_path):
     pid_file = tmp_path / "pid"
     stmt = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
     parent_code = (
-        "import os, sys; from pathlib import Path; from llmhost import points; "
+        "import os, sys; from pathlib import Path; from llmhost.bench import points; "
         f"points.run_loadgen(sys.executable, 'timeit', ['-n', '1', {stmt!r}], starts_file=Path({str(tmp_path / 's')!r}), "
         f"log_file=Path({str(tmp_path / 'log')!r}), env=dict(os.environ), limit_s=60)")
     parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=REPO)

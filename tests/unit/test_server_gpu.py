@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from llmhost import gpu
+from llmhost.serve import gpu
 
 FAKE_SMI = """#!/bin/sh
 case "$1" in

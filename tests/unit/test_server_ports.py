@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from llmhost import procfs
+from llmhost.serve import procfs
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
 

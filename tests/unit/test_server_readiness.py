@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from llmhost import config, server
+from llmhost import config
+from llmhost.serve import server
 
 
 class Health(http.server.BaseHTTPRequestHandler):

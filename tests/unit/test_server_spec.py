@@ -8,8 +8,9 @@ import stat
 
 import pytest
 
-from llmhost import config, server, serverlog
-from llmhost.server import SpecError, build_spec
+from llmhost import config
+from llmhost.serve import server, serverlog
+from llmhost.serve.server import SpecError, build_spec
 
 
 @pytest.fixture

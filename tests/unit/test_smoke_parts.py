@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmhost import chat, client, smoke
+from llmhost.smoke import chat, checks as smoke
+from llmhost import client
 
 
 
@@ -184,7 +185,7 @@ def test_prefix_cache_fails_when_repeats_are_not_faster_even_if_cached(monkeypat
     assert len(calls) == 7 and calls[0]["messages"][0]["content"] == "Hi"  # warm-up, then 3 pairs
 
 
-LAPTOP_SIDE = ("smoke_test.py", "llmhost/client.py", "llmhost/smoke.py", "llmhost/chat.py", "llmhost/config.py")
+LAPTOP_SIDE = ("smoke_test.py", "llmhost/client.py", "llmhost/smoke/checks.py", "llmhost/smoke/chat.py", "llmhost/smoke/__init__.py", "llmhost/config.py")
 
 
 @pytest.mark.parametrize("path", LAPTOP_SIDE)

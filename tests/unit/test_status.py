@@ -4,7 +4,7 @@ from __future__ import annotations
 import calendar
 import time
 
-from llmhost import status
+from llmhost.serve import status
 
 
 def test_uptime_is_right_on_a_host_in_summer_time(monkeypatch):
@@ -43,7 +43,7 @@ def test_cache_hits_are_cumulative_not_the_last_batch_gauge(tmp_path, monkeypatc
     metrics_text = (repo / "tests" / "captures" / "metrics_after.txt").read_text()
     answers = {"/health": (200, ""), "/v1/models": (200, '{"data": [{"id": "qwen3-4b"}]}'), "/metrics": (200, metrics_text)}
     monkeypatch.setattr(status, "http_get", lambda cfg, path, **kw: answers[path])
-    monkeypatch.setattr("llmhost.gpu.devices", lambda: [])
+    monkeypatch.setattr("llmhost.serve.gpu.devices", lambda: [])
     healthy, lines = status.status_lines(_cfg(tmp_path), None)
     assert healthy
     assert any(line.startswith("cache hits   : 50.8% of 9,623 prompt tokens") for line in lines), lines

@@ -5,7 +5,7 @@ import json
 import os
 import re
 
-from llmhost import store
+from llmhost.bench import store
 
 
 def test_run_ids_are_utc_stamps_with_an_optional_tag():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from llmhost import versions
+from llmhost.setup import versions
 
 # Requires-Dist lines as sglang 0.5.17's METADATA states them.
 SGLANG_REQUIRES = [
@@ -139,7 +139,7 @@ def test_probe_lists_packages_of_another_interpreter():
 
 def test_cli_same_exit_codes_and_version_of(repo):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "llmhost.versions", *args], cwd=repo,
+        return subprocess.run([sys.executable, "-m", "llmhost.setup.versions", *args], cwd=repo,
                               capture_output=True, text=True)
     assert cli("same", "0.5.2", "0.5.2.0").returncode == 0
     assert cli("same", "0.5.2", "0.5.21").returncode == 1

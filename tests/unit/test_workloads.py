@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from llmhost import workloads
-from llmhost.workloads import REGISTRY
+from llmhost.bench import workloads
+from llmhost.bench.workloads import REGISTRY
 
 
 def _arg(argv: list[str], flag: str) -> str:

@@ -1,6 +1,6 @@
 """Tool-call quality check: ~40 prompts over the workload's three tools plus prompts that need no tool.
 
-Each case is sent once through the OpenAI SDK (chat.completions, tools = llmhost.workloads.TOOLS,
+Each case is sent once through the OpenAI SDK (chat.completions, tools = llmhost.bench.workloads.TOOLS,
 tool_choice "auto", thinking off so the answer comes within the token budget) and scored:
     ok = the right tool (or no tool when none is expected) and, for a call, arguments that parse as JSON and
          contain the expected values (case-insensitive substring per required key).
@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from llmhost.workloads import TOOLS
+from llmhost.bench.workloads import TOOLS
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

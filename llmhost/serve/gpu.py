@@ -3,8 +3,8 @@
 On a host without an NVIDIA driver both are absent and every query answers "no GPU" (empty lists) instead of
 failing, so serve.sh and the CPU test suite run anywhere.
 
-    python3 -m llmhost.gpu memory                                # one line per GPU: used / total
-    python3 -m llmhost.gpu wait-released --pids 4121,4188 --timeout-s 60
+    python3 -m llmhost.serve.gpu memory                                # one line per GPU: used / total
+    python3 -m llmhost.serve.gpu wait-released --pids 4121,4188 --timeout-s 60
                                                                  # until those PIDs hold no GPU memory
 Nothing is written.
 """

@@ -6,9 +6,9 @@ tokenizer.json, or tokenizer.model, or vocab.json + merges.txt), and - unless on
 with a non-zero size. When the hub's file list was recorded at download time (.hub-files.json beside the files),
 each recorded file must also have the recorded size, and with --hashes the recorded sha256.
 
-    python3 -m llmhost.model_files check --model-dir DIR [--config-only] [--hashes]     # stdlib only
-    python -m llmhost.model_files download --model-id Qwen/Qwen3-4B --model-dir DIR [--config-only]
-    python -m llmhost.model_files size --model-id Qwen/Qwen3-4B [--config-only]         # bytes to download
+    python3 -m llmhost.setup.model_files check --model-dir DIR [--config-only] [--hashes]     # stdlib only
+    python -m llmhost.setup.model_files download --model-id Qwen/Qwen3-4B --model-dir DIR [--config-only]
+    python -m llmhost.setup.model_files size --model-id Qwen/Qwen3-4B [--config-only]         # bytes to download
 
 `download` needs huggingface_hub (SGLang's venv has it); it writes the files plus DIR/.hub-files.json.
 """

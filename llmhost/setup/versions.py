@@ -7,9 +7,9 @@ setup_host.sh uses this before and after the venv exists, so it is stdlib only. 
     segment ("0.6.15.post1+cu130"), so its public version must equal flashinfer-python's and its local tag must
     name the CUDA that torch was built for. FlashInfer itself refuses to import with a mismatched add-on.
 
-    python3 -m llmhost.versions same 0.5.2 0.5.21                    # exit 1: different
-    python3 -m llmhost.versions version-of --python PY sglang torch  # "sglang 0.5.17" lines ("-" = absent)
-    python3 -m llmhost.versions flashinfer-plan --python PY          # keep/remove/install lines for setup_host.sh
+    python3 -m llmhost.setup.versions same 0.5.2 0.5.21                    # exit 1: different
+    python3 -m llmhost.setup.versions version-of --python PY sglang torch  # "sglang 0.5.17" lines ("-" = absent)
+    python3 -m llmhost.setup.versions flashinfer-plan --python PY          # keep/remove/install lines for setup_host.sh
 
 Writes nothing.
 """

@@ -3,7 +3,7 @@
 serve.sh pipes the server's output through `redact` (only when API_KEY_FILE is set) into the tmux pane and
 $WORK_DIR/server/server.log:
 
-    <server> 2>&1 | python3 -m llmhost.serverlog redact --config-file $WORK_DIR/server/sglang_config.yaml | tee -a server.log
+    <server> 2>&1 | python3 -m llmhost.serve.serverlog redact --config-file $WORK_DIR/server/sglang_config.yaml | tee -a server.log
 Reads stdin, writes stdout; nothing else.
 """
 from __future__ import annotations

@@ -3,12 +3,12 @@
 serve.sh drives it (stdlib only, so the host's python3 runs it before any venv exists); run_bench.py reuses
 `build_spec` to launch its arms the same way.
 
-    python3 -m llmhost.server print-command     # the launch command ./serve.sh start would run (no side effects)
-    python3 -m llmhost.server argv              # the same, NUL-separated, for bash
-    python3 -m llmhost.server prepare           # write $WORK_DIR/server/launch_command.{txt,json} (+ 0600 key YAML)
-    python3 -m llmhost.server wait-ready --pgid N   # poll until OUR process group serves a generation
-Who holds a port and process groups: llmhost/procfs.py; status and the test reply: llmhost/status.py; the log
-(key redaction, tail): llmhost/serverlog.py.
+    python3 -m llmhost.serve.server print-command     # the launch command ./serve.sh start would run (no side effects)
+    python3 -m llmhost.serve.server argv              # the same, NUL-separated, for bash
+    python3 -m llmhost.serve.server prepare           # write $WORK_DIR/server/launch_command.{txt,json} (+ 0600 key YAML)
+    python3 -m llmhost.serve.server wait-ready --pgid N   # poll until OUR process group serves a generation
+Who holds a port and process groups: llmhost/serve/procfs.py; status and the test reply: llmhost/serve/status.py; the log
+(key redaction, tail): llmhost/serve/serverlog.py.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmhost import serverlog
+from llmhost.serve import serverlog
 from llmhost.config import Config, ConfigError, load
-from llmhost.procfs import group_alive, listeners, pgid_of, port_holder
+from llmhost.serve.procfs import group_alive, listeners, pgid_of, port_holder
 
 
 # ---------------------------------------------------------------- HTTP probes (stdlib, no client SDK)
@@ -407,7 +407,7 @@ def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: flo
 # ---------------------------------------------------------------- CLI used by serve.sh
 def _gpu_free_total() -> tuple[float, float] | None:
     """(free, total) MiB of the GPU the server will use (first of CUDA_VISIBLE_DEVICES, else 0); None: no GPU."""
-    from llmhost import gpu
+    from llmhost.serve import gpu
 
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
     index = int(first) if first.isdigit() else 0

@@ -14,11 +14,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from llmhost import arms as arms_mod
-from llmhost import config, points, server, store, telemetry, toolcalls
-from llmhost.workloads import REGISTRY as WORKLOADS
+from llmhost.bench import arms as arms_mod
+from llmhost import config
+from llmhost.bench import points, store, telemetry, toolcalls
+from llmhost.serve import server
+from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RESTART_EST_S = 130.0  # measured on an H200 (SGLang 0.5.17, warm kernel caches): 102-162 s to ready; ~7 min cold
 WARM_ARM_EST_S = 15.0  # the untimed warm pass of a full run: load-generator start + 16 short requests
 

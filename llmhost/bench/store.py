@@ -3,8 +3,8 @@
     manifest.json             run metadata + the plan (written atomically, once, before the first point)
     points.jsonl              one line per finished attempt of a point
     requests/<point_id>.jsonl one line per request of the point's latest attempt
-    telemetry.jsonl           /metrics + GPU samples (llmhost/telemetry.py)
-    toolcalls.jsonl           tool-call quality cases (llmhost/toolcalls.py)
+    telemetry.jsonl           /metrics + GPU samples (llmhost/bench/telemetry.py)
+    toolcalls.jsonl           tool-call quality cases (llmhost/bench/toolcalls.py)
     servers/<arm>.json        each arm's exact launch command and full /server_info
     raw/                      bench_serving's own output, start-time records and logs, per attempt
 
@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 _APPEND_LOCK = threading.Lock()  # telemetry appends from its own thread
 

@@ -2,7 +2,7 @@
 
     plan      build_plan(arms, workloads, quick, repeat) -> [Point]; estimate_s(point) for ETAs and --dry-run
     argv      bench_argv(...) = SGLang's own load generator, validated against the installed --help
-    run       run_loadgen(...) runs `python -m llmhost.points MODULE STARTS_FILE -- <bench args>`: bench_serving
+    run       run_loadgen(...) runs `python -m llmhost.bench.points MODULE STARTS_FILE -- <bench args>`: bench_serving
               itself, with its request functions wrapped to record each request's wall-clock start and latency
               (its --output-details JSONL has neither)
     parse     parse_result(...) -> (summary, per-request rows) in the results-contract format
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from llmhost.arms import Arm
-from llmhost.workloads import REGISTRY as WORKLOADS, Workload, actual_prompts
+from llmhost.bench.arms import Arm
+from llmhost.bench.workloads import REGISTRY as WORKLOADS, Workload, actual_prompts
 
 Pattern = Literal["concurrency", "qps", "long", "burst", "cold", "warm"]
 TAIL_SAMPLES = 10  # samples beyond a percentile for it to count as supported
@@ -176,10 +176,10 @@ def find_loadgen(python: str, env: dict[str, str]) -> tuple[str, str]:
 def run_loadgen(python: str, module: str, argv: list[str], *, starts_file: Path, log_file: Path,
                 env: dict[str, str], limit_s: float) -> tuple[int, str]:
     """Run one bench_serving subprocess (its own process group) -> (exit code, one-line error or '')."""
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(Path(__file__).resolve().parents[2])
     env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p),
            PARENT_ENV: str(os.getpid())}
-    cmd = [python, "-m", "llmhost.points", module, str(starts_file), "--", *argv]
+    cmd = [python, "-m", "llmhost.bench.points", module, str(starts_file), "--", *argv]
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=repo,
                                 start_new_session=True)
@@ -294,9 +294,9 @@ def die_with_parent() -> None:
         os._exit(1)
 
 def loadgen_main(argv: list[str]) -> int:
-    """`python -m llmhost.points MODULE STARTS_FILE -- ARGS`: run MODULE's CLI recording [seq, start_s, latency_s]."""
+    """`python -m llmhost.bench.points MODULE STARTS_FILE -- ARGS`: run MODULE's CLI recording [seq, start_s, latency_s]."""
     if len(argv) < 3 or argv[2] != "--":
-        print("usage: python -m llmhost.points MODULE STARTS_FILE -- BENCH_ARGS", file=sys.stderr)
+        print("usage: python -m llmhost.bench.points MODULE STARTS_FILE -- BENCH_ARGS", file=sys.stderr)
         return 2
     die_with_parent()
     module_name, starts_file, _, *bench_args = argv

@@ -3,7 +3,7 @@
 No ss/lsof needed (minimal hosts and containers lack them): /proc/net/tcp{,6} maps a listening port to a socket
 inode, /proc/<pid>/fd maps the inode to its PIDs, /proc/<pid>/stat gives process groups. Linux only, stdlib only.
 
-    python3 -m llmhost.procfs 30000      # who listens on port 30000 (exit 1 when nobody)
+    python3 -m llmhost.serve.procfs 30000      # who listens on port 30000 (exit 1 when nobody)
 Nothing is written.
 """
 from __future__ import annotations

@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from llmhost import metrics
-from llmhost.server import http_get
+from llmhost.serve import metrics
+from llmhost.serve.server import http_get
 
 METRICS_KEPT = (
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",

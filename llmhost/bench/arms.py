@@ -10,7 +10,7 @@ import dataclasses
 import re
 import shlex
 
-from llmhost.server import SETTING_FLAGS
+from llmhost.serve.server import SETTING_FLAGS
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # Colours for user arms, in order (the built-ins carry their own).

@@ -1,8 +1,8 @@
 """What a running server reports about itself, and one test reply: the body of `./serve.sh status` and of
 the check `./serve.sh start` ends with.
 
-    python3 -m llmhost.status            # health, model, KV pool, requests, cache hits, uptime, GPU memory
-    python3 -m llmhost.status chat       # one chat completion through the OpenAI SDK, with its latency
+    python3 -m llmhost.serve.status            # health, model, KV pool, requests, cache hits, uptime, GPU memory
+    python3 -m llmhost.serve.status chat       # one chat completion through the OpenAI SDK, with its latency
 Reads the live server and $WORK_DIR/server/{pid,pgid,started_at}; writes nothing.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from llmhost.config import Config, ConfigError, load
-from llmhost.procfs import port_holder
-from llmhost.server import http_get, recorded_group
+from llmhost.serve.procfs import port_holder
+from llmhost.serve.server import http_get, recorded_group
 
 
 def read_state(state_dir: Path) -> dict[str, str]:
@@ -31,7 +31,7 @@ def read_state(state_dir: Path) -> dict[str, str]:
 
 def _gauge(samples: list, name: str) -> float | None:
     """A scheduler gauge: rank 0's series when ranks are labelled (tensor parallel), else the only one."""
-    from llmhost import metrics
+    from llmhost.serve import metrics
 
     found = metrics.select(samples, name)
     ranked = [s for s in found if s.labels.get("tp_rank", "0") == "0"]
@@ -40,7 +40,7 @@ def _gauge(samples: list, name: str) -> float | None:
 
 def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
     """(healthy, report lines) from /health, /v1/models, /metrics, the recorded state and the GPU."""
-    from llmhost import gpu, metrics
+    from llmhost.serve import gpu, metrics
 
     state = read_state(cfg.state_dir)
     code, body = http_get(cfg, "/health", timeout=5.0)
@@ -48,7 +48,7 @@ def status_lines(cfg: Config, api_key: str | None) -> tuple[bool, list[str]]:
     if code != 200:
         pgid = ours
         if pgid:  # ours, alive, not serving yet: starting (or stuck), not "down"
-            from llmhost import serverlog
+            from llmhost.serve import serverlog
 
             since = f" for {_uptime(state['started_at'])}" if "started_at" in state else ""
             return False, [f"server starting{since} (process group {pgid}; /health -> {code or body}) — last log: "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from llmhost.client import Endpoint, describe_error
-from llmhost.smoke import GET_WEATHER
+from llmhost.smoke.checks import GET_WEATHER
 
 HELP = """commands:
   /tools [auto|forced|off]  toggle the get_weather tool (no argument: on<->off); forced makes the model call it

@@ -1,0 +1,1 @@
+"""Phase 1: what to install (version plan) and the model files."""

@@ -1,0 +1,1 @@
+"""Phase 2: smoke checks and the interactive chat over the OpenAI-compatible API."""
