@@ -1,0 +1,153 @@
+"""Files that survive a crash: atomic replaces, append-only JSONL with torn-line repair, one-line write errors.
+
+Every phase writes through here, so a kill at any instant leaves either the old or the new file (never half of
+one), a JSONL file whose damaged last line is reported and repaired before the next append, and no `.tmp` litter.
+A failed write (disk full, permissions) raises WriteError, whose message names the path and the free space.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_APPEND_LOCK = threading.Lock()  # telemetry appends from its own thread
+
+
+class WriteError(OSError):
+    """A write that failed for an environmental reason; str() is the one line to show the user."""
+
+
+def _write_error(path: Path, err: OSError) -> WriteError:
+    try:
+        free = shutil.disk_usage(path.parent if path.parent.exists() else Path("/")).free
+        room = f"{free / 2**20:.0f} MiB free there"
+    except OSError:
+        room = "free space unknown"
+    reason = err.strerror or err.__class__.__name__
+    error = WriteError(f"cannot write {path}: {reason} ({room})")
+    error.errno = err.errno
+    return error
+
+
+def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Replace `path` with `text` via a temp file in the same folder; `mode` None = the umask's default."""
+    path = Path(path)
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        if mode is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask  # mkstemp creates 0600; results are shared like any other file
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as err:
+        raise _write_error(path, err) from err
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, data: Any, mode: int | None = None) -> None:
+    """Replace `path` with `data` as indented JSON (NaN refused: it is not JSON)."""
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n", mode)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` (binary) via a temp file in the same folder."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(path, err) from err
+
+
+@dataclass(slots=True)
+class JsonlRead:
+    """The records of a JSONL file and what was skipped: `torn` = an unterminated last line (a crash mid-write)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    torn: bool = False
+    bad_lines: list[int] = field(default_factory=list)  # 1-based numbers of complete lines that are not JSON objects
+
+    def warnings(self, path: Path) -> list[str]:
+        out = []
+        if self.torn:
+            out.append(f"{path}: a torn last line (a crash mid-write) was skipped")
+        if self.bad_lines:
+            out.append(f"{path}: {len(self.bad_lines)} unreadable line(s) skipped (line {self.bad_lines[0]} first)")
+        return out
+
+
+def read_jsonl(path: Path) -> JsonlRead:
+    """Every JSON object line of `path` (missing file = none), reporting a torn tail and unreadable lines."""
+    path = Path(path)
+    result = JsonlRead()
+    if not path.is_file():
+        return result
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    tail = lines.pop()  # "" when the file ends with a newline, else the unterminated last line
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        row = _parse(line)
+        if row is None:
+            result.bad_lines.append(number)
+        else:
+            result.rows.append(row)
+    if tail.strip():
+        row = _parse(tail)
+        if row is None:
+            result.torn = True
+        else:
+            result.rows.append(row)  # complete JSON whose newline was lost: keep it
+    return result
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Append whole lines, fsynced before returning; an unterminated last line is first closed off.
+
+    A crash mid-append leaves a partial last line; appending straight after it would glue the next record onto
+    it and lose that record too. Ending the partial line first keeps the damage to the line that was torn.
+    """
+    if not rows:
+        return
+    path = Path(path)
+    text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+    with _APPEND_LOCK:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a+b") as out:
+                if out.tell() > 0:
+                    out.seek(-1, os.SEEK_END)
+                    if out.read(1) != b"\n":
+                        out.write(b"\n")
+                out.write(text.encode("utf-8"))
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as err:
+            raise _write_error(path, err) from err
