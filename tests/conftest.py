@@ -7,6 +7,12 @@ import pytest
 from standin import harness
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here, not in tests/gpu/conftest.py: pytest reads options only from the root conftest at start-up.
+    parser.addoption("--require-gpu", action="store_true", default=False,
+                     help="GPU suite: fail (instead of skip) when CUDA, sglang or the model is missing")
 CAPTURES = REPO / "tests" / "captures"
 
 

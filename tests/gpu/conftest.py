@@ -1,7 +1,8 @@
-"""GPU suite fixtures: skip with a stated reason unless CUDA and sglang are usable, an isolated serve.sh setup,
-and the results record written to $GPU_SUITE_OUT (default results/gpu_suite/gpu_suite.json).
+"""GPU suite fixtures: a missing CUDA, sglang or model is a skip with its reason on a machine that is not meant to
+run the suite, and a FAILURE with `--require-gpu` (or LLMHOST_REQUIRE_GPU=1), so a broken GPU host never exits 0;
+an isolated serve.sh setup; the results record written to $GPU_SUITE_OUT (default results/gpu_suite/gpu_suite.json).
 
-Run on the GPU host (see tests/gpu/test_1_serve_gpu.py for the one command)."""
+Run on the GPU host (see tests/gpu/test_1_serve_gpu.py for the one command), always with --require-gpu there."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,17 @@ from standin.harness import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
+def gpu_required(config: pytest.Config) -> bool:
+    return bool(config.getoption("--require-gpu")) or os.environ.get("LLMHOST_REQUIRE_GPU", "") not in ("", "0")
+
+
+def unavailable(request: pytest.FixtureRequest, reason: str) -> None:
+    """Skip, or fail when the run was told the GPU stack must be there."""
+    if gpu_required(request.config):
+        pytest.fail(f"GPU stack required (--require-gpu) but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 def _probe(python: str, code: str) -> tuple[bool, str]:
     try:
         out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
@@ -28,22 +40,22 @@ def _probe(python: str, code: str) -> tuple[bool, str]:
 
 
 @pytest.fixture(scope="session")
-def gpu_env() -> dict[str, str]:
+def gpu_env(request: pytest.FixtureRequest) -> dict[str, str]:
     """serve.sh's environment: the caller's settings, a free port, a private tmux server and session name."""
     from llmhost import config
 
     cfg = config.load()
     python = shutil.which(cfg.sglang_python)
     if python is None:
-        pytest.skip(f"SGLANG_PYTHON={cfg.sglang_python} not found (set SGLANG_PYTHON=python3 on a host with sglang)")
+        unavailable(request, f"SGLANG_PYTHON={cfg.sglang_python} not found (set SGLANG_PYTHON=python3 on a host with sglang)")
     ok, detail = _probe(python, "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(0))")
     if not ok:
-        pytest.skip(f"no CUDA via {python}: {detail}")
+        unavailable(request, f"no CUDA via {python}: {detail}")
     ok, detail = _probe(python, "import sglang; print(sglang.__version__)")
     if not ok:
-        pytest.skip(f"sglang not importable by {python}: {detail}")
+        unavailable(request, f"sglang not importable by {python}: {detail}")
     if not (Path(cfg.model_dir) / "config.json").is_file():
-        pytest.skip(f"MODEL_DIR={cfg.model_dir} has no config.json (set MODEL_DIR, LOAD_FORMAT=dummy needs no weights)")
+        unavailable(request, f"MODEL_DIR={cfg.model_dir} has no config.json (set MODEL_DIR, LOAD_FORMAT=dummy needs no weights)")
     tmux_dir = tempfile.mkdtemp(prefix="tmxgpu", dir="/tmp")
     env = {**os.environ, "TMUX_TMPDIR": tmux_dir, "TMUX_SESSION": f"llmhost-gpu-suite-{os.getpid()}",
            "PORT": os.environ.get("PORT") or str(free_port())}

@@ -2,7 +2,7 @@
 the smoke test, status, a restart that adds an API key, stop -> GPU memory released. Steps run in order (-x).
 
     SGLANG_PYTHON=python3 MODEL_DIR=/path/to/Qwen3-4B LOAD_FORMAT=dummy WORK_DIR=/tmp/llmhost-gpu \
-        python3 -m pytest -m gpu tests/gpu -x -v
+        python3 -m pytest -m gpu tests/gpu -x -v --require-gpu
 
 Writes $GPU_SUITE_OUT/gpu_suite.json (default results/gpu_suite/): per step its seconds, outcome and the numbers
 worth quoting (startup, test reply, KV pool tokens, GPU memory before/after stop).
