@@ -28,8 +28,9 @@ from llmhost.provenance import redact_secrets
 def redact_jsonl(path: Path) -> None:
     """Rewrite a JSONL file (atomically) with secrets redacted on every line (unreadable lines are dropped);
     absent file: nothing to do. bench_serving copies /server_info, API key included, into its output."""
-    if path.is_file():
-        files.write_jsonl_atomic(path, [redact_secrets(row) for row in files.read_jsonl(path).rows])
+    if path.is_file():  # its NaN values stay as bench_serving wrote them: this is its file, not one of our records
+        rows = files.read_jsonl(path).rows
+        files.write_text_atomic(path, "".join(json.dumps(redact_secrets(row)) + "\n" for row in rows))
 
 
 def new_run_id(tag: str = "", now: float | None = None) -> str:

@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench import arms, points, store
+from llmhost.bench import arms, points, records, store
 from llmhost.bench import runner  # executes runner.py's plan
+from llmhost.bench.records import PointRecord, PointSummary, RequestRecord
+
+
+def _points(run: store.RunStore) -> list[PointRecord]:
+    return records.read_records(run.points_path, PointRecord.from_dict).records
 
 
 class FakeBench:
@@ -31,10 +36,12 @@ class FakeBench:
 
 
 def _record(point, attempt, ok):
-    summary = {"completed": 4, "failed": 0, "output_throughput": 1.0, "client_bound": False} if ok else {}
-    return {**point.as_plan(), "attempt": attempt, "status": "ok" if ok else "failed",
-            "error": None if ok else "load generator exited 1: refused", "started_at": 1.0, "ended_at": 2.0,
-            "cache_flushed": True, "summary": summary, "requests_file": "requests/x.jsonl"}
+    summary = PointSummary(duration_s=1.0, completed=4, failed=0, request_throughput=4.0, input_throughput=1.0,
+                           output_throughput=1.0, total_throughput=2.0, offered_rate=None, achieved_rate=4.0,
+                           client_bound=False) if ok else None
+    return PointRecord.of(point, attempt=attempt, status="ok" if ok else "failed",
+                          error=None if ok else "load generator exited 1: refused", started_at=1.0, ended_at=2.0,
+                          cache_flushed=True, summary=summary, requests_file="requests/x.jsonl")
 
 
 @pytest.mark.parametrize("outcomes,alive,restarts,final", [
@@ -53,8 +60,8 @@ def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(tmp_path,
     monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
     monkeypatch.setattr(runner, "restart_server", lambda b, arm: calls.__setitem__("restart", calls["restart"] + 1) or "")
     ok = runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=1)
-    lines = store.read_jsonl(bench.store.points_path)
-    assert [r["status"] for r in lines] == final and [r["attempt"] for r in lines] == list(range(1, len(final) + 1))
+    lines = _points(bench.store)
+    assert [r.status for r in lines] == final and [r.attempt for r in lines] == list(range(1, len(final) + 1))
     assert ok == (final[-1] == "ok") and calls["restart"] == restarts and bench.done == 1
     assert bench.store.done_points() == {point.point_id}
 
@@ -65,7 +72,7 @@ def test_a_resumed_point_that_already_failed_once_gets_only_its_retry(tmp_path, 
     monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, False))
     monkeypatch.setattr(runner, "server_alive", lambda cfg: True)
     assert runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=2) is False
-    assert [r["attempt"] for r in store.read_jsonl(bench.store.points_path)] == [2]
+    assert [r.attempt for r in _points(bench.store)] == [2]
 
 
 def test_eta_and_durations_read_like_the_progress_lines():
@@ -160,13 +167,13 @@ def test_a_point_whose_every_request_failed_is_failed_not_ok(tmp_path, monkeypat
     """bench_serving exits 0 when all requests fail: the point must be retried, not recorded as a 0 tok/s 'ok'."""
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["Connection reset"] * 4))
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
-    assert record["status"] == "failed" and "every request failed (Connection reset)" in record["error"]
+    assert record.status == "failed" and "every request failed (Connection reset)" in record.error
 
 
 def test_a_server_that_died_during_a_point_fails_it_and_raw_files_hold_no_key(tmp_path, monkeypatch):
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["", "", "", "boom"]), alive=False)
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
-    assert record["status"] == "failed" and "stopped answering /health" in record["error"]
+    assert record.status == "failed" and "stopped answering /health" in record.error
     raw = [p.read_text() for p in bench.store.raw_dir().glob("*.jsonl")]
     assert raw and all("sk-secret" not in text and "<redacted>" in text for text in raw)
 
@@ -175,6 +182,6 @@ def test_partial_failures_stay_data_and_their_broken_streams_stay_out_of_itl(tmp
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["", "", "", "stream broke"]))
     point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
     record = runner.attempt_point(bench, point, 1)
-    assert record["status"] == "ok" and record["summary"]["failed"] == 1
-    rows = store.read_jsonl(bench.store.root / record["requests_file"])
-    assert [r["itl_ms"] for r in rows] == [[10.0], [10.0], [10.0], []]  # not the 5,000 ms gap of the broken one
+    assert record.status == "ok" and record.summary.failed == 1
+    rows = records.read_records(bench.store.root / record.requests_file, RequestRecord.from_dict).records
+    assert [r.itl_ms for r in rows] == [(10.0,), (10.0,), (10.0,), ()]  # not the 5,000 ms gap of the broken one
