@@ -39,6 +39,10 @@ class RecordError(ValueError):
     """A stored record that does not have the shape this toolkit writes; the message is one line."""
 
 
+class NewerSchemaError(RecordError):
+    """A run written by a newer toolkit: nothing is wrong with it, this reader is too old."""
+
+
 # --- one reader for every record type: the dataclass's own type hints say what each field must be ------------
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
@@ -288,8 +292,8 @@ class Manifest:
         if type(schema) is not int or schema < 1:
             raise RecordError(f"manifest has no valid schema number ({str(schema)[:20]!r})")
         if schema > SCHEMA:
-            raise RecordError(f"manifest has schema {schema}, newer than this toolkit reads ({SCHEMA}) — "
-                              "update the toolkit (git pull) to read this run")
+            raise NewerSchemaError(f"manifest has schema {schema}, newer than this toolkit reads ({SCHEMA}) — "
+                                   "update the toolkit (git pull) to read this run")
         return build(cls, data, "manifest", provenance=build(Provenance, data, "manifest"))
 
 

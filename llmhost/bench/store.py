@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llmhost import files
 from llmhost.bench import records
-from llmhost.bench.records import Manifest, PointRecord, RequestRecord, ServerRecord, TelemetrySample
+from llmhost.bench.records import Manifest, PointRecord, RecordError, RequestRecord, ServerRecord, TelemetrySample
 from llmhost.provenance import redact_secrets
 
 
@@ -31,6 +31,24 @@ def redact_jsonl(path: Path) -> None:
     if path.is_file():  # its NaN values stay as bench_serving wrote them: this is its file, not one of our records
         rows = files.read_jsonl(path).rows
         files.write_text_atomic(path, "".join(json.dumps(redact_secrets(row)) + "\n" for row in rows))
+
+
+def read_manifest(file: Path) -> Manifest:
+    """manifest.json as a Manifest, or RecordError with one line naming the file, the damage and the way on."""
+    fresh = "start a new run with ./run_bench.py (the plan of this one is lost with its manifest)"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError(f"{file} is missing — pass a run directory of run_bench.py (results/bench/<run_id>)") \
+            from None
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise RecordError(f"{file} is not readable JSON ({exc}) — {fresh}") from None
+    try:
+        return Manifest.from_dict(data)
+    except records.NewerSchemaError as exc:
+        raise RecordError(f"{file}: {exc}") from None
+    except RecordError as exc:
+        raise RecordError(f"{file} is not a manifest run_bench.py wrote ({exc}) — {fresh}") from None
 
 
 def new_run_id(tag: str = "", now: float | None = None) -> str:
@@ -83,8 +101,9 @@ class RunStore:
         files.write_json_atomic(self.root / "manifest.json", manifest.to_dict())
 
     def read_manifest(self) -> Manifest:
-        """The run's manifest; OSError, ValueError (not JSON, not UTF-8) or RecordError when it is damaged."""
-        return Manifest.from_dict(json.loads((self.root / "manifest.json").read_text(encoding="utf-8")))
+        """The run's manifest (run_bench.py --resume and the dashboard read it alike); RecordError, one line, when
+        it is missing, damaged or written by a newer toolkit."""
+        return read_manifest(self.root / "manifest.json")
 
     def raw_dir(self) -> Path:
         path = self.root / "raw"

@@ -19,6 +19,7 @@ from llmhost.bench.arms import Arm
 from llmhost.bench.records import (Manifest, Point, PointRecord, RecordError, RequestRecord, ServerRecord,
                                    TelemetrySample, ToolCallCase, ToolCallSkipped, WorkloadRecord, read_records,
                                    toolcall_from_dict)
+from llmhost.bench.store import read_manifest
 
 
 class LoadError(Exception):
@@ -119,21 +120,14 @@ def requests_from_records(rows: list[RequestRecord]) -> Requests:
 
 
 def _manifest(path: Path) -> Manifest:
-    file = path / "manifest.json"
     if not path.is_dir():
         raise LoadError(f"{path} is not a directory — pass a run directory such as results/bench/latest")
-    if not file.is_file():
-        hint = f"did you mean {path / 'latest'}?" if (path / "latest").is_dir() else \
-            "pass a run directory of run_bench.py (results/bench/<run_id>)"
-        raise LoadError(f"{file} is missing — {hint}")
+    if not (path / "manifest.json").is_file() and (path / "latest").is_dir():
+        raise LoadError(f"{path / 'manifest.json'} is missing — did you mean {path / 'latest'}?")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError and UnicodeDecodeError
-        raise LoadError(f"{file} is not readable JSON ({exc}) — re-run run_bench.py --resume {path}") from None
-    try:
-        return Manifest.from_dict(data)
-    except RecordError as exc:
-        raise LoadError(f"{file}: {exc}") from None
+        return read_manifest(path / "manifest.json")
+    except RecordError as exc:  # the same words run_bench.py --resume uses for the same manifest
+        raise LoadError(str(exc)) from None
 
 
 def _slo(raw: dict[str, float] | None) -> stats.Slo | None:

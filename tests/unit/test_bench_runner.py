@@ -88,12 +88,22 @@ def run_bench(monkeypatch):
     return module
 
 
-@pytest.mark.parametrize("text", ['{"schema": 1', '{"schema": 1, "plan": []}'])
-def test_resume_of_a_directory_with_a_broken_manifest_ends_with_one_line(tmp_path, capsys, run_bench, text):
+@pytest.mark.parametrize("text,damage", [
+    ('{"schema": 1', "is not readable JSON"),
+    ('{"schema": 1, "plan": []}', "is not a manifest run_bench.py wrote (manifest lacks 'created_at')"),
+    ('{"schema": 9}', "manifest has schema 9, newer than this toolkit reads (1) — update the toolkit"),
+])
+def test_resume_and_the_dashboard_say_the_same_one_line_about_a_broken_manifest(tmp_path, capsys, run_bench, text,
+                                                                                 damage):
+    from llmhost.report import load
+
     (tmp_path / "manifest.json").write_text(text)
     assert run_bench.main(["--resume", str(tmp_path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "manifest.json is not a run_bench.py manifest" in err
+    assert len(err.splitlines()) == 1 and damage in err
+    with pytest.raises(load.LoadError) as dashboard:
+        load.load_run(tmp_path)
+    assert err.endswith(str(dashboard.value))
 
 
 def test_a_selection_without_points_ends_with_one_line_instead_of_a_traceback(capsys, run_bench):
