@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import shlex
-import time
 import types
 import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Self, TypeVar
 
 from llmhost import files
 from llmhost.bench.arms import Arm
 from llmhost.bench.workloads import Kind, Workload
-from llmhost.provenance import Provenance
+from llmhost.provenance import Provenance, utc_now
 
 SCHEMA = 1
 Pattern = Literal["concurrency", "qps", "long", "burst", "cold", "warm"]
@@ -108,15 +109,30 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)  # evaluated once per class: readers call build() per line
 
 
-def to_dict(record: Any) -> dict[str, Any]:
-    """The JSON object of a record (tuples become lists on the way out)."""
-    return dataclasses.asdict(record)
+class Record:
+    """Base of every stored record: `to_dict()` is its one writer, `from_dict()` its one reader."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]  # tuples are written as JSON lists
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """The record from its JSON object, every field checked; RecordError (one line) when it does not fit."""
+        label = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()  # PointRecord -> "point record"
+        return build(cls, cls._upgrade(data) if isinstance(data, dict) else data, label)
+
+    @classmethod
+    def _upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """An older layout of this record, rewritten as today's before its fields are checked."""
+        return data
 
 
 # --- the records ---------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Point:
+class Point(Record):
     """One planned benchmark point: one load-generator run."""
 
     point_id: str
@@ -140,7 +156,7 @@ class Point:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class PointSummary:
+class PointSummary(Record):
     """bench_serving's own totals of an attempt, plus what the runner derived from the per-request records."""
 
     duration_s: float
@@ -175,14 +191,12 @@ class PointRecord(Point):
         return cls(**{f.name: getattr(point, f.name) for f in dataclasses.fields(Point)}, **outcome)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PointRecord":
-        if not isinstance(data, dict):
-            raise RecordError("point record should be a JSON object")
-        return build(cls, {**data, "summary": data.get("summary") or None}, "point record")  # older runs: {}
+    def _upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "summary": data.get("summary") or None}  # older runs wrote {} for none
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RequestRecord:
+class RequestRecord(Record):
     start_s: float  # unix seconds
     ok: bool
     error: str
@@ -192,13 +206,9 @@ class RequestRecord:
     itl_ms: tuple[float, ...]  # every gap between streamed chunks (empty for a failed request)
     e2e_ms: float
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
-        return build(cls, data, "request record")
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class TelemetrySample:
+class TelemetrySample(Record):
     t: float  # unix seconds, one stamp per sampler tick
     source: Literal["metrics", "gpu"]
     name: str
@@ -206,13 +216,9 @@ class TelemetrySample:
     value: float
     point_id: str | None  # the point running when sampled
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TelemetrySample":
-        return build(cls, data, "telemetry sample")
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ToolCallCase:
+class ToolCallCase(Record):
     arm: str
     case_id: str
     prompt: str
@@ -225,7 +231,7 @@ class ToolCallCase:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ToolCallSkipped:
+class ToolCallSkipped(Record):
     arm: str
     skipped: str  # why the arm's tool calls were not scored
 
@@ -233,12 +239,12 @@ class ToolCallSkipped:
 def toolcall_from_dict(data: dict[str, Any]) -> ToolCallCase | ToolCallSkipped:
     """A toolcalls.jsonl line: a skip note for a whole arm, or one scored case."""
     if isinstance(data, dict) and "skipped" in data:
-        return build(ToolCallSkipped, data, "tool-call record")
-    return build(ToolCallCase, data, "tool-call record")
+        return ToolCallSkipped.from_dict(data)
+    return ToolCallCase.from_dict(data)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ServerRecord:
+class ServerRecord(Record):
     arm: str
     launch_command: str | None  # shell-quoted, as serve.sh saved it (secrets are in a 0600 file, not here)
     server_info: dict[str, Any]  # /server_info, secrets redacted
@@ -246,18 +252,15 @@ class ServerRecord:
     started_at: str  # UTC, ISO 8601
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ServerRecord":
-        if not isinstance(data, dict):
-            raise RecordError("server record should be a JSON object")
+    def _upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
         cmd, started = data.get("launch_command"), data.get("started_at")
-        return build(cls, {  # older runs: the command as a list, the start as unix seconds
-            **data, "launch_command": shlex.join(map(str, cmd)) if isinstance(cmd, list) else cmd,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
-            if type(started) in (int, float) else started}, "server record")
+        return {**data,  # older runs: the command as a list, the start as unix seconds
+                "launch_command": shlex.join(map(str, cmd)) if isinstance(cmd, list) else cmd,
+                "started_at": utc_now(started) if type(started) in (int, float) else started}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class WorkloadRecord:
+class WorkloadRecord(Record):
     """A workload as the manifest records it: what makes its prompts."""
 
     name: str
@@ -271,7 +274,7 @@ class WorkloadRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Manifest:
+class Manifest(Record):
     run_id: str
     provenance: Provenance  # stored flat (created_at, command, git_commit, ...), as before it had a type
     config: dict[str, Any]  # effective configuration, secrets redacted
@@ -283,11 +286,11 @@ class Manifest:
     schema: int = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
-        out = to_dict(self)
+        out = dataclasses.asdict(self)
         return {"schema": out.pop("schema"), "run_id": out.pop("run_id"), **out.pop("provenance"), **out}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+    def from_dict(cls, data: dict[str, Any]) -> Self:
         schema = data.get("schema") if isinstance(data, dict) else None
         if type(schema) is not int or schema < 1:
             raise RecordError(f"manifest has no valid schema number ({str(schema)[:20]!r})")
@@ -324,6 +327,6 @@ def read_records(path: Path, parse: Callable[[dict[str, Any]], R], shown_as: str
     return Loaded(records, warnings)
 
 
-def append_records(path: Path, records: list[Any]) -> None:
+def append_records(path: Path, records: Sequence[Record]) -> None:
     """Append records as whole JSONL lines (files.append_jsonl: fsynced, a torn last line closed first)."""
-    files.append_jsonl(path, [to_dict(r) for r in records])
+    files.append_jsonl(path, [r.to_dict() for r in records])

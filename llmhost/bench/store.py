@@ -113,7 +113,7 @@ class RunStore:
     def write_requests(self, point_id: str, rows: list[RequestRecord]) -> str:
         """The requests file of a point's latest attempt (replaced whole); returns its run-relative path."""
         rel = f"requests/{point_id}.jsonl"
-        files.write_jsonl_atomic(self.root / rel, [records.to_dict(r) for r in rows])
+        files.write_jsonl_atomic(self.root / rel, [r.to_dict() for r in rows])
         return rel
 
     def append_point(self, record: PointRecord) -> None:
@@ -126,7 +126,7 @@ class RunStore:
         records.append_records(self.toolcalls_path, rows)
 
     def write_server(self, record: ServerRecord) -> None:
-        files.write_json_atomic(self.root / "servers" / f"{record.arm}.json", records.to_dict(record))
+        files.write_json_atomic(self.root / "servers" / f"{record.arm}.json", record.to_dict())
 
     def latest_attempts(self) -> dict[str, PointRecord]:
         """point_id -> its latest recorded attempt (a damaged line is skipped: that point runs again)."""

@@ -25,8 +25,7 @@ PROVENANCE = Provenance(created_at="2026-12-01T10:00:00Z", command=("run_bench.p
 
 def _through_json(record: object) -> dict:
     """What a reader gets back: the record's dict, written and parsed as JSON text."""
-    data = record.to_dict() if isinstance(record, Manifest) else records.to_dict(record)
-    return json.loads(json.dumps(data, allow_nan=False))
+    return json.loads(json.dumps(record.to_dict(), allow_nan=False))
 
 
 @pytest.mark.parametrize("record,read", [
@@ -91,8 +90,8 @@ def test_a_newer_schema_is_refused_in_one_line_and_a_missing_one_too():
     ({"status": None}, "'status' should be one of ok, failed, not None"),
 ])
 def test_a_wrongly_shaped_record_names_the_field(change, message):
-    good = records.to_dict(PointRecord.of(POINT, attempt=1, status="ok", error=None, started_at=1.0, ended_at=2.0,
-                                          cache_flushed=True, summary=SUMMARY, requests_file="r"))
+    good = PointRecord.of(POINT, attempt=1, status="ok", error=None, started_at=1.0, ended_at=2.0,
+                          cache_flushed=True, summary=SUMMARY, requests_file="r").to_dict()
     with pytest.raises(RecordError) as err:
         PointRecord.from_dict({**good, **change})
     assert str(err.value) == f"point record: {message}"
@@ -108,7 +107,7 @@ def test_a_missing_field_without_a_default_is_refused():
 
 def test_reading_a_jsonl_file_reports_torn_unreadable_and_misshapen_lines(tmp_path):
     path = tmp_path / "telemetry.jsonl"
-    good = records.to_dict(TelemetrySample(1.0, "gpu", "gpu_util_pct", {"gpu": "0"}, 97.0, None))
+    good = TelemetrySample(1.0, "gpu", "gpu_util_pct", {"gpu": "0"}, 97.0, None).to_dict()
     path.write_text(json.dumps(good) + "\n{oops\n" + json.dumps({**good, "value": "high"}) + "\n" + '{"t": 2')
     loaded = records.read_records(path, TelemetrySample.from_dict, "telemetry.jsonl")
     assert loaded.records == [TelemetrySample.from_dict(good)]
