@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
-from llmhost import config, deps, provenance
+from llmhost import config, deps, files, provenance
 from llmhost.bench import points, records, runner, store, telemetry
 from llmhost.bench.runner import BenchError, arm_overhead_s, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         run = store.RunStore.create(cfg.results_path, opts.tag)
         run.write_manifest(manifest(run, opts, cfg, arms, plan, seed))
-    (run.raw_dir() / "bench_help.txt").write_text(help_text)
+    files.write_text_atomic(run.raw_dir() / "bench_help.txt", help_text)
     print(f"[bench] run directory {run.root} ({len(plan)} points, {len(arms)} arms, load generator {module})")
     # --- telemetry on, arms, telemetry off ---
     sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key()).start()
@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"[bench] interrupted — continue with ./run_bench.py --resume {run.root}", file=sys.stderr)
         return 130
+    except files.WriteError as exc:  # disk full, permissions: what was recorded so far is intact
+        print(f"[bench] error: {exc} — fix that, then ./run_bench.py --resume {run.root}", file=sys.stderr)
+        return 1
     finally:
         sampler.stop()
     latest = run.latest_attempts()

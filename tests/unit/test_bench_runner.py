@@ -195,3 +195,25 @@ def test_partial_failures_stay_data_and_their_broken_streams_stay_out_of_itl(tmp
     assert record.status == "ok" and record.summary.failed == 1
     rows = records.read_records(bench.store.root / record.requests_file, RequestRecord.from_dict).records
     assert [r.itl_ms for r in rows] == [(10.0,), (10.0,), (10.0,), ()]  # not the 5,000 ms gap of the broken one
+
+
+def test_a_full_disk_mid_run_ends_with_one_line_naming_the_resume(tmp_path, capsys, monkeypatch, run_bench, captures):
+    from llmhost import files, provenance
+    from llmhost.bench import telemetry
+
+    help_text = (captures / "bench_serving_help.txt").read_text()
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(points, "find_loadgen", lambda python, env: ("sglang.benchmark.serving", help_text))
+    monkeypatch.setattr(provenance, "package_versions", lambda python: {})  # no server venv here
+    monkeypatch.setattr(telemetry.Sampler, "start", lambda self: self)
+    monkeypatch.setattr(telemetry.Sampler, "stop", lambda self: None)
+    monkeypatch.setattr(runner, "interrupt_on_sigterm", lambda: None)
+
+    def disk_full(*args: object) -> None:
+        raise files.WriteError("cannot write points.jsonl: No space left on device (0 MiB free there)")
+
+    monkeypatch.setattr(runner, "run_arms", disk_full)
+    assert run_bench.main(["--quick", "--arms", "baseline", "--workloads", "chat"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("[bench] error: cannot write points.jsonl: No space left on device")
+    assert f"--resume {tmp_path / 'bench'}" in last and "Traceback" not in last
