@@ -220,9 +220,9 @@ def request_rows(details: dict[str, object], starts: list[list[float]],
             start_s, e2e_ms = timed[i][1], timed[i][2] * 1000.0
         else:
             start_s, e2e_ms = fallback_start_s, (ttft_ms or 0.0) + sum(itl_ms)
-        rows.append(RequestRecord(start_s=float(start_s), ok=ok, error=str(error),
-                                  prompt_tokens=int(ins[i] or 0), output_tokens=int(outs[i] or 0),  # type: ignore[index]
-                                  ttft_ms=ttft_ms, itl_ms=tuple(itl_ms), e2e_ms=float(e2e_ms)))
+        tokens_in, tokens_out = int(ins[i] or 0), int(outs[i] or 0)  # type: ignore[index]
+        rows.append(RequestRecord(start_s=float(start_s), ok=ok, error=str(error), prompt_tokens=tokens_in,
+                                  output_tokens=tokens_out, ttft_ms=ttft_ms, itl_ms=tuple(itl_ms), e2e_ms=float(e2e_ms)))
     return rows
 
 

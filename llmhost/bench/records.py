@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from llmhost import files
 from llmhost.bench.arms import Arm
@@ -34,6 +34,7 @@ Pattern = Literal["concurrency", "qps", "long", "burst", "cold", "warm"]
 PATTERNS: tuple[str, ...] = typing.get_args(Pattern)
 Status = Literal["ok", "failed"]
 R = TypeVar("R")
+RecordT = TypeVar("RecordT", bound="Record")
 
 
 class RecordError(ValueError):
@@ -118,7 +119,7 @@ class Record:
         return dataclasses.asdict(self)  # type: ignore[call-overload]  # tuples are written as JSON lists
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
+    def from_dict(cls: type[RecordT], data: dict[str, Any]) -> RecordT:
         """The record from its JSON object, every field checked; RecordError (one line) when it does not fit."""
         label = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()  # PointRecord -> "point record"
         return build(cls, cls._upgrade(data) if isinstance(data, dict) else data, label)
@@ -290,7 +291,7 @@ class Manifest(Record):
         return {"schema": out.pop("schema"), "run_id": out.pop("run_id"), **out.pop("provenance"), **out}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
+    def from_dict(cls, data: dict[str, Any]) -> "Manifest":
         schema = data.get("schema") if isinstance(data, dict) else None
         if type(schema) is not int or schema < 1:
             raise RecordError(f"manifest has no valid schema number ({str(schema)[:20]!r})")

@@ -163,7 +163,8 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     common = dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
                   seed=b.seed)
     flushed = server.flush_cache(b.cfg, b.cfg.api_key(), wait_s=120)  # 200 only once SGLang emptied the tree
-    error, summary, rel = ("prefix cache flush failed (HTTP 400 for 120 s or no answer)" if not flushed else ""), None, ""
+    error = "" if flushed else "prefix cache flush failed (HTTP 400 for 120 s or no answer)"
+    summary, rel = None, ""
     if flushed and point.pattern == "warm":
         code, warm_error = points.run_loadgen(
             b.cfg.sglang_python, b.module, points.bench_argv(point, workload, output_file=Path(f"{stem}.warm.jsonl"),

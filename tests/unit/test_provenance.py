@@ -8,8 +8,9 @@ from llmhost import provenance
 
 
 def test_versions_are_read_from_the_measured_pythons_metadata(site_python):
-    found = provenance.package_versions(site_python({"sglang": ("0.5.17", []), "flashinfer-python": ("0.6.15.post1", []),
-                                                     "torch": ("2.11.0", [])}))
+    python = site_python({"sglang": ("0.5.17", []), "flashinfer-python": ("0.6.15.post1", []),
+                          "torch": ("2.11.0", [])})
+    found = provenance.package_versions(python)
     assert (found["sglang"], found["flashinfer"], found["torch"]) == ("0.5.17", "0.6.15.post1", "2.11.0")
     assert set(found) == {"sglang", "flashinfer", "torch", "llmhost"}
 
