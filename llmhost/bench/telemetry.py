@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 from llmhost.bench.records import TelemetrySample
+from llmhost.files import WriteError
 from llmhost.serve import metrics
 from llmhost.serve.server import http_get
 
@@ -133,7 +135,11 @@ class Sampler:
     def _loop(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
-            self.sink(self.sample_once())
+            try:
+                self.sink(self.sample_once())
+            except WriteError as exc:  # disk full: one line here; the run itself stops at its next record
+                print(f"[bench] telemetry stopped: {exc}", file=sys.stderr, flush=True)
+                return
             self.ticks += 1
             next_t += self.interval_s  # fixed ticks: a slow scrape does not push the schedule back
             self._stop.wait(max(0.0, next_t - time.monotonic()))
