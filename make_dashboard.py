@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[dashboard] error: {exc}", file=sys.stderr)
         return 1
 
+    for warning in (*run.warnings, *(other.warnings if other else ())):  # skipped lines: the page lists them too
+        print(f"[dashboard] warning: {warning}", file=sys.stderr)
+
     # --- SLO: options win over the run's recorded defaults ---
     recorded = dataclasses.asdict(run.slo) if run.slo else FALLBACK_SLO
     slo = stats.Slo(ttft_ms=opts.slo_ttft_ms or recorded["ttft_ms"], itl_ms=opts.slo_itl_ms or recorded["itl_ms"],
@@ -92,9 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     dash = dashboard.build(run, slo, other=other, seed=opts.seed)
     try:
         paths = dashboard.write(dash, opts.out)
-    except OSError as exc:
-        print(f"[dashboard] error: cannot write {opts.out} ({exc.strerror}) — pass --out to a writable path",
-              file=sys.stderr)
+    except OSError as exc:  # llmhost.files.WriteError: one line naming the path and the free space
+        print(f"[dashboard] error: {exc} — pass --out to a writable path", file=sys.stderr)
         return 1
     print(f"[dashboard] {paths[0]} ({len(dash.summary)} points, {len(run.warnings)} warnings)")
     print(json.dumps({"html": str(paths[0]), "summary_csv": str(paths[1]), "summary_json": str(paths[2]),

@@ -22,12 +22,11 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
-from llmhost import config, deps
-from llmhost.bench import points, runner, store, telemetry
+from llmhost import config, deps, files, provenance
+from llmhost.bench import points, records, runner, store, telemetry
 from llmhost.bench.runner import BenchError, arm_overhead_s, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
@@ -53,7 +52,8 @@ def parse_args(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", help=f"comma-separated arms to run (default: all; built in: {', '.join(arms_mod.REGISTRY)})")
     parser.add_argument("--arm", action="append", default=[], metavar='NAME="FLAGS"',
-                        help="add an arm: baseline + these launch_server flags (repeatable; also BENCH_USER_ARMS)")
+                        help="add an arm: baseline + these launch_server flags; it runs even when --arms lists "
+                        "others (repeatable; BENCH_USER_ARMS arms are picked by --arms like the built-in ones)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
@@ -107,13 +107,11 @@ def open_run(opts: Options, cfg: config.Config) -> tuple[store.RunStore, list[ar
         run = store.RunStore(opts.resume)
         try:
             manifest = run.read_manifest()
-            arms = [arms_mod.Arm(**{**a, "flags": tuple(a["flags"])}) for a in manifest["arms"]]
-            return run, arms, [points.Point(**p) for p in manifest["plan"]], int(manifest["seed"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
-            raise BenchError(f"--resume {opts.resume}: manifest.json is not a run_bench.py manifest "
-                             f"({type(exc).__name__}: {exc}) — start a new run with ./run_bench.py") from None
+        except records.RecordError as exc:  # one line, the words make_dashboard.py uses for the same file
+            raise BenchError(f"--resume: {exc}") from None
+        return run, list(manifest.arms), list(manifest.plan), manifest.seed
     try:
-        arms = arms_mod.select(opts.arms, [*opts.user_arms, *arms_mod.config_arm_specs(cfg.bench_user_arms)])
+        arms = arms_mod.select(opts.arms, opts.user_arms, arms_mod.config_arm_specs(cfg.bench_user_arms))
     except arms_mod.ArmError as exc:
         raise BenchError(f"{exc} — see ./run_bench.py --help") from None
     plan = points.build_plan(arms, opts.workloads, opts.quick, opts.repeat)
@@ -124,23 +122,21 @@ def open_run(opts: Options, cfg: config.Config) -> tuple[store.RunStore, list[ar
 
 
 def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
-             plan: list[points.Point], seed: int) -> dict:
-    return {"schema": 1, "run_id": run.run_id, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": ["run_bench.py", *opts.argv], "git_commit": store.git_commit(),
-            "versions": store.versions(cfg.sglang_python), "gpu": telemetry.gpu_info(),
-            "config": config.redacted(cfg), "seed": seed, "slo": opts.slo,
-            "arms": [a.as_manifest() for a in arms],
-            "workloads": [WORKLOADS[w].as_manifest() for w in dict.fromkeys(p.workload for p in plan)],
-            "plan": [p.as_plan() for p in plan]}
+             plan: list[points.Point], seed: int) -> records.Manifest:
+    return records.Manifest(
+        run_id=run.run_id, provenance=provenance.collect(["run_bench.py", *opts.argv], python=cfg.sglang_python),
+        config=config.redacted(cfg), seed=seed, slo=opts.slo, arms=tuple(arms),
+        workloads=tuple(records.WorkloadRecord.of(WORKLOADS[w]) for w in dict.fromkeys(p.workload for p in plan)),
+        plan=tuple(plan))
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
-    deps.ensure(__file__, ("openai",), "bench")  # the host python3 lacks it; setup's venv has it
+    deps.ensure(__file__, ("openai", "numpy"), "bench")  # the host python3 lacks them; setup's venv has them
     try:
         cfg = config.load()
         run, arms, plan, seed = open_run(opts, cfg)
-        quick = opts.quick if run is None else "--quick" in run.read_manifest().get("command", [])
+        quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command
     except (config.ConfigError, BenchError) as exc:
         print(f"[bench] error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, config.ConfigError) else 2
@@ -169,11 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         run = store.RunStore.create(cfg.results_path, opts.tag)
         run.write_manifest(manifest(run, opts, cfg, arms, plan, seed))
-    (run.raw_dir() / "bench_help.txt").write_text(help_text)
+    files.write_text_atomic(run.raw_dir() / "bench_help.txt", help_text)
     print(f"[bench] run directory {run.root} ({len(plan)} points, {len(arms)} arms, load generator {module})")
     # --- telemetry on, arms, telemetry off ---
-    sampler = telemetry.Sampler(cfg.base_url, lambda rows: store.append_jsonl(run.telemetry_path, rows),
-                                cfg.api_key()).start()
+    sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key()).start()
     done_before = run.done_points()
     b = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), done=len(done_before),
               est_left_s=sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
@@ -184,10 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"[bench] interrupted — continue with ./run_bench.py --resume {run.root}", file=sys.stderr)
         return 130
+    except files.WriteError as exc:  # disk full, permissions: what was recorded so far is intact
+        print(f"[bench] error: {exc} — fix that, then ./run_bench.py --resume {run.root}", file=sys.stderr)
+        return 1
     finally:
         sampler.stop()
     latest = run.latest_attempts()
-    ok = sum(1 for p in plan if latest.get(p.point_id, {}).get("status") == "ok")
+    ok = sum(1 for p in plan if p.point_id in latest and latest[p.point_id].status == "ok")
     print(json.dumps({"run_dir": str(run.root), "run_id": run.run_id, "points_planned": len(plan), "points_ok": ok,
                       "points_failed": len(plan) - ok, "telemetry_ticks": sampler.ticks}))
     return 0 if ok == len(plan) else 1

@@ -128,6 +128,16 @@ def _parse(line: str) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
+def jsonl_text(rows: list[dict[str, Any]]) -> str:
+    """Rows as JSONL: one JSON object per line, each line ended (NaN refused: it is not JSON)."""
+    return "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+
+
+def write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace `path` with `rows` as JSONL (a file that is rewritten whole, never appended to)."""
+    write_text_atomic(path, jsonl_text(rows))
+
+
 def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     """Append whole lines, fsynced before returning; an unterminated last line is first closed off.
 
@@ -137,7 +147,7 @@ def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     path = Path(path)
-    text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+    text = jsonl_text(rows)
     with _APPEND_LOCK:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+from collections.abc import Sequence
 
 from llmhost.serve.server import SETTING_FLAGS
 
@@ -29,11 +30,6 @@ class Arm:
     flags: tuple[str, ...]
     description: str
     is_baseline: bool = False
-
-    def as_manifest(self) -> dict[str, object]:
-        out = dataclasses.asdict(self)
-        out["flags"] = list(self.flags)
-        return out
 
 
 class ArmError(ValueError):
@@ -79,10 +75,11 @@ def config_arm_specs(text: str) -> list[str]:
     return [part.strip() for part in text.split(";") if part.strip()]
 
 
-def select(names: list[str] | None, user_specs: list[str]) -> list[Arm]:
-    """Built-in + user arms, filtered to `names` (None = all) in registry order, baseline always first."""
+def select(names: list[str] | None, cli_specs: Sequence[str], config_specs: Sequence[str] = ()) -> list[Arm]:
+    """Built-in arms, then the --arm ones, then BENCH_USER_ARMS, in that order (baseline first). `names` (--arms;
+    None = all) picks among them, but an arm given with --arm always runs: defining it there is asking for it."""
     arms = dict(REGISTRY)
-    for index, spec in enumerate(user_specs):
+    for index, spec in enumerate([*cli_specs, *config_specs]):
         arm = parse_user_arm(spec, index)
         if arm.name in arms:
             raise ArmError(f"arm {arm.name} is defined twice (built-in arms: {', '.join(REGISTRY)})")
@@ -92,7 +89,8 @@ def select(names: list[str] | None, user_specs: list[str]) -> list[Arm]:
     unknown = [n for n in names if n not in arms]
     if unknown:
         raise ArmError(f"unknown arm {', '.join(unknown)} (known: {', '.join(arms)})")
-    return [arm for arm in arms.values() if arm.name in names]
+    given = set(list(arms)[len(REGISTRY):len(REGISTRY) + len(cli_specs)])
+    return [arm for arm in arms.values() if arm.name in names or arm.name in given]
 
 
 def _split_settings(name: str, flags: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:

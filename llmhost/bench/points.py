@@ -5,18 +5,16 @@
     run       run_loadgen(...) runs `python -m llmhost.bench.points MODULE STARTS_FILE -- <bench args>`: bench_serving
               itself, with its request functions wrapped to record each request's wall-clock start and latency
               (its --output-details JSONL has neither)
-    parse     parse_result(...) -> (summary, per-request rows) in the results-contract format
+    parse     request_rows(...) -> [RequestRecord]; summarize(...) -> PointSummary (llmhost.bench.records)
 
 Percentile support: a percentile p is estimated from the n*(1-p) samples beyond it; with fewer than 10 it rests on
 a handful of requests. So p99 needs >= 1,000 samples and p99.9 >= 10,000 (the long pattern sends 10,000 requests);
-unsupported percentiles are listed per point in summary["low_support"].
+unsupported percentiles are listed per point in its summary's low_support (llmhost.stats holds the rule).
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import itertools
-import json
 import math
 import os
 import re
@@ -26,33 +24,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal
 
+from llmhost import files
 from llmhost.bench.arms import Arm
+from llmhost.bench.records import Pattern, Point, PointSummary, RequestRecord
 from llmhost.bench.workloads import REGISTRY as WORKLOADS, Workload, actual_prompts
 
-Pattern = Literal["concurrency", "qps", "long", "burst", "cold", "warm"]
-TAIL_SAMPLES = 10  # samples beyond a percentile for it to count as supported
-PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}  # checked for support in every point
 # Rough H200 costs for ETAs only (Qwen3-4B, measured: single-stream ITL 3.6 ms; batched decode is slower per step).
 LOADGEN_OVERHEAD_S = 12.0  # python start, import, tokenizer, ready check, warm-up request
 PREFILL_TOK_S = 60_000.0
 DECODE_STEP_S = 0.006
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Point:
-    point_id: str
-    arm: str
-    workload: str
-    pattern: Pattern
-    concurrency: int | None
-    request_rate: float | None  # None = all at once
-    num_prompts: int
-    repeat: int
-
-    def as_plan(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 def make_point(arm: str, workload: str, pattern: Pattern, concurrency: int | None, rate: float | None,
@@ -213,17 +195,15 @@ def last_line(path: Path) -> str:
 
 def read_details(output_file: Path) -> dict[str, object]:
     """The last complete JSON line bench_serving appended to --output-file."""
-    lines = [line for line in output_file.read_text().splitlines() if line.strip()]
-    for line in reversed(lines):
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError:
-            continue
-    raise ValueError(f"{output_file} holds no complete result line")
+    rows = files.read_jsonl(output_file).rows
+    if not rows:
+        raise ValueError(f"{output_file} holds no complete result line")
+    return rows[-1]
 
 
-def request_rows(details: dict[str, object], starts: list[list[float]], fallback_start_s: float) -> list[dict]:
-    """Per-request rows (contract format) from --output-details lists + recorded [seq, start_s, latency_s]."""
+def request_rows(details: dict[str, object], starts: list[list[float]],
+                 fallback_start_s: float) -> list[RequestRecord]:
+    """Per-request records from --output-details lists + recorded [seq, start_s, latency_s]."""
     ttfts, itls = details["ttfts"], details["itls"]
     errors, ins, outs = details["errors"], details["input_lens"], details["output_lens"]
     n = len(ttfts)  # type: ignore[arg-type]
@@ -240,22 +220,24 @@ def request_rows(details: dict[str, object], starts: list[list[float]], fallback
             start_s, e2e_ms = timed[i][1], timed[i][2] * 1000.0
         else:
             start_s, e2e_ms = fallback_start_s, (ttft_ms or 0.0) + sum(itl_ms)
-        rows.append({"start_s": start_s, "ok": ok, "error": error, "prompt_tokens": int(ins[i] or 0),  # type: ignore[index]
-                     "output_tokens": int(outs[i] or 0), "ttft_ms": ttft_ms, "itl_ms": itl_ms, "e2e_ms": e2e_ms})  # type: ignore[index]
+        tokens_in, tokens_out = int(ins[i] or 0), int(outs[i] or 0)  # type: ignore[index]
+        rows.append(RequestRecord(start_s=float(start_s), ok=ok, error=str(error), prompt_tokens=tokens_in,
+                                  output_tokens=tokens_out, ttft_ms=ttft_ms, itl_ms=tuple(itl_ms), e2e_ms=float(e2e_ms)))
     return rows
 
 
 def low_support(counts: dict[str, int]) -> list[str]:
-    """Percentiles resting on fewer than TAIL_SAMPLES samples beyond them, e.g. 'ttft_ms.p99.9'."""
-    # round: 100 * (1 - 0.9) = 9.999999999999998 would flag p90 of 100 samples (llmhost.stats rounds the same way)
-    return [f"{metric}.{name}" for metric, n in counts.items() for name, q in PERCENTILES.items()
-            if round(n * (1 - q), 6) < TAIL_SAMPLES]
+    """Percentiles with too few samples beyond them to trust (llmhost.stats' rule), e.g. 'ttft_ms.p99.9'."""
+    from llmhost import stats  # numpy: imported once a point is summarised, after run_bench.py checked it is there
+
+    return [f"{metric}.{name}" for metric, n in counts.items() for name, pct in PERCENTILES.items()
+            if not stats.is_sufficient(n, pct)]
 
 
-def summarize(details: dict[str, object], rows: list[dict], request_rate: float | None) -> dict[str, object]:
-    """The contract's point summary, plus sample counts and unsupported percentiles."""
-    ok_rows = [r for r in rows if r["ok"]]
-    starts = sorted(r["start_s"] for r in rows)
+def summarize(details: dict[str, object], rows: list[RequestRecord], request_rate: float | None) -> PointSummary:
+    """bench_serving's totals of the point, plus the achieved rate, sample counts and unsupported percentiles."""
+    ok_rows = [r for r in rows if r.ok]
+    starts = sorted(r.start_s for r in rows)
     span_s = starts[-1] - starts[0] if len(starts) > 1 else 0.0
     duration_s = float(details.get("duration") or 0.0)  # type: ignore[arg-type]
     achieved = (len(starts) - 1) / span_s if span_s > 0 else (len(rows) / duration_s if duration_s else 0.0)
@@ -264,15 +246,14 @@ def summarize(details: dict[str, object], rows: list[dict], request_rate: float 
         # Poisson inter-arrival means wander by ~1/sqrt(n): only a shortfall beyond 5% and 3 sigma is the client's.
         slack = max(0.05, 3 / math.sqrt(max(1, len(starts) - 1)))
         client_bound = achieved < request_rate * (1 - slack)
-    counts = {"ttft_ms": len(ok_rows), "itl_ms": sum(len(r["itl_ms"]) for r in ok_rows), "e2e_ms": len(ok_rows)}
-    return {
-        "duration_s": duration_s, "completed": int(details.get("completed") or 0),  # type: ignore[arg-type]
-        "failed": len(rows) - len(ok_rows),
+    counts = {"ttft_ms": len(ok_rows), "itl_ms": sum(len(r.itl_ms) for r in ok_rows), "e2e_ms": len(ok_rows)}
+    return PointSummary(
+        duration_s=duration_s, completed=int(details.get("completed") or 0),  # type: ignore[arg-type]
+        failed=len(rows) - len(ok_rows),
         **{k: float(details.get(k) or 0.0) for k in  # type: ignore[arg-type]
            ("request_throughput", "input_throughput", "output_throughput", "total_throughput")},
-        "offered_rate": request_rate, "achieved_rate": achieved, "client_bound": client_bound,
-        "samples": counts, "low_support": low_support(counts),
-    }
+        offered_rate=request_rate, achieved_rate=achieved, client_bound=client_bound,
+        samples=counts, low_support=tuple(low_support(counts)))
 
 
 # --- inside the load generator's own Python: record start times, then run bench_serving unchanged -------------
@@ -304,7 +285,7 @@ def loadgen_main(argv: list[str]) -> int:
     mod = importlib.import_module(module_name)
     if not all(hasattr(mod, name) for name in ("cli_main", "RequestFuncInput", "ASYNC_REQUEST_FUNCS")):
         # An SGLang without these hooks: run it unchanged; rows then fall back to the point's start time.
-        Path(starts_file).write_text("[]")
+        files.write_json_atomic(Path(starts_file), [])
         runpy.run_module(module_name, run_name="__main__", alter_sys=True)
         return 0
     mod = sys.modules[mod.cli_main.__module__]  # the deprecated path re-exports: patch where the code lives
@@ -330,9 +311,7 @@ def loadgen_main(argv: list[str]) -> int:
     try:
         mod.cli_main()
     finally:
-        tmp = Path(f"{starts_file}.tmp")
-        tmp.write_text(json.dumps(records))
-        os.replace(tmp, starts_file)
+        files.write_json_atomic(Path(starts_file), records)
     return 0
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from llmhost.bench import arms as arms_mod
 from llmhost import config
 from llmhost.bench import points, store, telemetry, toolcalls
+from llmhost.bench.records import PointRecord, ServerRecord, ToolCallCase, ToolCallSkipped
+from llmhost.provenance import redact_secrets, utc_now
 from llmhost.serve import server
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
@@ -110,11 +112,11 @@ def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
     except json.JSONDecodeError:
         info = {"error": "not JSON"}
     launch = state / "launch_command.txt"
-    b.store.write_server(arm.name, {
-        "arm": arm.name, "launch_command": launch.read_text().strip() if launch.exists() else None,
-        "server_info": store.redact(info), "ready_s": time.time() - started,
-        "started_at": (state / "started_at").read_text().strip() if (state / "started_at").exists()
-        else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))})
+    b.store.write_server(ServerRecord(
+        arm=arm.name, launch_command=launch.read_text().strip() if launch.exists() else None,
+        server_info=redact_secrets(info), ready_s=time.time() - started,
+        started_at=(state / "started_at").read_text().strip() if (state / "started_at").exists()
+        else utc_now(started)))
     return ""
 
 
@@ -142,15 +144,16 @@ def check_tools(b: Bench, arm: arms_mod.Arm) -> None:
 
     endpoint = Endpoint(b.cfg.base_url + "/v1", b.cfg.served_model_name, b.cfg.api_key())
     rows = toolcalls.check(arm.name, make_client(endpoint, timeout_s=120), b.cfg.served_model_name, b.cfg.load_format)
-    store.append_jsonl(b.store.toolcalls_path, rows)
-    scored = [r for r in rows if "ok" in r]
-    print(f"[bench] tool calls, arm {arm.name}: " + (f"{sum(bool(r['ok']) for r in scored)}/{len(scored)} right"
-                                                     if scored else str(rows[0].get("skipped"))), flush=True)
+    b.store.append_toolcalls(rows)
+    scored = [r for r in rows if isinstance(r, ToolCallCase)]
+    skipped = "; ".join(r.skipped for r in rows if isinstance(r, ToolCallSkipped))
+    print(f"[bench] tool calls, arm {arm.name}: "
+          + (f"{sum(r.ok for r in scored)}/{len(scored)} right" if scored else skipped), flush=True)
 
 
 # --- one point: flush, (warm), measure, parse ----------------------------------------------------------------------
 
-def attempt_point(b: Bench, point: points.Point, attempt: int) -> dict:
+def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     """Run one attempt of a point; returns its points.jsonl record (failures are data)."""
     b.sampler.point_id = point.point_id
     started = time.time()
@@ -160,7 +163,8 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> dict:
     common = dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
                   seed=b.seed)
     flushed = server.flush_cache(b.cfg, b.cfg.api_key(), wait_s=120)  # 200 only once SGLang emptied the tree
-    error, summary, rel = ("prefix cache flush failed (HTTP 400 for 120 s or no answer)" if not flushed else ""), {}, ""
+    error = "" if flushed else "prefix cache flush failed (HTTP 400 for 120 s or no answer)"
+    summary, rel = None, ""
     if flushed and point.pattern == "warm":
         code, warm_error = points.run_loadgen(
             b.cfg.sglang_python, b.module, points.bench_argv(point, workload, output_file=Path(f"{stem}.warm.jsonl"),
@@ -183,15 +187,15 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> dict:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
         store.redact_jsonl(Path(f"{stem}.jsonl"))  # bench_serving copies /server_info, API key included, into it
-        if not error and summary.get("completed") == 0:  # bench_serving exits 0 even when every request failed
-            first = next((r["error"] for r in rows if r["error"]), "no error text")
+        if not error and summary and summary.completed == 0:  # bench_serving exits 0 even when all requests failed
+            first = next((r.error for r in rows if r.error), "no error text")
             error = f"every request failed ({first})"[:300]
         if not error and not server_alive(b.cfg):
             error = "the server stopped answering /health during the point"
-    record = {**point.as_plan(), "attempt": attempt, "status": "failed" if error else "ok", "error": error or None,
-              "started_at": started, "ended_at": time.time(),
-              "cache_flushed": flushed and point.pattern != "warm", "summary": summary,
-              "requests_file": rel or f"requests/{point.point_id}.jsonl"}
+    record = PointRecord.of(point, attempt=attempt, status="failed" if error else "ok", error=error or None,
+                            started_at=started, ended_at=time.time(),
+                            cache_flushed=flushed and point.pattern != "warm", summary=summary,
+                            requests_file=rel or f"requests/{point.point_id}.jsonl")
     b.sampler.point_id = None
     return record
 
@@ -202,15 +206,15 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, first_attempt: i
         b.progress(f"{point.point_id}: running{' (retry)' if attempt > 1 else ''}")
         record = attempt_point(b, point, attempt)
         b.store.append_point(record)
-        s = record["summary"]
-        if record["status"] == "ok":
-            note = "  CLIENT-BOUND" if s.get("client_bound") else ""
+        s = record.summary
+        if record.status == "ok" and s is not None:
+            note = "  CLIENT-BOUND" if s.client_bound else ""
             b.done += 1
             b.spend(points.estimate_s(point))
-            b.progress(f"{point.point_id} ok {record['ended_at'] - record['started_at']:.1f}s "
-                       f"({s['completed']} done, {s['failed']} failed, {s['output_throughput']:.0f} tok/s){note}")
+            b.progress(f"{point.point_id} ok {record.ended_at - record.started_at:.1f}s "
+                       f"({s.completed} done, {s.failed} failed, {s.output_throughput:.0f} tok/s){note}")
             return True
-        print(f"[bench] {point.point_id} attempt {attempt} failed: {record['error']}", flush=True)
+        print(f"[bench] {point.point_id} attempt {attempt} failed: {record.error}", flush=True)
         if attempt == 1 and not server_alive(b.cfg):
             print(f"[bench] the server is not answering — restarting arm {arm.name} before the retry", flush=True)
             error = restart_server(b, arm)
@@ -237,9 +241,9 @@ def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick
         if error:  # recorded as attempt-1 failures: --resume tries them again
             print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
             for p in todo:
-                b.store.append_point({**p.as_plan(), "attempt": 1, "status": "failed", "error": error,
-                                      "started_at": time.time(), "ended_at": time.time(), "cache_flushed": False,
-                                      "summary": {}, "requests_file": f"requests/{p.point_id}.jsonl"})
+                b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
+                                                    started_at=time.time(), ended_at=time.time(), cache_flushed=False,
+                                                    summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
                 b.done += 1
                 b.spend(points.estimate_s(p))
             continue
@@ -248,4 +252,4 @@ def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick
         if arm.name not in b.store.toolcall_arms():
             check_tools(b, arm)
         for p in todo:
-            run_point(b, arm, p, int(attempts.get(p.point_id, {}).get("attempt", 0)) + 1)
+            run_point(b, arm, p, attempts[p.point_id].attempt + 1 if p.point_id in attempts else 1)

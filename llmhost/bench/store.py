@@ -1,113 +1,54 @@
-"""The results store of one benchmark run: $RESULTS_DIR/bench/<run_id>/ in the Phase 3 results contract.
+"""The results store of one benchmark run: $RESULTS_DIR/bench/<run_id>/, written as llmhost.bench.records.
 
-    manifest.json             run metadata + the plan (written atomically, once, before the first point)
-    points.jsonl              one line per finished attempt of a point
-    requests/<point_id>.jsonl one line per request of the point's latest attempt
-    telemetry.jsonl           /metrics + GPU samples (llmhost/bench/telemetry.py)
-    toolcalls.jsonl           tool-call quality cases (llmhost/bench/toolcalls.py)
-    servers/<arm>.json        each arm's exact launch command and full /server_info
+    manifest.json             Manifest: run metadata, provenance + the plan (written atomically, once, first)
+    points.jsonl              PointRecord: one line per finished attempt of a point
+    requests/<point_id>.jsonl RequestRecord: one line per request of the point's latest attempt
+    telemetry.jsonl           TelemetrySample: /metrics + GPU samples (llmhost/bench/telemetry.py)
+    toolcalls.jsonl           ToolCallCase / ToolCallSkipped (llmhost/bench/toolcalls.py)
+    servers/<arm>.json        ServerRecord: each arm's exact launch command and full /server_info
     raw/                      bench_serving's own output, start-time records and logs, per attempt
 
-JSON files are written tmp + os.replace; JSONL lines are appended whole with flush + fsync, and readers skip a torn
-last line, so a run killed at any instant resumes (`run_bench.py --resume DIR`) without losing a recorded point.
+Every write goes through llmhost.files: JSON files are replaced atomically, JSONL lines are appended whole and
+fsynced (a torn last line is closed off first), so a run killed at any instant resumes (`run_bench.py --resume
+DIR`) without losing a recorded point.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
-_APPEND_LOCK = threading.Lock()  # telemetry appends from its own thread
-
-
-def write_json(path: Path, data: object) -> None:
-    """Atomically replace `path` with `data` as JSON."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
-    os.replace(tmp, path)
-
-
-def append_jsonl(path: Path, rows: list[dict]) -> None:
-    """Append complete lines, flushed and fsynced before returning."""
-    if not rows:
-        return
-    text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
-    with _APPEND_LOCK:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Every complete JSON line; a torn or garbled line (a kill mid-write) is skipped."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
-def versions(python: str) -> dict[str, str | None]:
-    """Package versions of the server's Python (metadata only: no torch import) and of this toolkit."""
-    code = ("import importlib.metadata as m, json\nout = {}\nfor n in ('sglang', 'flashinfer-python', 'torch'):\n"
-            "    try: out[n] = m.version(n)\n    except Exception: out[n] = None\nprint(json.dumps(out))")
-    try:
-        found = json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60).stdout)
-    except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
-        found = {}
-    try:
-        from importlib.metadata import version
-        ours: str | None = version("llmhost")
-    except Exception:  # noqa: BLE001 - a plain checkout, not installed
-        ours = None
-    return {"sglang": found.get("sglang"), "flashinfer": found.get("flashinfer-python"), "torch": found.get("torch"),
-            "llmhost": ours}
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-def redact(value: object) -> object:
-    """A copy with every non-empty *api_key* value replaced (SGLang's /server_info echoes its server_args)."""
-    if isinstance(value, dict):
-        return {k: ("<redacted>" if "api_key" in str(k) and v else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
+from llmhost import files
+from llmhost.bench import records
+from llmhost.bench.records import Manifest, PointRecord, RecordError, RequestRecord, ServerRecord, TelemetrySample
+from llmhost.provenance import redact_secrets
 
 
 def redact_jsonl(path: Path) -> None:
-    """Rewrite a JSONL file (atomically) with redact() applied to every JSON line; absent file: nothing to do."""
+    """Rewrite a JSONL file (atomically) with secrets redacted on every line (unreadable lines are dropped);
+    absent file: nothing to do. bench_serving copies /server_info, API key included, into its output."""
+    if path.is_file():  # its NaN values stay as bench_serving wrote them: this is its file, not one of our records
+        rows = files.read_jsonl(path).rows
+        files.write_text_atomic(path, "".join(json.dumps(redact_secrets(row)) + "\n" for row in rows))
+
+
+def read_manifest(file: Path) -> Manifest:
+    """manifest.json as a Manifest, or RecordError with one line naming the file, the damage and the way on."""
+    fresh = "start a new run with ./run_bench.py (the plan of this one is lost with its manifest)"
     try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return
-    out = []
-    for line in lines:
-        try:
-            out.append(json.dumps(redact(json.loads(line))))
-        except json.JSONDecodeError:
-            out.append(line)  # a torn last line stays as it was
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in out))
-    os.replace(tmp, path)
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError(f"{file} is missing — pass a run directory of run_bench.py (results/bench/<run_id>)") \
+            from None
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise RecordError(f"{file} is not readable JSON ({exc}) — {fresh}") from None
+    try:
+        return Manifest.from_dict(data)
+    except records.NewerSchemaError as exc:
+        raise RecordError(f"{file}: {exc}") from None
+    except RecordError as exc:
+        raise RecordError(f"{file} is not a manifest run_bench.py wrote ({exc}) — {fresh}") from None
 
 
 def new_run_id(tag: str = "", now: float | None = None) -> str:
@@ -156,48 +97,45 @@ class RunStore:
         tmp.symlink_to(self.root.name)
         os.replace(tmp, link)
 
-    def write_manifest(self, manifest: dict) -> None:
-        write_json(self.root / "manifest.json", manifest)
+    def write_manifest(self, manifest: Manifest) -> None:
+        files.write_json_atomic(self.root / "manifest.json", manifest.to_dict())
 
-    def read_manifest(self) -> dict:
-        return json.loads((self.root / "manifest.json").read_text())
+    def read_manifest(self) -> Manifest:
+        """The run's manifest (run_bench.py --resume and the dashboard read it alike); RecordError, one line, when
+        it is missing, damaged or written by a newer toolkit."""
+        return read_manifest(self.root / "manifest.json")
 
     def raw_dir(self) -> Path:
         path = self.root / "raw"
         path.mkdir(exist_ok=True)
         return path
 
-    def write_requests(self, point_id: str, rows: list[dict]) -> str:
+    def write_requests(self, point_id: str, rows: list[RequestRecord]) -> str:
         """The requests file of a point's latest attempt (replaced whole); returns its run-relative path."""
         rel = f"requests/{point_id}.jsonl"
-        path = self.root / rel
-        path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w") as out:
-            out.write("".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        files.write_jsonl_atomic(self.root / rel, [r.to_dict() for r in rows])
         return rel
 
-    def append_point(self, record: dict) -> None:
-        append_jsonl(self.points_path, [record])
+    def append_point(self, record: PointRecord) -> None:
+        records.append_records(self.points_path, [record])
 
-    def write_server(self, arm: str, record: dict) -> None:
-        write_json(self.root / "servers" / f"{arm}.json", record)
+    def append_telemetry(self, samples: list[TelemetrySample]) -> None:
+        records.append_records(self.telemetry_path, samples)
 
-    def latest_attempts(self) -> dict[str, dict]:
-        """point_id -> its latest recorded attempt."""
-        latest: dict[str, dict] = {}
-        for row in read_jsonl(self.points_path):
-            latest[row["point_id"]] = row
-        return latest
+    def append_toolcalls(self, rows: list[records.ToolCallCase | records.ToolCallSkipped]) -> None:
+        records.append_records(self.toolcalls_path, rows)
+
+    def write_server(self, record: ServerRecord) -> None:
+        files.write_json_atomic(self.root / "servers" / f"{record.arm}.json", record.to_dict())
+
+    def latest_attempts(self) -> dict[str, PointRecord]:
+        """point_id -> its latest recorded attempt (a damaged line is skipped: that point runs again)."""
+        return {r.point_id: r for r in records.read_records(self.points_path, PointRecord.from_dict).records}
 
     def done_points(self) -> set[str]:
         """Points needing no more work: latest attempt ok, or failed on its retry (attempt >= 2)."""
-        return {pid for pid, row in self.latest_attempts().items()
-                if row.get("status") == "ok" or int(row.get("attempt", 1)) >= 2}
+        return {pid for pid, r in self.latest_attempts().items() if r.status == "ok" or r.attempt >= 2}
 
     def toolcall_arms(self) -> set[str]:
         """Arms whose tool-call check is already recorded (resume does not repeat it)."""
-        return {row["arm"] for row in read_jsonl(self.toolcalls_path) if "arm" in row}
+        return {r.arm for r in records.read_records(self.toolcalls_path, records.toolcall_from_dict).records}

@@ -1,20 +1,24 @@
 """Telemetry sampler: SGLang /metrics and GPU counters once a second, on one clock, into telemetry.jsonl.
 
-Each tick stamps one `time.time()` (the clock the per-request start times use) on every row it writes:
-    {"t", "source": "metrics", "name": "sglang:num_running_reqs", "labels": {...}, "value", "point_id"}
-    {"t", "source": "gpu", "name": "gpu_util_pct" | "gpu_mem_used_gb" | "gpu_power_w" | "gpu_sm_clock_mhz",
-     "labels": {"gpu": "0"}, "value", "point_id"}
+Each tick stamps one `time.time()` (the clock the per-request start times use) on every sample it writes
+(llmhost.bench.records.TelemetrySample):
+    source "metrics": name "sglang:num_running_reqs", ..., labels as SGLang exports them
+    source "gpu":     name "gpu_util_pct" | "gpu_mem_used_gb" | "gpu_power_w" | "gpu_sm_clock_mhz", labels {"gpu": "0"}
 Only the live-state series below are kept (the full exposition is ~390 samples, ~100 MB an hour at 1 Hz).
 GPU counters come from NVML (nvidia-ml-py) and fall back to `nvidia-smi`; without either, only metrics are written.
 """
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 
+from llmhost.bench.records import TelemetrySample
+from llmhost.files import WriteError
 from llmhost.serve import metrics
 from llmhost.serve.server import http_get
 
@@ -30,13 +34,13 @@ SMI_FIELDS = (("utilization.gpu", "gpu_util_pct", 1.0), ("memory.used", "gpu_mem
               ("power.draw", "gpu_power_w", 1.0), ("clocks.sm", "gpu_sm_clock_mhz", 1.0))
 
 
-def metric_rows(text: str, t: float, point_id: str | None) -> list[dict]:
-    """Rows for the kept series of one /metrics scrape."""
-    return [{"t": t, "source": "metrics", "name": s.name, "labels": s.labels, "value": s.value, "point_id": point_id}
-            for s in metrics.parse(text) if s.name in METRICS_KEPT]
+def metric_rows(text: str, t: float, point_id: str | None) -> list[TelemetrySample]:
+    """Samples of the kept series of one /metrics scrape."""
+    return [TelemetrySample(t, "metrics", s.name, dict(s.labels), s.value, point_id)
+            for s in metrics.parse(text) if s.name in METRICS_KEPT and math.isfinite(s.value)]  # NaN is not JSON
 
 
-def smi_rows(csv_text: str, t: float, point_id: str | None) -> list[dict]:
+def smi_rows(csv_text: str, t: float, point_id: str | None) -> list[TelemetrySample]:
     """Rows from `nvidia-smi --query-gpu=index,<SMI_FIELDS> --format=csv,noheader,nounits` output."""
     rows = []
     for line in csv_text.splitlines():
@@ -48,12 +52,11 @@ def smi_rows(csv_text: str, t: float, point_id: str | None) -> list[dict]:
                 value = float(cell) * scale
             except ValueError:  # "[N/A]" (e.g. power on some boards)
                 continue
-            rows.append({"t": t, "source": "gpu", "name": name, "labels": {"gpu": cells[0]}, "value": value,
-                         "point_id": point_id})
+            rows.append(TelemetrySample(t, "gpu", name, {"gpu": cells[0]}, value, point_id))
     return rows
 
 
-def gpu_reader() -> Callable[[float, str | None], list[dict]]:
+def gpu_reader() -> Callable[[float, str | None], list[TelemetrySample]]:
     """The best available GPU counter source: NVML, else nvidia-smi, else nothing."""
     try:
         import pynvml
@@ -66,7 +69,7 @@ def gpu_reader() -> Callable[[float, str | None], list[dict]]:
                    "gpu_power_w": lambda h: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
                    "gpu_sm_clock_mhz": lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}
 
-        def nvml(t: float, point_id: str | None) -> list[dict]:
+        def nvml(t: float, point_id: str | None) -> list[TelemetrySample]:
             rows = []
             for i, h in enumerate(handles):
                 for name, read in readers.items():
@@ -74,8 +77,7 @@ def gpu_reader() -> Callable[[float, str | None], list[dict]]:
                         value = float(read(h))
                     except pynvml.NVMLError:  # e.g. power Not Supported on some boards: skip it, like "[N/A]"
                         continue
-                    rows.append({"t": t, "source": "gpu", "name": name, "labels": {"gpu": str(i)}, "value": value,
-                                 "point_id": point_id})
+                    rows.append(TelemetrySample(t, "gpu", name, {"gpu": str(i)}, value, point_id))
             return rows
 
         return nvml
@@ -86,7 +88,7 @@ def gpu_reader() -> Callable[[float, str | None], list[dict]]:
         return lambda t, point_id: []
     query = ",".join(["index", *(f for f, _, _ in SMI_FIELDS)])
 
-    def smi(t: float, point_id: str | None) -> list[dict]:
+    def smi(t: float, point_id: str | None) -> list[TelemetrySample]:
         try:
             out = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=5, check=True).stdout
@@ -97,45 +99,17 @@ def gpu_reader() -> Callable[[float, str | None], list[dict]]:
     return smi
 
 
-def gpu_info() -> dict[str, object]:
-    """{"name", "count", "memory_gb", "driver"} of the visible GPUs (None values on a host without one)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name, driver = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlSystemGetDriverVersion()
-        return {"name": name.decode() if isinstance(name, bytes) else name, "count": count,
-                "memory_gb": pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
-                "driver": driver.decode() if isinstance(driver, bytes) else driver}
-    except Exception:  # noqa: BLE001 - no NVML: ask the CLI
-        pass
-    exe = shutil.which("nvidia-smi")
-    rows: list[list[str]] = []
-    if exe:
-        try:
-            out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout
-            rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-        except (subprocess.SubprocessError, OSError):
-            rows = []
-    if not rows or len(rows[0]) != 3:
-        return {"name": None, "count": 0, "memory_gb": None, "driver": None}
-    return {"name": rows[0][0], "count": len(rows), "memory_gb": float(rows[0][1]) / 1024, "driver": rows[0][2]}
-
-
 class Sampler:
     """Background thread: every interval_s, scrape /metrics + GPU and hand the rows to `sink`."""
 
-    def __init__(self, base_url: str, sink: Callable[[list[dict]], None], api_key: str | None = None,
+    def __init__(self, base_url: str, sink: Callable[[list[TelemetrySample]], None], api_key: str | None = None,
                  interval_s: float = 1.0):
         self.base_url, self.sink, self.api_key, self.interval_s = base_url, sink, api_key, interval_s
         self.point_id: str | None = None  # set by the runner; rows carry the point running at sample time
         self.ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
-        self._gpu: Callable[[float, str | None], list[dict]] = lambda t, p: []
+        self._gpu: Callable[[float, str | None], list[TelemetrySample]] = lambda t, p: []
 
     def start(self) -> "Sampler":
         self._gpu = gpu_reader()
@@ -146,9 +120,9 @@ class Sampler:
         self._stop.set()
         self._thread.join(timeout=10)
 
-    def sample_once(self) -> list[dict]:
+    def sample_once(self) -> list[TelemetrySample]:
         t, point_id = time.time(), self.point_id
-        rows: list[dict] = []
+        rows: list[TelemetrySample] = []
         status, body = http_get(self.base_url, "/metrics", timeout=2.0, api_key=self.api_key)
         if status == 200:
             try:
@@ -161,7 +135,11 @@ class Sampler:
     def _loop(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
-            self.sink(self.sample_once())
+            try:
+                self.sink(self.sample_once())
+            except WriteError as exc:  # disk full: one line here; the run itself stops at its next record
+                print(f"[bench] telemetry stopped: {exc}", file=sys.stderr, flush=True)
+                return
             self.ticks += 1
             next_t += self.interval_s  # fixed ticks: a slow scrape does not push the schedule back
             self._stop.wait(max(0.0, next_t - time.monotonic()))

@@ -4,8 +4,8 @@ Each case is sent once through the OpenAI SDK (chat.completions, tools = llmhost
 tool_choice "auto", thinking off so the answer comes within the token budget) and scored:
     ok = the right tool (or no tool when none is expected) and, for a call, arguments that parse as JSON and
          contain the expected values (case-insensitive substring per required key).
-Random (dummy) weights never call a tool unless forced, so on LOAD_FORMAT=dummy each arm gets one
-{"arm", "skipped": reason} row instead of 40 meaningless failures. Rows go to toolcalls.jsonl.
+Random (dummy) weights never call a tool unless forced, so on LOAD_FORMAT=dummy each arm gets one ToolCallSkipped
+record (with the reason) instead of 40 meaningless failures. Records go to toolcalls.jsonl.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import json
 import time
 from typing import Any
 
+from llmhost.bench.records import ToolCallCase, ToolCallSkipped
 from llmhost.bench.workloads import TOOLS
 
 
@@ -68,8 +69,8 @@ def score(case: Case, called_tool: str | None, arguments: str | None) -> tuple[b
     return args_ok, called_tool == case.expected_tool and args_ok
 
 
-def run_case(client: Any, model: str, case: Case) -> dict[str, object]:
-    """Ask one case; failures (HTTP, timeouts) are recorded as a not-ok row."""
+def run_case(client: Any, model: str, case: Case, arm: str) -> ToolCallCase:
+    """Ask one case; failures (HTTP, timeouts) are recorded as a not-ok case."""
     start = time.perf_counter()
     called, arguments, error = None, None, ""
     try:
@@ -82,19 +83,16 @@ def run_case(client: Any, model: str, case: Case) -> dict[str, object]:
     except Exception as exc:  # noqa: BLE001 - recorded as data
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
     args_ok, ok = score(case, called, arguments)
-    row: dict[str, object] = {"case_id": case.case_id, "prompt": case.prompt, "expected_tool": case.expected_tool,
-                              "called_tool": called, "args_ok": args_ok, "ok": ok and not error,
-                              "latency_ms": (time.perf_counter() - start) * 1000.0}
-    if error:
-        row["error"] = error
-    return row
+    return ToolCallCase(arm=arm, case_id=case.case_id, prompt=case.prompt, expected_tool=case.expected_tool,
+                        called_tool=called, args_ok=args_ok, ok=ok and not error,
+                        latency_ms=(time.perf_counter() - start) * 1000.0, error=error)
 
 
-def check(arm: str, client: Any, model: str, load_format: str, workers: int = 8) -> list[dict[str, object]]:
-    """Rows for toolcalls.jsonl: every case for this arm, or one skipped row on dummy weights."""
+def check(arm: str, client: Any, model: str, load_format: str,
+          workers: int = 8) -> list[ToolCallCase] | list[ToolCallSkipped]:
+    """Records for toolcalls.jsonl: every case for this arm, or one skip note on dummy weights."""
     if load_format == "dummy":
-        return [{"arm": arm, "skipped": "dummy weights (LOAD_FORMAT=dummy) never call tools unless forced — "
-                                        "run with real weights to score tool calls"}]
+        return [ToolCallSkipped(arm, "dummy weights (LOAD_FORMAT=dummy) never call tools unless forced — "
+                                     "run with real weights to score tool calls")]
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        rows = list(pool.map(lambda c: run_case(client, model, c), CASES))
-    return [{"arm": arm, **row} for row in rows]
+        return list(pool.map(lambda c: run_case(client, model, c, arm), CASES))

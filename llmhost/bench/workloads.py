@@ -63,9 +63,6 @@ class Workload:
             params["tools"] = [t["function"]["name"] for t in TOOLS]  # type: ignore[index]
         return params
 
-    def as_manifest(self) -> dict[str, object]:
-        return {"name": self.name, "kind": self.kind, "description": self.description, "params": self.params}
-
     def dataset_args(self, num_prompts: int) -> list[str]:
         """bench_serving arguments that select this workload's prompts for `num_prompts` requests."""
         if self.kind == "random-ids":

@@ -11,10 +11,11 @@ import dataclasses
 import io
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
-from llmhost import stats
+from llmhost import files, stats
 from llmhost.report import figures, kpis, page, tables, timeline
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
@@ -56,17 +57,18 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> 
 
 
 def env_card(run: Run, slo: stats.Slo) -> str:
-    m = run.manifest
-    gpu, ver = m.get("gpu") or {}, m.get("versions") or {}
-    planned = {p.get("point_id") for p in run.plan}
+    prov = run.manifest.provenance
+    gpu, ver = prov.gpu, prov.versions
+    planned = {p.point_id for p in run.plan}
     done = {p.point_id for p in run.points}
     failed = sum(p.status != "ok" for p in run.points)
-    gpu_text = f"{gpu.get('count')} × {gpu.get('name')} ({gpu.get('memory_gb')} GB)" if gpu.get("name") else \
+    gpu_text = f"{gpu.count} × {gpu.name} ({num(gpu.memory_gb)} GB)" if gpu.name else \
         "not recorded (no NVIDIA GPU visible to run_bench.py)"
+    commit = prov.git_commit and prov.git_commit + (" + uncommitted changes" if prov.git_dirty else "")
     facts = [("GPU", gpu_text),
-             ("Driver", gpu.get("driver")), ("SGLang", ver.get("sglang")), ("FlashInfer", ver.get("flashinfer")),
-             ("torch", ver.get("torch")), ("llmhost", ver.get("llmhost")), ("git commit", m.get("git_commit")),
-             ("Run date", m.get("created_at")), ("Seed", m.get("seed")),
+             ("Driver", gpu.driver), ("SGLang", ver.get("sglang")), ("FlashInfer", ver.get("flashinfer")),
+             ("torch", ver.get("torch")), ("llmhost", ver.get("llmhost")), ("git commit", commit),
+             ("Run date", prov.created_at), ("Seed", run.manifest.seed),
              ("SLO", f"TTFT ≤ {slo.ttft_ms:g} ms, TPOT ≤ {slo.itl_ms:g} ms, for ≥ {slo.pct:g}% of requests"
                      + ("" if run.slo == slo else " (none recorded: defaults)" if run.slo is None
                         else " (overridden at build time)")),
@@ -193,7 +195,7 @@ def points_html(rows: list[dict[str, Any]]) -> str:
 
 
 def methods_html(run: Run, slo: stats.Slo) -> str:
-    cmd = " ".join(map(str, run.manifest.get("command") or [])) or "(not recorded)"
+    cmd = shlex.join(run.manifest.provenance.command) or "(not recorded)"
     parts = [f"<h3>Benchmark command</h3><pre>{esc(cmd)}</pre><h3>Server launch command per arm</h3>"]
     for r in tables.methods_rows(run):
         parts.append(f"<p><b>{esc(r['label'])}</b> — flags vs baseline: <code>{esc(r['flags'])}</code>; ready in "
@@ -217,14 +219,12 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
 
 def _plan_html(run: Run) -> str:
     plan: dict[tuple, dict[str, dict]] = {}  # dicts as ordered sets: loads and arms keep the plan's order
-    for p in run.plan or [dataclasses.asdict(x) for x in run.points]:
-        key = (p.get("workload"), p.get("pattern"))
-        entry = plan.setdefault(key, {"loads": {}, "prompts": {}, "repeats": {}, "arms": {}})
-        entry["loads"][tables.load_label(str(p.get("pattern")), p.get("concurrency"), p.get("request_rate"),
-                                         int(p.get("num_prompts") or 0))] = None
-        entry["prompts"][p.get("num_prompts")] = None
-        entry["repeats"][p.get("repeat")] = None
-        entry["arms"][p.get("arm")] = None
+    for p in run.plan or run.points:
+        entry = plan.setdefault((p.workload, p.pattern), {"loads": {}, "prompts": {}, "repeats": {}, "arms": {}})
+        entry["loads"][tables.load_label(p.pattern, p.concurrency, p.request_rate, p.num_prompts)] = None
+        entry["prompts"][p.num_prompts] = None
+        entry["repeats"][p.repeat] = None
+        entry["arms"][p.arm] = None
     rows = [{"workload": k[0], "pattern": k[1], **{n: ", ".join(map(str, v)) for n, v in e.items()},
              "n_repeats": len(e["repeats"])} for k, e in plan.items()]
     cols: list[tuple[str, page.Cell]] = [
@@ -240,16 +240,14 @@ def write(dash: Dashboard, out_html: Path) -> list[Path]:
     folder keep their own summaries."""
     stem = "summary" if out_html.name == "dashboard.html" else f"{out_html.stem}.summary"
     csv_path, json_path = out_html.with_name(f"{stem}.csv"), out_html.with_name(f"{stem}.json")
-    out_html.parent.mkdir(parents=True, exist_ok=True)
-    page.write_atomic(out_html, dash.html)
+    files.write_text_atomic(out_html, dash.html)
     buf = io.StringIO()
     if dash.summary:
         writer = csv.DictWriter(buf, fieldnames=list(dash.summary[0]))
         writer.writeheader()
         writer.writerows(dash.summary)
-    page.write_atomic(csv_path, buf.getvalue())
-    doc = {**dash.meta, "points": dash.summary}
-    page.write_atomic(json_path, json.dumps(_json_safe(doc), indent=1) + "\n")
+    files.write_text_atomic(csv_path, buf.getvalue())
+    files.write_json_atomic(json_path, _json_safe({**dash.meta, "points": dash.summary}))
     return [out_html, csv_path, json_path]
 
 

@@ -1,4 +1,7 @@
-"""The one renderer: HTML fragments (cards, tables, charts) and the single offline page, written atomically.
+"""The one HTML renderer: fragments (cards, tables, charts, notes) and a single offline page (plotly inlined once).
+
+document(title, sections, header) is the page of any report: a header, a nav line, then (anchor, title, body)
+sections; write the text with llmhost.files.write_text_atomic.
 
 plotly.js is inlined exactly once in <head>; each chart is a div plus its Plotly.newPlot call. A tiny inline script
 records uncaught script errors into <body data-js-errors> and a visible <pre id="js-errors">, so a chart that fails
@@ -8,13 +11,11 @@ from __future__ import annotations
 
 import html
 import math
-import os
-import tempfile
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from llmhost.report.figures import Chart
-from llmhost.report.kpis import Card
+if TYPE_CHECKING:  # types only: a report other than the dashboard uses this page without the dashboard's modules
+    from llmhost.report.figures import Chart
+    from llmhost.report.kpis import Card
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#f6f7f9}
@@ -128,19 +129,3 @@ def document(title: str, sections: Sequence[tuple[str, str, str]], header: str) 
             f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{CSS}</style>{ERROR_HOOK}"
             f"<script>{get_plotlyjs()}</script></head><body data-js-errors=pending><main>{header}"
             f"<pre id=js-errors hidden></pre><nav>{nav}</nav>{body}</main></body></html>")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory + os.replace, so readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are meant to be shared like any file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

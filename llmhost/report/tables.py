@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shlex
 from typing import Any, Callable
 
 import numpy as np
 
 from llmhost import stats
-from llmhost.report.load import PATTERNS, PointRecord, Requests, Run
+from llmhost.bench.records import PATTERNS, PointRecord, ToolCallCase, ToolCallSkipped
+from llmhost.report.load import Requests, Run
 
 PCTS = (50.0, 99.0, 99.9)
 
@@ -45,8 +45,7 @@ class Group:
     @property
     def throughputs(self) -> list[float]:
         """Output tokens/s of each successful repeat."""
-        return [float(p.summary["output_throughput"]) for p in self.ok_points
-                if isinstance(p.summary.get("output_throughput"), (int, float))]
+        return [p.summary.output_throughput for p in self.ok_points if p.summary is not None]
 
 
 def load_label(pattern: str, concurrency: int | None, request_rate: float | None, num_prompts: int) -> str:
@@ -132,7 +131,7 @@ def summary_row(g: Group, slo: stats.Slo, seed: int = 0) -> dict[str, Any]:
     thr = stats.mean_ci_over_repeats(g.throughputs)
     good_share = stats.wilson_ci(int(stats.good_mask(r.ok, r.ttft_ms, r.itl_mean_ms, slo).sum()), r.n)
     good = stats.Interval(100 * good_share.value, 100 * good_share.lo, 100 * good_share.hi, good_share.n)
-    summ = [p.summary for p in g.ok_points]
+    summ = [p.summary for p in g.ok_points if p.summary is not None]
     row: dict[str, Any] = {
         "arm": g.arm, "workload": g.workload, "pattern": g.pattern, "concurrency": g.concurrency,
         "request_rate": g.request_rate, "num_prompts": g.num_prompts,
@@ -141,9 +140,9 @@ def summary_row(g: Group, slo: stats.Slo, seed: int = 0) -> dict[str, Any]:
         "point_errors": "; ".join(sorted({p.error or "failed" for p in g.points if p.status != "ok"})),
         "requests": r.n, "failed_requests": int((~r.ok).sum()),
         "output_throughput": thr.value, "output_throughput_lo": thr.lo, "output_throughput_hi": thr.hi,
-        "request_throughput": _mean([s.get("request_throughput") for s in summ]),
-        "offered_rate": g.request_rate, "achieved_rate": _mean([s.get("achieved_rate") for s in summ]),
-        "client_bound": any(bool(s.get("client_bound")) for s in summ),
+        "request_throughput": _mean([s.request_throughput for s in summ]),
+        "offered_rate": g.request_rate, "achieved_rate": _mean([s.achieved_rate for s in summ]),
+        "client_bound": any(s.client_bound for s in summ),
         "ttft_n": ttft[50.0].n, **_ci_fields("ttft_p50", ttft[50.0]), **_ci_fields("ttft_p99", ttft[99.0]),
         **_ci_fields("ttft_p999", ttft[99.9]),
         "tpot_n": tpot[50.0].n, **_ci_fields("tpot_p50", tpot[50.0]), **_ci_fields("tpot_p99", tpot[99.0]),
@@ -168,9 +167,8 @@ def _first_wave_ttft_p50(g: Group) -> float:
     return stats.percentile(r.ttft_ms[first], 50) if first.size else math.nan
 
 
-def _mean(values: list[Any]) -> float:
-    nums = [float(v) for v in values if isinstance(v, (int, float))]
-    return sum(nums) / len(nums) if nums else math.nan
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
 
 
 def summary_rows(groups: list[Group], slo: stats.Slo, seed: int = 0) -> list[dict[str, Any]]:
@@ -239,25 +237,24 @@ def toolcall_rows(run: Run) -> list[dict[str, Any]]:
     """Tool-call quality per arm (manifest order), or the reason the check was skipped."""
     rows = []
     for arm in run.arms:
-        lines = [t for t in run.toolcalls if t.get("arm") == arm.name]
-        skipped = next((str(t["skipped"]) for t in lines if t.get("skipped")), None)
-        cases = [t for t in lines if "case_id" in t]
+        lines = [t for t in run.toolcalls if t.arm == arm.name]
+        skipped = next((t.skipped for t in lines if isinstance(t, ToolCallSkipped)), None)
+        cases = [t for t in lines if isinstance(t, ToolCallCase)]
         if skipped or not cases:
             rows.append({"arm": arm.name, "cases": 0, "skipped": skipped or "no tool-call cases recorded"})
             continue
-        expect_tool = [c for c in cases if c.get("expected_tool")]
-        no_tool = [c for c in cases if not c.get("expected_tool")]
+        expect_tool = [c for c in cases if c.expected_tool]
+        no_tool = [c for c in cases if not c.expected_tool]
         rows.append({
             "arm": arm.name, "cases": len(cases), "skipped": "",
-            "ok_pct": 100.0 * sum(bool(c.get("ok")) for c in cases) / len(cases),
-            "right_tool_pct": _pct(sum(c.get("called_tool") == c.get("expected_tool") for c in expect_tool),
+            "ok_pct": 100.0 * sum(c.ok for c in cases) / len(cases),
+            "right_tool_pct": _pct(sum(c.called_tool == c.expected_tool for c in expect_tool),
                                    len(expect_tool)),
-            "args_ok_pct": _pct(sum(bool(c.get("args_ok")) for c in expect_tool), len(expect_tool)),
+            "args_ok_pct": _pct(sum(c.args_ok for c in expect_tool), len(expect_tool)),
             # answered without a tool call; a request that failed (HTTP error, timeout) answered nothing
-            "no_tool_respected_pct": _pct(sum(not c.get("called_tool") and not c.get("error") for c in no_tool),
+            "no_tool_respected_pct": _pct(sum(not c.called_tool and not c.error for c in no_tool),
                                           len(no_tool)),
-            "latency_p50_ms": stats.percentile([c["latency_ms"] for c in cases
-                                                if isinstance(c.get("latency_ms"), (int, float))], 50),
+            "latency_p50_ms": stats.percentile([c.latency_ms for c in cases], 50),
         })
     return rows
 
@@ -270,14 +267,12 @@ def methods_rows(run: Run) -> list[dict[str, Any]]:
     """Per arm: the exact launch command (as recorded, already redacted), readiness time and server facts."""
     rows = []
     for arm in run.arms:
-        server = run.servers.get(arm.name, {})
-        cmd = server.get("launch_command")
-        info = server.get("server_info") or {}
-        if isinstance(cmd, list):
-            cmd = shlex.join(map(str, cmd))
+        server = run.servers.get(arm.name)
+        info = server.server_info if server else {}
         rows.append({"arm": arm.name, "label": arm.label, "flags": " ".join(arm.flags) or "(none)",
-                     "launch_command": str(cmd or "(not recorded: servers/<arm>.json missing)"),
-                     "ready_s": server.get("ready_s"),
+                     "launch_command": (server and server.launch_command) or
+                     "(not recorded: servers/<arm>.json missing)",
+                     "ready_s": server.ready_s if server else None,
                      "attention_backend": info.get("attention_backend"),
                      "server_version": info.get("version")})
     return rows

@@ -21,13 +21,10 @@ HOW_TO_GET = ("no {what} samples in telemetry.jsonl — run_bench.py samples the
 def frame(ctx: Context, source: str) -> Any:
     """Telemetry of one source as a DataFrame: minutes since run start, name, value, arm (or '' between points)."""
     import pandas as pd
-    arm_of = {p.point_id: p.arm for p in ctx.run.points}
-    arm_of.update({p["point_id"]: p["arm"] for p in ctx.run.plan if "point_id" in p and "arm" in p})
-    rows = [(t.get("t"), t.get("name"), t.get("value"), arm_of.get(t.get("point_id") or "", ""))
-            for t in ctx.run.telemetry if t.get("source") == source]
-    df = pd.DataFrame(rows, columns=["t", "name", "value", "arm"])
-    df = df[pd.to_numeric(df["t"], errors="coerce").notna() & pd.to_numeric(df["value"], errors="coerce").notna()]
-    df = df.astype({"t": float, "value": float})
+    arm_of = {p.point_id: p.arm for p in (*ctx.run.points, *ctx.run.plan)}
+    rows = [(t.t, t.name, t.value, arm_of.get(t.point_id or "", ""))
+            for t in ctx.run.telemetry if t.source == source]
+    df = pd.DataFrame(rows, columns=["t", "name", "value", "arm"]).astype({"t": float, "value": float})
     df["minute"] = (df["t"] - ctx.run.t0) / 60.0
     return df
 

@@ -33,7 +33,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"run": current, "other": other, "html": Path(doc["html"]), "csv": Path(doc["summary_csv"]),
-            "json": Path(doc["summary_json"]), "doc": doc}  # type: ignore[dict-item]
+            "json": Path(doc["summary_json"]), "doc": doc, "stderr": proc.stderr}  # type: ignore[dict-item]
+
+
+def test_lines_skipped_as_torn_are_named_on_stderr_and_on_the_page(built: dict) -> None:
+    """Both fixture runs end points.jsonl and telemetry.jsonl with a torn line (a kill mid-write)."""
+    warned = [line for line in built["stderr"].splitlines() if line.startswith("[dashboard] warning: ")]
+    assert sum("points.jsonl: a torn last line" in line for line in warned) == 2  # this run and the compared one
+    assert "telemetry.jsonl: a torn last line (a crash mid-write) was skipped" in built["html"].read_text()
 
 
 def test_dashboard_and_summaries_are_written_beside_each_other(built: dict) -> None:

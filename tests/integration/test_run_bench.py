@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench import store
+from llmhost import files
 from standin.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +46,10 @@ def env(tmp_path):
     shutil.rmtree(tmux_dir, ignore_errors=True)
 
 
+def _rows(path: Path) -> list[dict]:
+    return files.read_jsonl(path).rows
+
+
 def bench(env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([*BENCH, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
@@ -65,14 +69,15 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     assert {w["kind"] for w in manifest["workloads"]} == {"gsp", "random-ids"}
     assert set(manifest["versions"]) == {"sglang", "flashinfer", "torch", "llmhost"}
     assert set(manifest["gpu"]) == {"name", "count", "memory_gb", "driver"} and manifest["config"]["port"]
+    assert len(manifest["git_commit"]) == 40 and isinstance(manifest["git_dirty"], bool)
     assert len(manifest["plan"]) == 4
 
-    lines = store.read_jsonl(run / "points.jsonl")
+    lines = _rows(run / "points.jsonl")
     assert sorted(r["point_id"] for r in lines) == sorted(p["point_id"] for p in manifest["plan"])
     for rec in lines:
         assert rec["status"] == "ok" and rec["attempt"] == 1 and rec["error"] is None
         assert rec["ended_at"] > rec["started_at"] and rec["cache_flushed"] == (rec["pattern"] != "warm")
-        rows = store.read_jsonl(run / rec["requests_file"])
+        rows = _rows(run / rec["requests_file"])
         assert len(rows) == rec["num_prompts"] == rec["summary"]["completed"] + rec["summary"]["failed"]
         good = [r for r in rows if r["ok"]]
         # Most requests succeed; the stand-in's stdlib HTTP server (listen backlog 5) may reset a connection when 16
@@ -84,7 +89,7 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     qps = next(r for r in lines if r["pattern"] == "qps")
     assert qps["summary"]["offered_rate"] == 8.0 and qps["summary"]["client_bound"] is False
 
-    telemetry = store.read_jsonl(run / "telemetry.jsonl")
+    telemetry = _rows(run / "telemetry.jsonl")
     running = [t for t in telemetry if t["name"] == "sglang:num_running_reqs"]
     assert running and max(t["value"] for t in running) >= 1 and any(t["point_id"] for t in running)
     stamps = sorted({t["t"] for t in telemetry})
@@ -95,7 +100,7 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     assert "--page-size 16" in page16["launch_command"] and page16["server_info"]["page_size"] == 16
     base = json.loads((run / "servers" / "baseline.json").read_text())
     assert "--page-size" not in base["launch_command"] and base["ready_s"] > 0
-    toolcalls = store.read_jsonl(run / "toolcalls.jsonl")
+    toolcalls = _rows(run / "toolcalls.jsonl")
     assert [r["arm"] for r in toolcalls] == ["baseline", "page-16"]
     assert all(set(r) == {"arm", "skipped"} and "dummy" in r["skipped"] for r in toolcalls)  # random weights
 
@@ -111,13 +116,13 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = Path(env["RESULTS_DIR"]) / "bench"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not store.read_jsonl(results / "latest" / "points.jsonl"):
+    while time.monotonic() < deadline and not _rows(results / "latest" / "points.jsonl"):
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)  # a crash: no cleanup runs
     proc.wait(10)
     run = (results / "latest").resolve()
-    before = store.read_jsonl(run / "points.jsonl")
+    before = _rows(run / "points.jsonl")
     planned = [p["point_id"] for p in json.loads((run / "manifest.json").read_text())["plan"]]
     assert 1 <= len(before) < len(planned) == 2
 
@@ -125,7 +130,7 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     final = json.loads(again.stdout.strip().splitlines()[-1])
     assert final["run_dir"] == str(run) and final["points_ok"] == 2
-    after = store.read_jsonl(run / "points.jsonl")
+    after = _rows(run / "points.jsonl")
     assert after[:len(before)] == before
     assert sorted(r["point_id"] for r in after) == sorted(planned)  # each point exactly once
     assert all(r["status"] == "ok" for r in after)
@@ -140,6 +145,12 @@ def test_dry_run_prints_the_plan_with_an_estimate_and_writes_nothing(env):
     summary = json.loads(out[-1])
     assert summary["dry_run"] and summary["points"] == 7 and 600 < summary["estimate_s"] <= 900  # 5 restarts of ~130 s
     assert not (Path(env["RESULTS_DIR"]) / "bench").exists()
+
+
+def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
+    proc = bench(env, "--dry-run", "--quick", "--arms", "baseline", "--arm", "ref=--page-size 32")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["arms"] == ["baseline", "ref"]
 
 
 @pytest.mark.parametrize("args,code,needle", [
@@ -183,5 +194,5 @@ def test_agent_tools_point_streams_chat_completions_with_tool_schemas(tmp_path, 
     details = points.read_details(tmp_path / "o.jsonl")
     assert details["backend"] == "sglang-oai-chat"
     rows = points.request_rows(details, json.loads((tmp_path / "s.json").read_text()), 0.0)
-    assert len(rows) == 16 and sum(r["ok"] for r in rows) >= 14
-    assert all(r["output_tokens"] > 0 and r["ttft_ms"] > 0 for r in rows if r["ok"])
+    assert len(rows) == 16 and sum(r.ok for r in rows) >= 14
+    assert all(r.output_tokens > 0 and r.ttft_ms > 0 for r in rows if r.ok)

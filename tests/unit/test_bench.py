@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from llmhost.bench import arms, telemetry, toolcalls
+from llmhost.bench.records import TelemetrySample
 
 
 def test_builtin_arms_each_change_one_setting_and_the_baseline_comes_first():
@@ -44,6 +45,16 @@ def test_select_keeps_registry_order_and_rejects_unknown_and_duplicate_names():
         arms.select(["nope"], [])
     with pytest.raises(arms.ArmError, match="defined twice"):
         arms.select(None, ["triton=--page-size 32"])
+    with pytest.raises(arms.ArmError, match="defined twice"):
+        arms.select(None, ["mine=--page-size 32"], ["mine=--page-size 64"])
+
+
+def test_an_arm_given_with_arm_runs_even_when_arms_lists_others():
+    """`--arms baseline --arm ref=...` used to drop ref silently; BENCH_USER_ARMS arms are only candidates."""
+    chosen = arms.select(["baseline"], ["ref=--page-size 32"], ["cfg=--page-size 64"])
+    assert [a.name for a in chosen] == ["baseline", "ref"]
+    assert [a.name for a in arms.select(["cfg"], ["ref=--page-size 32"], ["cfg=--page-size 64"])] == ["ref", "cfg"]
+    assert [a.name for a in arms.select(None, [], ["cfg=--page-size 64"])][-1] == "cfg"
 
 
 def test_arm_flags_are_added_to_the_configured_extra_args():
@@ -70,17 +81,22 @@ def _metrics_body(captures) -> str:
 
 def test_metric_rows_keep_the_live_series_with_their_labels(captures):
     rows = telemetry.metric_rows(_metrics_body(captures), 100.0, "p1")
-    names = {r["name"] for r in rows}
+    names = {r.name for r in rows}
     assert {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate"} <= names
     assert names <= set(telemetry.METRICS_KEPT)
-    running = next(r for r in rows if r["name"] == "sglang:num_running_reqs")
-    assert running["labels"]["model_name"] == "qwen3-4b" and running["t"] == 100.0 and running["point_id"] == "p1"
-    assert running["source"] == "metrics"
+    running = next(r for r in rows if r.name == "sglang:num_running_reqs")
+    assert running.labels["model_name"] == "qwen3-4b" and running.t == 100.0 and running.point_id == "p1"
+    assert running.source == "metrics"
+
+
+def test_a_nan_gauge_is_a_missing_sample_not_a_broken_telemetry_file():
+    rows = telemetry.metric_rows("sglang:token_usage 0.5\nsglang:cache_hit_rate NaN\n", 1.0, None)
+    assert [(r.name, r.value) for r in rows] == [("sglang:token_usage", 0.5)]
 
 
 def test_smi_rows_convert_units_and_skip_unreadable_cells():
     rows = telemetry.smi_rows("0, 97, 40960, 612.5, 1980\n1, 3, 1024, [N/A], 345\n", 5.0, None)
-    by = {(r["labels"]["gpu"], r["name"]): r["value"] for r in rows}
+    by = {(r.labels["gpu"], r.name): r.value for r in rows}
     assert by[("0", "gpu_util_pct")] == 97 and by[("0", "gpu_mem_used_gb")] == 40.0
     assert by[("0", "gpu_power_w")] == 612.5 and by[("1", "gpu_sm_clock_mhz")] == 345
     assert ("1", "gpu_power_w") not in by
@@ -89,11 +105,10 @@ def test_smi_rows_convert_units_and_skip_unreadable_cells():
 def test_sampler_tags_rows_with_the_running_point_and_keeps_ticking_without_a_server(free_port):
     collected: list[list[dict]] = []
     sampler = telemetry.Sampler(f"http://127.0.0.1:{free_port}", collected.append, interval_s=0.05)
-    sampler._gpu = lambda t, p: [{"t": t, "source": "gpu", "name": "gpu_util_pct", "labels": {"gpu": "0"},
-                                  "value": 1.0, "point_id": p}]
+    sampler._gpu = lambda t, p: [TelemetrySample(t, "gpu", "gpu_util_pct", {"gpu": "0"}, 1.0, p)]
     sampler.point_id = "x"
     rows = sampler.sample_once()
-    assert rows and rows[0]["point_id"] == "x" and rows[0]["source"] == "gpu"
+    assert rows and rows[0].point_id == "x" and rows[0].source == "gpu"
 
 
 def test_toolcall_cases_cover_every_tool_and_no_tool_prompts():
@@ -114,7 +129,7 @@ def test_toolcall_scoring_needs_the_right_tool_and_the_right_arguments():
 
 def test_toolcalls_are_skipped_with_a_reason_on_dummy_weights():
     rows = toolcalls.check("fp8-kv", client=None, model="m", load_format="dummy")
-    assert len(rows) == 1 and rows[0]["arm"] == "fp8-kv" and "dummy" in rows[0]["skipped"]
+    assert len(rows) == 1 and rows[0].arm == "fp8-kv" and "dummy" in rows[0].skipped
 
 
 def _fake_client(answer):
@@ -134,12 +149,11 @@ def test_toolcall_rows_follow_the_contract_and_record_errors_as_data():
             raise RuntimeError("boom")
         return None
     rows = toolcalls.check("baseline", _fake_client(answer), "m", "auto", workers=2)
-    assert len(rows) == len(toolcalls.CASES)
-    assert set(rows[0]) >= {"arm", "case_id", "prompt", "expected_tool", "called_tool", "args_ok", "ok", "latency_ms"}
-    by = {r["case_id"]: r for r in rows}
-    assert by["none-0"]["ok"] and not by["docs-0"]["ok"]
-    assert not by["weather-0"]["ok"]  # unit missing
-    assert by["ticket-0"]["error"].startswith("RuntimeError") and not by["ticket-0"]["ok"]
+    assert len(rows) == len(toolcalls.CASES) and {r.arm for r in rows} == {"baseline"}
+    by = {r.case_id: r for r in rows}
+    assert by["none-0"].ok and not by["docs-0"].ok and by["none-0"].error == ""
+    assert not by["weather-0"].ok and by["weather-0"].called_tool == "get_weather"  # unit missing
+    assert by["ticket-0"].error.startswith("RuntimeError") and not by["ticket-0"].ok
 
 
 def test_standin_load_generator_accepts_only_options_of_the_captured_help(captures, monkeypatch, repo):
@@ -169,5 +183,19 @@ def test_nvml_reader_skips_a_counter_the_board_does_not_support(monkeypatch):
         nvmlDeviceGetClockInfo=lambda h, clock: 1980)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     rows = telemetry.gpu_reader()(7.0, "p1")  # one unsupported counter used to raise and end the sampler thread
-    by = {r["name"]: r["value"] for r in rows}
+    by = {r.name: r.value for r in rows}
     assert by == {"gpu_util_pct": 97.0, "gpu_mem_used_gb": 40.0, "gpu_sm_clock_mhz": 1980.0}
+
+
+def test_a_full_disk_stops_the_sampler_with_one_line_instead_of_a_thread_traceback(free_port, capsys):
+    from llmhost.files import WriteError
+
+    def full(rows: list) -> None:
+        raise WriteError("cannot write telemetry.jsonl: No space left on device (0 MiB free there)")
+
+    sampler = telemetry.Sampler(f"http://127.0.0.1:{free_port}", full, interval_s=0.01)
+    sampler._gpu = lambda t, p: []
+    sampler._loop()  # returns instead of raising
+    assert sampler.ticks == 0
+    assert capsys.readouterr().err == ("[bench] telemetry stopped: cannot write telemetry.jsonl: No space left on "
+                                       "device (0 MiB free there)\n")

@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench import arms, points, store
+from llmhost.bench import arms, points, records, store
 from llmhost.bench import runner  # executes runner.py's plan
+from llmhost.bench.records import PointRecord, PointSummary, RequestRecord
+
+
+def _points(run: store.RunStore) -> list[PointRecord]:
+    return records.read_records(run.points_path, PointRecord.from_dict).records
 
 
 class FakeBench:
@@ -31,10 +36,12 @@ class FakeBench:
 
 
 def _record(point, attempt, ok):
-    summary = {"completed": 4, "failed": 0, "output_throughput": 1.0, "client_bound": False} if ok else {}
-    return {**point.as_plan(), "attempt": attempt, "status": "ok" if ok else "failed",
-            "error": None if ok else "load generator exited 1: refused", "started_at": 1.0, "ended_at": 2.0,
-            "cache_flushed": True, "summary": summary, "requests_file": "requests/x.jsonl"}
+    summary = PointSummary(duration_s=1.0, completed=4, failed=0, request_throughput=4.0, input_throughput=1.0,
+                           output_throughput=1.0, total_throughput=2.0, offered_rate=None, achieved_rate=4.0,
+                           client_bound=False) if ok else None
+    return PointRecord.of(point, attempt=attempt, status="ok" if ok else "failed",
+                          error=None if ok else "load generator exited 1: refused", started_at=1.0, ended_at=2.0,
+                          cache_flushed=True, summary=summary, requests_file="requests/x.jsonl")
 
 
 @pytest.mark.parametrize("outcomes,alive,restarts,final", [
@@ -53,8 +60,8 @@ def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(tmp_path,
     monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
     monkeypatch.setattr(runner, "restart_server", lambda b, arm: calls.__setitem__("restart", calls["restart"] + 1) or "")
     ok = runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=1)
-    lines = store.read_jsonl(bench.store.points_path)
-    assert [r["status"] for r in lines] == final and [r["attempt"] for r in lines] == list(range(1, len(final) + 1))
+    lines = _points(bench.store)
+    assert [r.status for r in lines] == final and [r.attempt for r in lines] == list(range(1, len(final) + 1))
     assert ok == (final[-1] == "ok") and calls["restart"] == restarts and bench.done == 1
     assert bench.store.done_points() == {point.point_id}
 
@@ -65,7 +72,7 @@ def test_a_resumed_point_that_already_failed_once_gets_only_its_retry(tmp_path, 
     monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, False))
     monkeypatch.setattr(runner, "server_alive", lambda cfg: True)
     assert runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=2) is False
-    assert [r["attempt"] for r in store.read_jsonl(bench.store.points_path)] == [2]
+    assert [r.attempt for r in _points(bench.store)] == [2]
 
 
 def test_eta_and_durations_read_like_the_progress_lines():
@@ -81,12 +88,22 @@ def run_bench(monkeypatch):
     return module
 
 
-@pytest.mark.parametrize("text", ['{"schema": 1', '{"schema": 1, "plan": []}'])
-def test_resume_of_a_directory_with_a_broken_manifest_ends_with_one_line(tmp_path, capsys, run_bench, text):
+@pytest.mark.parametrize("text,damage", [
+    ('{"schema": 1', "is not readable JSON"),
+    ('{"schema": 1, "plan": []}', "is not a manifest run_bench.py wrote (manifest lacks 'created_at')"),
+    ('{"schema": 9}', "manifest has schema 9, newer than this toolkit reads (1) — update the toolkit"),
+])
+def test_resume_and_the_dashboard_say_the_same_one_line_about_a_broken_manifest(tmp_path, capsys, run_bench, text,
+                                                                                 damage):
+    from llmhost.report import load
+
     (tmp_path / "manifest.json").write_text(text)
     assert run_bench.main(["--resume", str(tmp_path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "manifest.json is not a run_bench.py manifest" in err
+    assert len(err.splitlines()) == 1 and damage in err
+    with pytest.raises(load.LoadError) as dashboard:
+        load.load_run(tmp_path)
+    assert err.endswith(str(dashboard.value))
 
 
 def test_a_selection_without_points_ends_with_one_line_instead_of_a_traceback(capsys, run_bench):
@@ -160,13 +177,13 @@ def test_a_point_whose_every_request_failed_is_failed_not_ok(tmp_path, monkeypat
     """bench_serving exits 0 when all requests fail: the point must be retried, not recorded as a 0 tok/s 'ok'."""
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["Connection reset"] * 4))
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
-    assert record["status"] == "failed" and "every request failed (Connection reset)" in record["error"]
+    assert record.status == "failed" and "every request failed (Connection reset)" in record.error
 
 
 def test_a_server_that_died_during_a_point_fails_it_and_raw_files_hold_no_key(tmp_path, monkeypatch):
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["", "", "", "boom"]), alive=False)
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
-    assert record["status"] == "failed" and "stopped answering /health" in record["error"]
+    assert record.status == "failed" and "stopped answering /health" in record.error
     raw = [p.read_text() for p in bench.store.raw_dir().glob("*.jsonl")]
     assert raw and all("sk-secret" not in text and "<redacted>" in text for text in raw)
 
@@ -175,6 +192,28 @@ def test_partial_failures_stay_data_and_their_broken_streams_stay_out_of_itl(tmp
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["", "", "", "stream broke"]))
     point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
     record = runner.attempt_point(bench, point, 1)
-    assert record["status"] == "ok" and record["summary"]["failed"] == 1
-    rows = store.read_jsonl(bench.store.root / record["requests_file"])
-    assert [r["itl_ms"] for r in rows] == [[10.0], [10.0], [10.0], []]  # not the 5,000 ms gap of the broken one
+    assert record.status == "ok" and record.summary.failed == 1
+    rows = records.read_records(bench.store.root / record.requests_file, RequestRecord.from_dict).records
+    assert [r.itl_ms for r in rows] == [(10.0,), (10.0,), (10.0,), ()]  # not the 5,000 ms gap of the broken one
+
+
+def test_a_full_disk_mid_run_ends_with_one_line_naming_the_resume(tmp_path, capsys, monkeypatch, run_bench, captures):
+    from llmhost import files, provenance
+    from llmhost.bench import telemetry
+
+    help_text = (captures / "bench_serving_help.txt").read_text()
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(points, "find_loadgen", lambda python, env: ("sglang.benchmark.serving", help_text))
+    monkeypatch.setattr(provenance, "package_versions", lambda python: {})  # no server venv here
+    monkeypatch.setattr(telemetry.Sampler, "start", lambda self: self)
+    monkeypatch.setattr(telemetry.Sampler, "stop", lambda self: None)
+    monkeypatch.setattr(runner, "interrupt_on_sigterm", lambda: None)
+
+    def disk_full(*args: object) -> None:
+        raise files.WriteError("cannot write points.jsonl: No space left on device (0 MiB free there)")
+
+    monkeypatch.setattr(runner, "run_arms", disk_full)
+    assert run_bench.main(["--quick", "--arms", "baseline", "--workloads", "chat"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("[bench] error: cannot write points.jsonl: No space left on device")
+    assert f"--resume {tmp_path / 'bench'}" in last and "Traceback" not in last

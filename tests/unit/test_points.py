@@ -16,6 +16,7 @@ import pytest
 
 from llmhost.bench import arms, points
 from llmhost import stats
+from llmhost.bench.records import RequestRecord
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def test_full_plan_has_every_pattern_and_unique_point_ids_across_repeats():
     burst = [p for p in plan if p.pattern == "burst"]
     assert burst and all(p.num_prompts >= 1000 and p.request_rate is None and p.concurrency is None for p in burst)
     long = [p for p in plan if p.pattern == "long"]
-    assert long and all(p.num_prompts * (1 - 0.999) >= points.TAIL_SAMPLES for p in long)
+    assert long and all(stats.is_sufficient(p.num_prompts, 99.9) for p in long)
 
 
 def test_plan_keeps_only_the_chosen_workloads():
@@ -97,40 +98,40 @@ def test_captured_output_details_become_one_contract_row_per_request(captures, n
     starts = [[-1, 1000.0, 0.5]] + [[i, 2000.0 + i, 0.25] for i in range(n)]  # a warm-up first, then n requests
     rows = points.request_rows(details, starts, fallback_start_s=0.0)
     assert len(rows) == n == details["completed"]
-    assert [r["start_s"] for r in rows] == [2000.0 + i for i in range(n)]
-    assert all(r["ok"] and r["e2e_ms"] == 250.0 for r in rows)
-    assert rows[0]["ttft_ms"] == pytest.approx(details["ttfts"][0] * 1000)
-    assert rows[0]["itl_ms"] == pytest.approx([x * 1000 for x in details["itls"][0]])
-    assert sum(r["output_tokens"] for r in rows) == details["total_output_tokens"]
-    assert sum(r["prompt_tokens"] for r in rows) == details["total_input_tokens"]
+    assert [r.start_s for r in rows] == [2000.0 + i for i in range(n)]
+    assert all(r.ok and r.e2e_ms == 250.0 for r in rows)
+    assert rows[0].ttft_ms == pytest.approx(details["ttfts"][0] * 1000)
+    assert rows[0].itl_ms == pytest.approx([x * 1000 for x in details["itls"][0]])
+    assert sum(r.output_tokens for r in rows) == details["total_output_tokens"]
+    assert sum(r.prompt_tokens for r in rows) == details["total_input_tokens"]
 
 
 def test_without_start_records_e2e_is_ttft_plus_the_token_gaps(captures):
     details = points.read_details(captures / "gsp.jsonl")
     rows = points.request_rows(details, [], fallback_start_s=5.0)
-    assert rows[0]["start_s"] == 5.0
-    assert rows[0]["e2e_ms"] == pytest.approx(details["ttfts"][0] * 1000 + sum(details["itls"][0]) * 1000)
+    assert rows[0].start_s == 5.0
+    assert rows[0].e2e_ms == pytest.approx(details["ttfts"][0] * 1000 + sum(details["itls"][0]) * 1000)
 
 
 def test_failed_requests_have_no_ttft_and_keep_their_error():
     details = {"ttfts": [0.1, 0.0], "itls": [[0.01], []], "errors": ["", "Bad Request: boom"],
                "input_lens": [10, 10], "output_lens": [2, 0], "duration": 1.0, "completed": 1}
     rows = points.request_rows(details, [[0, 1.0, 0.2], [1, 1.5, 0.0]], 0.0)
-    assert rows[1] == {"start_s": 1.5, "ok": False, "error": "Bad Request: boom", "prompt_tokens": 10,
-                       "output_tokens": 0, "ttft_ms": None, "itl_ms": [], "e2e_ms": 0.0}
+    assert rows[1] == RequestRecord(start_s=1.5, ok=False, error="Bad Request: boom", prompt_tokens=10,
+                                    output_tokens=0, ttft_ms=None, itl_ms=(), e2e_ms=0.0)
     summary = points.summarize(details, rows, None)
-    assert summary["failed"] == 1 and summary["completed"] == 1 and summary["offered_rate"] is None
+    assert summary.failed == 1 and summary.completed == 1 and summary.offered_rate is None
 
 
 def test_summary_copies_throughputs_and_counts_samples(captures):
     details = points.read_details(captures / "gsp.jsonl")
     rows = points.request_rows(details, [], 0.0)
     s = points.summarize(details, rows, None)
-    assert s["output_throughput"] == details["output_throughput"] and s["duration_s"] == details["duration"]
-    assert s["samples"]["ttft_ms"] == 16 and s["samples"]["itl_ms"] == sum(len(x) for x in details["itls"])
+    assert s.output_throughput == details["output_throughput"] and s.duration_s == details["duration"]
+    assert s.samples["ttft_ms"] == 16 and s.samples["itl_ms"] == sum(len(x) for x in details["itls"])
     # 16 requests: even the median rests on 8 samples; 1,008 ITL gaps support p99 but not p99.9.
-    assert {"ttft_ms.p50", "ttft_ms.p99", "itl_ms.p99.9"} <= set(s["low_support"])
-    assert "itl_ms.p99" not in s["low_support"]
+    assert {"ttft_ms.p50", "ttft_ms.p99", "itl_ms.p99.9"} <= set(s.low_support)
+    assert "itl_ms.p99" not in s.low_support
 
 
 def test_percentile_support_needs_ten_samples_beyond_it():
@@ -138,28 +139,24 @@ def test_percentile_support_needs_ten_samples_beyond_it():
     assert points.low_support({"x": 9_999}) == ["x.p99.9"]
     assert points.low_support({"x": 1_000}) == ["x.p99.9"]
     assert points.low_support({"x": 999}) == ["x.p99", "x.p99.9"]
+    # 100 * (1 - 0.9) is 9.999999999999998 in floating point: p90 of exactly 100 samples is still supported
+    assert points.low_support({"x": 100}) == ["x.p99", "x.p99.9"]
+    assert points.low_support({"x": 19}) == ["x.p50", "x.p90", "x.p99", "x.p99.9"]
 
 
-def test_percentile_support_agrees_with_the_dashboard_rule_at_every_boundary():
-    for n in (20, 100, 1_000, 10_000, 19, 99, 999, 9_999):
-        flagged = {name for name in points.PERCENTILES if f"m.{name}" in points.low_support({"m": n})}
-        expected = {name for name, q in points.PERCENTILES.items() if not stats.is_sufficient(n, 100 * q)}
-        assert flagged == expected, n  # 100 * (1 - 0.9) is 9.999999999999998 in floating point
-
-
-def _rows_at(rate: float, n: int) -> list[dict]:
-    return [{"start_s": i / rate, "ok": True, "itl_ms": []} for i in range(n)]
+def _rows_at(rate: float, n: int) -> list[RequestRecord]:
+    return [RequestRecord(i / rate, True, "", 1, 1, 1.0, (), 1.0) for i in range(n)]
 
 
 def test_client_bound_when_requests_left_well_below_the_offered_rate():
-    assert points.summarize({"duration": 10.0}, _rows_at(5.0, 401), 10.0)["client_bound"] is True
+    assert points.summarize({"duration": 10.0}, _rows_at(5.0, 401), 10.0).client_bound is True
     ok = points.summarize({"duration": 10.0}, _rows_at(9.8, 401), 10.0)
-    assert ok["client_bound"] is False and ok["achieved_rate"] == pytest.approx(9.8)
+    assert ok.client_bound is False and ok.achieved_rate == pytest.approx(9.8)
 
 
 def test_client_bound_tolerates_poisson_noise_of_a_short_run():
     # 64 requests: 3 sigma of the mean inter-arrival time is 3/sqrt(63) = 38 %, so 75 % of offered is still noise.
-    assert points.summarize({"duration": 10.0}, _rows_at(7.5, 64), 10.0)["client_bound"] is False
+    assert points.summarize({"duration": 10.0}, _rows_at(7.5, 64), 10.0).client_bound is False
 
 
 def test_timeouts_are_generous_multiples_of_the_estimate():

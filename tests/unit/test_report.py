@@ -11,6 +11,7 @@ import pytest
 
 from fixtures_bench import ARMS, make_run
 from llmhost import stats
+from llmhost.bench.records import RequestRecord, ToolCallCase
 from llmhost.report import figures, kpis, load, page, tables, timeline
 
 SLO = stats.Slo(500.0, 20.0, 99.0)
@@ -32,18 +33,25 @@ def ctx(run: load.Run) -> figures.Context:
     return figures.Context(run, groups, tables.summary_rows(groups, SLO), tables.baseline_rows(run, groups, SLO), SLO)
 
 
-def test_torn_last_lines_are_ignored_without_a_warning(run: load.Run) -> None:
-    assert run.warnings == ()
+def test_torn_last_lines_are_skipped_and_named_in_the_warnings(run: load.Run) -> None:
     assert all(p.point_id != "torn" for p in run.points)
     assert len(run.points) == len(run.plan)
+    torn = sorted(w.split(":")[0] for w in run.warnings if "torn last line" in w)
+    assert torn == ["points.jsonl", "requests/baseline.agent.concurrency.1.r0.jsonl", "telemetry.jsonl"]
+    assert len(run.warnings) == 3
 
 
-def test_a_corrupt_line_in_the_middle_is_skipped_with_a_warning(tmp_path: Path) -> None:
-    path = tmp_path / "x.jsonl"
-    path.write_text('{"a": 1}\n{oops\n{"a": 2}\n{"a": 3, "tor')
-    warnings: list[str] = []
-    assert load.read_jsonl(path, warnings) == [{"a": 1}, {"a": 2}]
-    assert warnings == ["x.jsonl: line 2 is not JSON (skipped)"]
+def test_unreadable_and_misshapen_lines_are_skipped_with_one_warning_each(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, n=8, repeats=1, telemetry=False, toolcalls=False, torn=False)
+    points = run_dir / "points.jsonl"
+    lines = points.read_text().splitlines()
+    damaged = [lines[0], "{oops", json.dumps({**json.loads(lines[1]), "status": "maybe"}), *lines[2:]]
+    points.write_text("\n".join(damaged) + "\n")
+    run = load.load_run(run_dir)
+    assert len(run.points) == len({json.loads(line)["point_id"] for line in lines}) - 1
+    assert run.warnings == ("points.jsonl: 1 unreadable line(s) skipped (line 2 first)",
+                            "points.jsonl: 1 line(s) skipped, not the records run_bench.py writes (first: point "
+                            "record: 'status' should be one of ok, failed, not 'maybe')")
 
 
 def test_the_latest_attempt_of_a_point_wins(run: load.Run) -> None:
@@ -55,12 +63,12 @@ def test_the_latest_attempt_of_a_point_wins(run: load.Run) -> None:
     assert failed.point_id not in run.requests
 
 
-def test_request_rows_become_arrays_with_per_request_mean_itl() -> None:
-    r = load.requests_from_rows([
-        {"start_s": 1.0, "ok": True, "error": "", "prompt_tokens": 10, "output_tokens": 3, "ttft_ms": 20.0,
-         "itl_ms": [4.0, 6.0], "e2e_ms": 30.0},
-        {"start_s": 2.0, "ok": False, "error": "timeout", "prompt_tokens": 10, "output_tokens": 0, "ttft_ms": None,
-         "itl_ms": [], "e2e_ms": 5.0}])
+def test_request_records_become_arrays_with_per_request_mean_itl() -> None:
+    r = load.requests_from_records([
+        RequestRecord(start_s=1.0, ok=True, error="", prompt_tokens=10, output_tokens=3, ttft_ms=20.0,
+                      itl_ms=(4.0, 6.0), e2e_ms=30.0),
+        RequestRecord(start_s=2.0, ok=False, error="timeout", prompt_tokens=10, output_tokens=0, ttft_ms=None,
+                      itl_ms=(), e2e_ms=5.0)])
     assert r.itl_mean_ms[0] == 5.0 and math.isnan(r.itl_mean_ms[1])
     assert math.isnan(r.ttft_ms[1]) and r.itl_all_ms.tolist() == [4.0, 6.0]
     assert r.errors == ("timeout",) and r.n == 2
@@ -70,7 +78,7 @@ def test_a_directory_without_manifest_or_with_another_schema_is_refused(tmp_path
     with pytest.raises(load.LoadError, match="manifest.json is missing"):
         load.load_run(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"schema": 2}))
-    with pytest.raises(load.LoadError, match="schema 2"):
+    with pytest.raises(load.LoadError, match="schema 2, newer than this toolkit reads"):
         load.load_run(tmp_path)
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(load.LoadError, match="not readable JSON"):
@@ -114,9 +122,9 @@ def test_disabling_the_prefix_cache_shows_as_worse_ttft_on_the_agent_workload(ct
 def test_toolcall_rows_score_cases_and_keep_the_skip_reason(run: load.Run) -> None:
     rows = {r["arm"]: r for r in tables.toolcall_rows(run)}
     assert rows["triton"]["skipped"].startswith("dummy weights")
-    cases = [t for t in run.toolcalls if t.get("arm") == "baseline"]
+    cases = [t for t in run.toolcalls if t.arm == "baseline"]
     assert rows["baseline"]["cases"] == len(cases)
-    assert rows["baseline"]["ok_pct"] == pytest.approx(100 * sum(c["ok"] for c in cases) / len(cases))
+    assert rows["baseline"]["ok_pct"] == pytest.approx(100 * sum(c.ok for c in cases) / len(cases))
 
 
 def _row(conc: int, met: bool, client_bound: bool = False, key: str = "concurrency", **extra: object) -> dict:
@@ -192,19 +200,16 @@ def test_tables_escape_cell_text_and_mark_verdict_cells() -> None:
     assert "<td class='worse'>1</td>" in html
 
 
-def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
-    target = tmp_path / "sub" / "page.html"
-    page.write_atomic(target, "one")
-    page.write_atomic(target, "two")
-    assert target.read_text() == "two"
-    assert [p.name for p in target.parent.iterdir()] == ["page.html"]
-
-
-def test_malformed_request_fields_become_missing_values_not_crashes() -> None:
-    r = load.requests_from_rows([{"ok": True, "ttft_ms": "abc", "itl_ms": "x", "e2e_ms": None},
-                                 {"ok": True, "ttft_ms": 12, "itl_ms": [1, "bad", None, 3]}])
-    assert math.isnan(r.ttft_ms[0]) and r.ttft_ms[1] == 12.0
-    assert r.itl_all_ms.tolist() == [1.0, 3.0] and math.isnan(r.itl_mean_ms[0])
+def test_a_malformed_request_line_is_skipped_and_named_not_a_crash(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, n=8, repeats=1, telemetry=False, toolcalls=False, torn=False)
+    point = next(p for p in load.load_run(run_dir).points if p.status == "ok")
+    file = run_dir / point.requests_file
+    rows = file.read_text().splitlines()
+    file.write_text("\n".join([json.dumps({**json.loads(rows[0]), "ttft_ms": "abc"}), *rows[1:]]) + "\n")
+    run = load.load_run(run_dir)
+    assert run.requests[point.point_id].n == len(rows) - 1
+    assert run.warnings == (f"{point.requests_file}: 1 line(s) skipped, not the records run_bench.py writes "
+                            "(first: request record: 'ttft_ms' should be float, not 'abc')",)
 
 
 def test_the_bench_directory_itself_gets_a_hint_towards_latest(tmp_path: Path) -> None:
@@ -278,10 +283,9 @@ def test_qps_chart_states_the_client_bound_rule_the_runner_applies(ctx: figures.
 
 
 def test_a_failed_no_tool_request_does_not_count_as_respecting_no_tool(run: load.Run) -> None:
-    cases = [{"arm": "baseline", "case_id": "none-0", "expected_tool": None, "called_tool": None, "args_ok": True,
-              "ok": True, "latency_ms": 10.0},
-             {"arm": "baseline", "case_id": "none-1", "expected_tool": None, "called_tool": None, "args_ok": True,
-              "ok": False, "latency_ms": 120_000.0, "error": "APITimeoutError: Request timed out."}]
+    cases = [ToolCallCase("baseline", "none-0", "hi", None, None, True, True, 10.0),
+             ToolCallCase("baseline", "none-1", "hi", None, None, True, False, 120_000.0,
+                          "APITimeoutError: Request timed out.")]
     rows = {r["arm"]: r for r in tables.toolcall_rows(dataclasses.replace(run, toolcalls=tuple(cases)))}
     assert rows["baseline"]["no_tool_respected_pct"] == 50.0 and rows["baseline"]["ok_pct"] == 50.0
 

@@ -1,11 +1,14 @@
-"""The run store: atomic JSON, fsynced JSONL appends that survive a torn last line, resume bookkeeping."""
+"""The run store: typed records written through llmhost.files, resume bookkeeping, redaction of raw outputs."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 
-from llmhost.bench import store
+from llmhost import files
+from llmhost.bench import points, store
+from llmhost.bench.records import PointRecord, RequestRecord, ServerRecord, ToolCallSkipped
 
 
 def test_run_ids_are_utc_stamps_with_an_optional_tag():
@@ -22,69 +25,58 @@ def test_create_makes_a_fresh_directory_and_points_latest_at_it(tmp_path):
     assert re.fullmatch(r"\d{8}-\d{6}-a(\.\d+)?", second.run_id)
 
 
-def test_write_json_replaces_atomically_and_leaves_no_temp_files(tmp_path):
-    path = tmp_path / "m.json"
-    store.write_json(path, {"a": 1})
-    store.write_json(path, {"a": 2})
-    assert json.loads(path.read_text()) == {"a": 2}
-    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
-
-
-def test_read_jsonl_skips_a_torn_last_line(tmp_path):
-    path = tmp_path / "p.jsonl"
-    store.append_jsonl(path, [{"i": 1}, {"i": 2}])
-    with open(path, "a") as out:
-        out.write('{"i": 3, "tor')
-    assert store.read_jsonl(path) == [{"i": 1}, {"i": 2}]
-    assert store.read_jsonl(tmp_path / "missing.jsonl") == []
+def _attempt(point_id: str, attempt: int, status: str) -> PointRecord:
+    point = dataclasses.replace(points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), point_id=point_id)
+    return PointRecord.of(point, attempt=attempt, status=status, error=None if status == "ok" else "boom",
+                          started_at=1.0, ended_at=2.0, cache_flushed=True, summary=None,
+                          requests_file=f"requests/{point_id}.jsonl")
 
 
 def test_done_points_are_ok_or_failed_on_the_retry(tmp_path):
     run = store.RunStore.create(tmp_path)
     for pid, attempt, status in [("a", 1, "ok"), ("b", 1, "failed"), ("c", 1, "failed"), ("c", 2, "failed"),
                                  ("d", 1, "failed"), ("d", 2, "ok")]:
-        run.append_point({"point_id": pid, "attempt": attempt, "status": status})
+        run.append_point(_attempt(pid, attempt, status))
     assert run.done_points() == {"a", "c", "d"}
-    assert run.latest_attempts()["b"]["attempt"] == 1
+    assert run.latest_attempts()["b"].attempt == 1
+
+
+def test_a_damaged_points_line_costs_only_its_point_on_resume(tmp_path):
+    run = store.RunStore.create(tmp_path)
+    run.append_point(_attempt("a", 1, "ok"))
+    with open(run.points_path, "a") as out:
+        out.write('{"point_id": "b", "attempt": 1, "sta')  # killed mid-append
+    run.append_point(_attempt("c", 1, "ok"))  # the torn line is closed off first, so "c" survives
+    assert run.done_points() == {"a", "c"}
 
 
 def test_requests_file_is_replaced_whole_and_named_by_point(tmp_path):
     run = store.RunStore.create(tmp_path)
-    rel = run.write_requests("baseline.chat.qps.r8.r1", [{"ok": True}, {"ok": False}])
+    one = RequestRecord(1.0, True, "", 8, 2, 5.0, (1.5,), 7.0)
+    rel = run.write_requests("baseline.chat.qps.r8.r1", [one, RequestRecord(2.0, False, "x", 8, 0, None, (), 1.0)])
     assert rel == "requests/baseline.chat.qps.r8.r1.jsonl"
-    run.write_requests("baseline.chat.qps.r8.r1", [{"ok": True}])
-    assert store.read_jsonl(run.root / rel) == [{"ok": True}]
+    run.write_requests("baseline.chat.qps.r8.r1", [one])
+    assert [RequestRecord.from_dict(r) for r in files.read_jsonl(run.root / rel).rows] == [one]
 
 
-def test_manifest_and_server_records_round_trip(tmp_path):
+def test_server_records_are_named_by_arm(tmp_path):
     run = store.RunStore.create(tmp_path)
-    run.write_manifest({"schema": 1, "run_id": run.run_id})
-    run.write_server("fp8-kv", {"arm": "fp8-kv"})
-    assert run.read_manifest()["run_id"] == run.run_id
-    assert json.loads((run.root / "servers" / "fp8-kv.json").read_text()) == {"arm": "fp8-kv"}
+    record = ServerRecord("fp8-kv", "python -m sglang.launch_server --kv-cache-dtype fp8_e5m2", {"port": 1}, 80.5,
+                          "2026-12-01T10:00:00Z")
+    run.write_server(record)
+    assert ServerRecord.from_dict(json.loads((run.root / "servers" / "fp8-kv.json").read_text())) == record
 
 
 def test_toolcall_arms_are_the_arms_already_checked(tmp_path):
     run = store.RunStore.create(tmp_path)
-    store.append_jsonl(run.toolcalls_path, [{"arm": "baseline", "skipped": "dummy"}])
+    run.append_toolcalls([ToolCallSkipped("baseline", "dummy")])
     assert run.toolcall_arms() == {"baseline"}
 
 
-def test_redact_hides_api_keys_anywhere_in_server_info():
-    info = {"api_key": "sk-secret", "admin_api_key": None, "nested": [{"api_key": "x"}], "port": 30000}
-    assert store.redact(info) == {"api_key": "<redacted>", "admin_api_key": None,
-                                  "nested": [{"api_key": "<redacted>"}], "port": 30000}
-
-
-def test_versions_of_a_python_without_sglang_are_none(tmp_path):
-    import sys
-
-    found = store.versions(sys.executable)
-    assert set(found) == {"sglang", "flashinfer", "torch", "llmhost"}
-    assert store.versions(str(tmp_path / "no-python"))["sglang"] is None
-
-
-def test_versions_are_read_from_the_server_pythons_metadata(site_python):
-    found = store.versions(site_python({"sglang": ("0.5.17", []), "flashinfer-python": ("0.6.15.post1", []),
-                                        "torch": ("2.11.0", [])}))
-    assert (found["sglang"], found["flashinfer"], found["torch"]) == ("0.5.17", "0.6.15.post1", "2.11.0")
+def test_raw_load_generator_output_loses_its_api_key_and_nothing_else(tmp_path):
+    raw = tmp_path / "out.jsonl"
+    raw.write_text(json.dumps({"completed": 4, "server_info": {"api_key": "sk-secret", "port": 1}}) + "\n")
+    store.redact_jsonl(raw)
+    assert files.read_jsonl(raw).rows == [{"completed": 4, "server_info": {"api_key": "<redacted>", "port": 1}}]
+    store.redact_jsonl(tmp_path / "absent.jsonl")
+    assert not (tmp_path / "absent.jsonl").exists()

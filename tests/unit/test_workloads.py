@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from llmhost.bench import workloads
+from llmhost.bench import records, workloads
 from llmhost.bench.workloads import REGISTRY
 
 
@@ -46,6 +46,7 @@ def test_gsp_rounds_up_to_whole_groups():
 
 
 def test_manifest_entries_carry_kind_and_dataset_parameters():
-    kinds = {w.name: w.as_manifest()["kind"] for w in REGISTRY.values()}
+    entries = {w.name: records.WorkloadRecord.of(w) for w in REGISTRY.values()}
+    kinds = {name: entry.kind for name, entry in entries.items()}
     assert kinds == {"agent": "gsp", "chat": "random-ids", "long": "random-ids", "agent-tools": "openai-chat"}
-    assert REGISTRY["long"].as_manifest()["params"]["random_input_len"] == 8192
+    assert entries["long"].params["random_input_len"] == 8192
