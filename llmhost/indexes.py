@@ -12,7 +12,7 @@ where llmhost.versions says (ADDON_INDEXES, place_addon). Stdlib only: setup run
 
 `check` prints "WHERE: STATE DETAIL", then "pin NAME VERSION" per resolved package; exit 0 only when it resolves.
 Index URLs for the add-ons come from the configuration (PYPI_INDEX_URL, FLASHINFER_INDEX_URL,
-FLASHINFER_JIT_CACHE_INDEX_URL). Writes nothing.
+FLASHINFER_JIT_CACHE_INDEX_URL). Installs nothing (uv keeps what it downloads in its cache).
 """
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ class Source:
 class Finding:
     state: State
     source: Source
-    detail: str
-    pins: tuple[tuple[str, str], ...] = ()
+    detail: str  # after the state: "(2 packages)", "version 1.0 (newest there: 0.9)", "(Connection refused)"
+    pins: tuple[tuple[str, str], ...] = ()  # resolves: (canonical name, version) of every package uv picked
 
     def text(self) -> str:
         """'URL: resolves (211 packages)', 'URL: missing version 1.0 (newest there: 0.9)', 'URL: unreachable (why)'."""
