@@ -7,22 +7,26 @@
 #   packages    apt base packages, only the missing ones (needs root or passwordless sudo)
 #   driver      NVIDIA driver R580+; absent -> installs nvidia-driver-580-open, prints REBOOT REQUIRED, exits 3
 #   cuda        CUDA 13 toolkit (nvcc 13.x) from NVIDIA's apt repo via the cuda-keyring .deb
-#   python      Python 3.12 venv at $WORK_DIR/venv with uv (from PyPI, installed into the venv)
-#   sglang      sglang==$SGLANG_VERSION with torch for CUDA 13, plus this toolkit's pinned client deps
-#   flashinfer  flashinfer-cubin / flashinfer-jit-cache == the flashinfer-python sglang pulled in; others removed
+#   python      Python 3.12 venv at $WORK_DIR/venv with uv (from PYPI_INDEX_URL, installed into the venv)
+#   sglang      sglang==$SGLANG_VERSION from PYPI_INDEX_URL with torch for CUDA 13, plus this toolkit's client deps
+#   flashinfer  flashinfer-cubin / flashinfer-jit-cache == the flashinfer-python sglang pulled in, each from the first
+#               of its indexes that has it (FLASHINFER_INDEX_URL, then PyPI / FLASHINFER_JIT_CACHE_INDEX_URL);
+#               others removed. An index that does not answer: one warning, no add-on, kernels JIT-compile instead
 #   jit-cache   FLASHINFER_WORKSPACE_BASE (persistent FlashInfer JIT cache; serve.sh passes it to the server)
 #   model       MODEL_ID -> MODEL_DIR (LOAD_FORMAT=dummy: config + tokenizer only) + completeness check
 #   kernel      FlashInfer GQA paged decode vs a float32 reference at the model's head shape
 #
 #   ./setup_host.sh                       # everything
-#   ./setup_host.sh --dry-run             # the plan, phase by phase; changes nothing, needs no sudo
+#   ./setup_host.sh --dry-run             # the plan, phase by phase, with uv's own resolution of every install
+#                                         # against its index (resolves / missing version X / unreachable)
 #   ./setup_host.sh --only model          # re-run one phase
 #   ./setup_host.sh --python python3      # bring your own SGLang Python (e.g. the SGLang container): verify only
 #   ./setup_host.sh --wheelhouse ~/whl    # offline: install from local wheels; apt/driver/CUDA are only verified
 #
-# Options: --dry-run (print each phase's plan; change nothing, no sudo) | --only PHASE | --python PATH (existing
-# Python with sglang, sets SGLANG_PYTHON: skip installs, verify everything) | --wheelhouse DIR (pip/uv --no-index
-# --find-links DIR) | --skip-model | --force-os (continue on another OS) | -h, --help
+# Options: --dry-run (print each phase's plan and rehearse its installs; change nothing, no sudo) | --only PHASE |
+# --python PATH (existing Python with sglang, sets SGLANG_PYTHON: skip installs, verify everything) | --wheelhouse DIR
+# (pip/uv --no-index --find-links DIR; FlashInfer's add-ons optional) | --skip-model | --force-os | -h, --help
+# Indexes (config.env): PYPI_INDEX_URL, FLASHINFER_INDEX_URL, FLASHINFER_JIT_CACHE_INDEX_URL (mirrors welcome).
 # Exit codes: 0 done, 1 a check or step failed (one line says what and the next command), 2 bad arguments,
 # 3 REBOOT REQUIRED (the driver was just installed: reboot, then run it again; `&& ./serve.sh start` stops there).
 # Disk: the venv needs ~25 GB free (torch + CUDA 13 libraries ~7 GB, the rest of sglang's stack ~4 GB,
@@ -42,7 +46,9 @@ DRIVER_PACKAGE=nvidia-driver-580-open
 CUDA_MAJOR=13
 CUDA_PACKAGE=cuda-toolkit-13-0
 VENV_NEED_GB=25
-PYPI_URL=https://pypi.org/simple/sglang/
+TORCH_BACKEND=cu130 # uv --torch-backend: torch and friends from PyTorch's CUDA 13.0 index...
+TORCH_INDEX_URL=https://download.pytorch.org/whl/$TORCH_BACKEND # ...which is this URL (the rehearsal checks it)
+TORCH_CUDA=13.0                                                 # ...so torch.version.cuda will say this
 APT_GET=(apt-get -o DPkg::Lock::Timeout=600) # a fresh cloud VM runs unattended-upgrades at boot: wait, do not fail
 HF_URL=https://huggingface.co/api/models/Qwen/Qwen3-4B
 NVIDIA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404
@@ -56,7 +62,10 @@ PYTHON_ARG=""
 LOG_FILE=/dev/null
 PHASE=setup
 SUDO=()
-SRC=() # where pip/uv take packages from: the index, or --no-index --find-links WHEELHOUSE
+SRC=() # where pip/uv take packages from: --index-url PYPI_INDEX_URL, or --no-index --find-links WHEELHOUSE
+REHEARSAL_DIR="" # --dry-run: a throwaway uv, the caches and uv's resolution of sglang; removed on exit
+REHEARSAL_UV=""   # the uv that rehearses (rehearsal_uv) ...
+REHEARSAL_NOTE="" # ... where it came from, or why there is none
 
 usage() { print_usage "${BASH_SOURCE[0]}"; }
 
@@ -129,6 +138,62 @@ need_disk() {
   ((free_kb * 1024 >= need)) \
     || fail "disk full: $((free_kb / 1048576)) GB free under $dir but $what needs ~$((need / 1073741824 + 1)) GB — free space or set WORK_DIR to a bigger disk"
   note "disk: $((free_kb / 1048576)) GB free under $dir, $what needs $((need / 1048576)) MB"
+}
+
+# --- rehearsals (--dry-run): uv's own resolution against the indexes a real run will use ---
+
+# rehearsal_uv: set REHEARSAL_UV to the venv's uv, else one on PATH, else one that pip installs from PYPI_INDEX_URL
+# (or the wheelhouse) into a throwaway venv, which rehearses the python phase's own 'pip install uv'.
+# Returns 1 when that install fails (a real run fails the same way), 2 when there is no venv to try it in; a
+# failure is remembered, so later phases do not try again.
+rehearsal_uv() {
+  local venv="$REHEARSAL_DIR/uv-venv" failed="$REHEARSAL_DIR/no-uv" out rc
+  if [[ -x "$WORK_DIR/venv/bin/uv" ]]; then
+    REHEARSAL_UV="$WORK_DIR/venv/bin/uv" REHEARSAL_NOTE="the venv's"
+  elif command -v uv >/dev/null 2>&1; then
+    REHEARSAL_UV=$(command -v uv) REHEARSAL_NOTE="uv on PATH"
+  else
+    if [[ ! -x "$venv/bin/uv" && ! -s "$failed" ]]; then
+      if ! "$(host_python)" -m venv "$venv" >/dev/null 2>&1; then
+        echo "2 no uv on PATH and $(host_python) cannot create a venv to install one (python3-venv, which the packages phase installs)" >"$failed"
+      elif ! out=$("$venv/bin/python" -m pip install -q --disable-pip-version-check --retries 1 --timeout 15 "${SRC[@]}" uv 2>&1); then
+        echo "1 pip cannot install uv from ${WHEELHOUSE:-$PYPI_INDEX_URL}: $(grep -v '^WARNING' <<<"$out" | tail -n 1)" >"$failed"
+      fi
+    fi
+    if [[ -s "$failed" ]]; then
+      read -r rc REHEARSAL_NOTE <"$failed"
+      return "$rc"
+    fi
+    REHEARSAL_UV="$venv/bin/uv" REHEARSAL_NOTE="pip installed it from ${WHEELHOUSE:-$PYPI_INDEX_URL} into a throwaway venv"
+  fi
+}
+
+# sglang_resolution: 'WHERE: STATE ...' then 'pin NAME VERSION' lines of uv's resolution of sglang==$SGLANG_VERSION from
+# PYPI_INDEX_URL (or the wheelhouse); resolved once per dry run, as the flashinfer phase needs its pins too.
+sglang_resolution() {
+  local file="$REHEARSAL_DIR/sglang-resolution" from=(--index "$PYPI_INDEX_URL")
+  [[ -z "$WHEELHOUSE" ]] || from=(--wheelhouse "$WHEELHOUSE")
+  [[ -s "$file" ]] || toolkit llmhost.setup.indexes check --uv "$REHEARSAL_UV" "${from[@]}" --prerelease \
+    --show torch,flashinfer-python,sglang-kernel "sglang==$SGLANG_VERSION" >"$file" || true
+  [[ -s "$file" ]] || fail "could not rehearse sglang==$SGLANG_VERSION (message above)"
+  cat "$file"
+}
+
+# rehearse_sglang: sglang==$SGLANG_VERSION resolves where the install takes it from, and torch is on PyTorch's
+# index, where --torch-backend takes it from; either one missing or unreachable fails like the real install would.
+rehearse_sglang() {
+  local resolution verdict torch
+  rehearsal_uv || { log "sglang: not rehearsed — $REHEARSAL_NOTE"; return 0; }
+  resolution=$(sglang_resolution)
+  verdict=${resolution%%$'\n'*}
+  [[ $verdict == *": resolves "* ]] \
+    || fail "sglang==$SGLANG_VERSION from $verdict — a real install stops here: check SGLANG_VERSION and PYPI_INDEX_URL"
+  log "sglang: sglang==$SGLANG_VERSION from $verdict"
+  torch=$(awk '$1 == "pin" && $2 == "torch" {print $3}' <<<"$resolution")
+  [[ $MODE == install && -n "$torch" ]] || return 0
+  verdict=$(toolkit llmhost.setup.indexes check --uv "$REHEARSAL_UV" --index "$TORCH_INDEX_URL" --no-deps "torch==$torch" | head -n 1) \
+    || fail "torch==$torch (uv --torch-backend $TORCH_BACKEND) from $verdict — a real install stops here: let the proxy through to it, or use --wheelhouse DIR"
+  log "sglang: torch==$torch (uv --torch-backend $TORCH_BACKEND) from $verdict"
 }
 
 toolkit() { "$(host_python)" -m "$@"; }
@@ -277,11 +342,18 @@ phase_python() {
     step python3.12 -m venv "$venv"
   fi
   if [[ ! -x "$venv/bin/uv" ]]; then
-    [[ $MODE == install ]] && need_network "$PYPI_URL"
+    [[ $MODE == install ]] && need_network "$PYPI_INDEX_URL/uv/"
     # uv goes into the venv itself: Ubuntu 24.04's PEP 668 guard refuses `pip install --user` on the system Python.
     step "$venv/bin/python" -m pip install -q "${SRC[@]}" uv
   fi
-  is_dry && { log "python: would use $venv (Python 3.12) with uv; the install needs ~$VENV_NEED_GB GB free there"; return 0; }
+  if is_dry; then
+    log "python: would use $venv (Python 3.12) with uv; the install needs ~$VENV_NEED_GB GB free there"
+    local rc=0
+    rehearsal_uv || rc=$?
+    ((rc != 1)) || fail "$REHEARSAL_NOTE"
+    if ((rc == 0)); then log "python: rehearsing the installs with $("$REHEARSAL_UV" --version 2>&1) ($REHEARSAL_NOTE)"; else warn "python: installs not rehearsed — $REHEARSAL_NOTE"; fi
+    return 0
+  fi
   log "python: $venv (Python $("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])')), $("$venv/bin/uv" --version)"
 }
 
@@ -301,33 +373,57 @@ phase_sglang() {
   fi
   local extra=(--prerelease=allow) # sglang needs pre-release deps (flash-attn-4 4.0.0b*)
   if [[ $MODE == install ]]; then
-    need_network "$PYPI_URL"
-    extra+=(--torch-backend cu130) # torch, torchvision, torchaudio from PyTorch's CUDA 13.0 index; the rest from PyPI
+    need_network "$PYPI_INDEX_URL/sglang/"
+    extra+=(--torch-backend "$TORCH_BACKEND") # torch, torchvision, torchaudio from PyTorch's index; the rest from PyPI
   fi
   is_dry || need_disk $((VENV_NEED_GB * 1073741824)) "$WORK_DIR" "sglang + torch + flashinfer"
   log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB of wheels, typically 3-8 min)"
   uv_pip install "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
-  is_dry && return 0
+  is_dry && { rehearse_sglang; return 0; }
   have=$(installed_version sglang) || fail "cannot list the packages of $SGLANG_PYTHON (message above)"
   toolkit llmhost.setup.versions same "$have" "$SGLANG_VERSION" || fail "asked for sglang==$SGLANG_VERSION, got $have — see $LOG_FILE"
   log "sglang: installed $have (+ toolkit client deps) in $SGLANG_PYTHON"
 }
 
-phase_flashinfer() {
-  local plan kind name version detail base="" tag="" removes=() installs=() oks=()
-  if is_dry && ! "$SGLANG_PYTHON" -c 'import sglang' >/dev/null 2>&1; then
-    log "flashinfer: would read the flashinfer-python version sglang installs (V), remove flashinfer-* of other versions, install flashinfer-cubin==V (PyPI) and flashinfer-jit-cache==V (https://flashinfer.ai/whl/cu130)" && return 0
+# flashinfer_plan: llmhost.setup.versions' plan for the FlashInfer packages; outside bring-your-own mode each add-on to
+# install also gets a 'sources' line (what each of its indexes said) and where it comes from: 'install NAME VERSION
+# WHERE', 'skip NAME VERSION WHY' (no index answered, or the wheelhouse lacks it) or 'missing NAME VERSION WHY'.
+# A dry run before the venv exists plans for the flashinfer-python that uv resolved for sglang.
+flashinfer_plan() {
+  [[ $MODE != byo ]] || { toolkit llmhost.setup.versions flashinfer-plan --python "$SGLANG_PYTHON"; return; }
+  local uv="$WORK_DIR/venv/bin/uv" from=(--python "$SGLANG_PYTHON") base
+  if is_dry; then
+    rehearsal_uv || { echo "norehearsal $REHEARSAL_NOTE"; return 0; }
+    uv=$REHEARSAL_UV
+    if ! "$SGLANG_PYTHON" -c 'import sglang' >/dev/null 2>&1; then
+      base=$(sglang_resolution | awk '$1 == "pin" && $2 == "flashinfer-python" {print $3}')
+      [[ -n "$base" ]] || { echo "norehearsal sglang==$SGLANG_VERSION does not resolve (sglang phase)"; return 0; }
+      from=(--planned-base "$base" --cuda "$TORCH_CUDA")
+    fi
   fi
-  plan=$(toolkit llmhost.setup.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not read the FlashInfer packages (message above)"
+  [[ -z "$WHEELHOUSE" ]] || from+=(--wheelhouse "$WHEELHOUSE")
+  toolkit llmhost.setup.indexes flashinfer-plan --uv "$uv" "${from[@]}"
+}
+
+phase_flashinfer() {
+  local plan kind name version detail base="" tag="" removes=() installs=() oks=() skips=() reasons=() bad=()
+  plan=$(flashinfer_plan) || fail "could not read the FlashInfer packages (message above)"
+  if [[ $plan == norehearsal* ]]; then
+    log "flashinfer: would read the flashinfer-python version sglang installs (V), remove flashinfer-* of other versions, install flashinfer-cubin==V and flashinfer-jit-cache==V from the first of their indexes that has them (not rehearsed: ${plan#norehearsal })"
+    return 0
+  fi
   note "plan: ${plan//$'\n'/; }"
   while read -r kind name version detail; do
     case $kind in
       cuda) tag=$name
-        [[ ${version%%.*} == "$CUDA_MAJOR" ]] || fail "torch in $SGLANG_PYTHON is built for CUDA $version, not $CUDA_MAJOR — reinstall torch for cu130" ;;
+        [[ ${version%%.*} == "$CUDA_MAJOR" ]] || fail "torch in $SGLANG_PYTHON is built for CUDA $version, not $CUDA_MAJOR — reinstall torch for $TORCH_BACKEND" ;;
       ok) oks+=("$name $version"); [[ $name == flashinfer-python ]] && base=$version ;;
       error) fail "$name $version: $detail — reinstall sglang==$SGLANG_VERSION, which brings the flashinfer-python it pins" ;;
       remove) removes+=("$name") ;;
-      install) installs+=("$name==$version${detail:+@$detail}") ;;
+      sources) if is_dry; then log "flashinfer: $name==$version $detail"; else note "$name==$version $detail"; fi ;;
+      install) installs+=("$name==$version@$detail") ;;
+      skip) skips+=("$name"); reasons+=("$detail") ;;
+      missing) fail "$name==$version is on none of its indexes: $detail — SGLANG_VERSION=$SGLANG_VERSION pins flashinfer-python $version; point FLASHINFER_INDEX_URL at a mirror that has it, or pick another SGLANG_VERSION" ;;
     esac
   done <<<"$plan"
   if [[ $MODE == byo ]]; then
@@ -337,21 +433,27 @@ phase_flashinfer() {
     return 0
   fi
   ((${#removes[@]} == 0)) || uv_pip uninstall "${removes[@]}"
-  local spec
+  local spec src
   for spec in "${installs[@]}"; do
-    if [[ -n "$WHEELHOUSE" ]]; then
-      uv_pip install "${SRC[@]}" --no-deps "${spec%%@*}"
-    elif [[ "$spec" == *@* ]]; then
-      need_network "${spec#*@}/"
-      uv_pip install --no-deps --index-url "${spec#*@}" "${spec%%@*}"
-    else
-      uv_pip install --no-deps "$spec"
-    fi
+    src=(--index-url "${spec#*@}")
+    [[ -z "$WHEELHOUSE" ]] || src=("${SRC[@]}")
+    is_dry && log "flashinfer: would install ${spec%%@*} from ${spec#*@}"
+    uv_pip install --no-deps "${src[@]}" "${spec%%@*}"
   done
+  # FlashInfer works without its add-ons: it JIT-compiles what they would have brought, and the kernel check below
+  # proves that it does
+  ((${#skips[@]} == 0)) || warn "flashinfer: going on without ${skips[*]} — $(printf '%s; ' "${reasons[@]}")FlashInfer JIT-compiles their kernels on first use instead: a first server start without them took ~7 min on an H200 (1.5-3 min once FLASHINFER_WORKSPACE_BASE holds the kernels)"
   is_dry && return 0
   plan=$(toolkit llmhost.setup.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not re-read the FlashInfer packages"
-  grep -qv '^\(ok\|cuda\) ' <<<"$plan" && fail "FlashInfer packages still inconsistent after install: ${plan//$'\n'/; }"
-  log "flashinfer: $(grep '^ok ' <<<"$plan" | awk '{printf "%s %s, ", $2, $3}')all equal ($tag)"
+  while read -r kind name _; do
+    case $kind in
+      ok | cuda) ;;
+      install) [[ " ${skips[*]} " == *" $name "* ]] || bad+=("$name") ;; # a skipped add-on stays absent
+      *) bad+=("$name") ;;
+    esac
+  done <<<"$plan"
+  ((${#bad[@]} == 0)) || fail "FlashInfer packages still inconsistent after install: ${plan//$'\n'/; }"
+  log "flashinfer: $(grep '^ok ' <<<"$plan" | awk '{printf "%s %s, ", $2, $3}')all equal ($tag)${skips[*]:+; without ${skips[*]} (JIT-compiled instead)}"
 }
 
 phase_jit_cache() {
@@ -424,11 +526,18 @@ main() {
   elif [[ "$SGLANG_PYTHON" != "$WORK_DIR/venv/bin/python" ]]; then
     MODE=byo
     SGLANG_PYTHON=$(command -v "$SGLANG_PYTHON") || die "SGLANG_PYTHON=$SGLANG_PYTHON is not an executable — fix it or unset it"
+  else
+    SRC=(--index-url "$PYPI_INDEX_URL")
   fi
   if ! is_dry; then
     check_work_dir
     LOG_FILE="$WORK_DIR/logs/setup-$(date -u +%Y%m%dT%H%M%SZ).log"
     note "mode=$MODE args=$* sglang_python=$SGLANG_PYTHON"
+  fi
+  if is_dry; then # rehearsals download index pages and metadata: into a temp dir, never into WORK_DIR
+    REHEARSAL_DIR=$(mktemp -d "${TMPDIR:-/tmp}/llmhost-setup-dry.XXXXXX")
+    trap 'rm -rf "$REHEARSAL_DIR"' EXIT
+    export UV_CACHE_DIR=${UV_CACHE_DIR:-$REHEARSAL_DIR/cache/uv} PIP_CACHE_DIR=${PIP_CACHE_DIR:-$REHEARSAL_DIR/cache/pip}
   fi
   # uv's and pip's caches (~9 GB of wheels) go next to the venv: with WORK_DIR on a big disk, a small root disk
   # would still fill up through ~/.cache otherwise (and uv hard-links from a cache on the same filesystem)

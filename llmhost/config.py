@@ -36,6 +36,9 @@ class Config:
     dashboard_port: int
     sglang_python: str
     sglang_version: str
+    pypi_index_url: str
+    flashinfer_index_url: str
+    flashinfer_jit_cache_index_url: str
     api_key_file: str
     tokenizer_worker_num: str
     mem_fraction_static: str

@@ -400,7 +400,8 @@ def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: flo
         if elapsed - last_print >= every_s:
             last_print = elapsed
             print(f"[serve] starting: {elapsed:.0f}s elapsed, timeout in {timeout_s - elapsed:.0f}s (H200: 1.5-3 min "
-                  f"with warm kernel caches, ~7 min on a first JIT start) | log: {serverlog.last_line(log)}", flush=True)
+                  f"with warm kernel caches, ~7 min on a first start without FlashInfer's add-ons) | log: "
+                  f"{serverlog.last_line(log)}", flush=True)
         time.sleep(0.5)
 
 

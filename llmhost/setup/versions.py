@@ -6,6 +6,9 @@ setup_host.sh uses this before and after the venv exists, so it is stdlib only. 
   * flashinfer-cubin must equal flashinfer-python exactly; flashinfer-jit-cache carries the CUDA build as a local
     segment ("0.6.15.post1+cu130"), so its public version must equal flashinfer-python's and its local tag must
     name the CUDA that torch was built for. FlashInfer itself refuses to import with a mismatched add-on.
+  * each add-on comes from the first of its indexes (ADDON_INDEXES) that has its version; when none has it, an
+    index that did not answer means "go on without it" (FlashInfer JIT-compiles instead), otherwise it is an error.
+    llmhost/setup/indexes.py asks the indexes; this module only decides.
 
     python3 -m llmhost.setup.versions same 0.5.2 0.5.21                    # exit 1: different
     python3 -m llmhost.setup.versions version-of --python PY sglang torch  # "sglang 0.5.17" lines ("-" = absent)
@@ -24,10 +27,13 @@ import sys
 from collections.abc import Mapping
 
 FLASHINFER_BASE = "flashinfer-python"
-# Add-on packages with prebuilt kernels, and where each one is published (None = PyPI).
-FLASHINFER_ADDONS: dict[str, str | None] = {
-    "flashinfer-cubin": None,
-    "flashinfer-jit-cache": "https://flashinfer.ai/whl/{cuda_tag}",
+# Add-on packages with prebuilt kernels, and the config keys of the indexes that publish them, tried in order
+# ("{cuda_tag}" in a URL becomes torch's CUDA tag, cu130). FlashInfer stopped uploading the cubin wheel to PyPI after
+# 0.6.13 (its PR #3853) and serves it from its own index; PyPI still has the older versions. The JIT cache was never
+# on PyPI: FlashInfer keeps one index per CUDA build.
+ADDON_INDEXES: dict[str, tuple[str, ...]] = {
+    "flashinfer-cubin": ("FLASHINFER_INDEX_URL", "PYPI_INDEX_URL"),
+    "flashinfer-jit-cache": ("FLASHINFER_JIT_CACHE_INDEX_URL",),
 }
 
 # PEP 440 (Appendix B), with the normalisations of pre/post/dev spellings.
@@ -79,6 +85,17 @@ class Version:
             release.pop()
         return (self.epoch, tuple(release), self.pre, self.post, self.dev)
 
+    def sort_key(self) -> tuple:
+        """A key that sorts like PEP 440 (and packaging): 1.0.dev0 < 1.0a1 < 1.0 < 1.0+local < 1.0.post1."""
+        epoch, release, pre, post, dev = self.public_key()
+        if pre is None and post is None and dev is not None:
+            pre_key: tuple = (0,)  # 1.0.dev0 sorts before 1.0a1
+        else:
+            pre_key = (2,) if pre is None else (1, *pre)
+        local_key = tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in self.local.split(".") if p)
+        return (epoch, release, pre_key, (0,) if post is None else (1, post), (1,) if dev is None else (0, dev),
+                local_key)
+
 
 def parse(text: str) -> Version:
     """Parse and normalise a PEP 440 version; VersionError names the bad string."""
@@ -106,6 +123,17 @@ def same(a: str, b: str, *, ignore_local: bool = False) -> bool:
     if va.public_key() != vb.public_key():
         return False
     return ignore_local or va.local == vb.local
+
+
+def newest(texts: list[str]) -> str | None:
+    """The highest PEP 440 version among `texts` (strings that are not versions are skipped); None when none is."""
+    parsed = []
+    for text in texts:
+        try:
+            parsed.append((parse(text).sort_key(), text))
+        except VersionError:
+            continue
+    return max(parsed)[1] if parsed else None
 
 
 def canonical_name(name: str) -> str:
@@ -137,7 +165,7 @@ class Action:
     kind: str  # ok | remove | install | error
     name: str
     version: str  # installed version, or the wanted one for install/missing
-    detail: str = ""  # install: index URL ("" = PyPI); error: the reason
+    detail: str = ""  # error: the reason
 
     def line(self) -> str:
         return " ".join(part for part in (self.kind, self.name, self.version, self.detail) if part)
@@ -150,6 +178,7 @@ def plan_flashinfer(installed: Mapping[str, str], cuda_version: str, pin: str | 
     ('13.0'). pin: the flashinfer-python version sglang requires, when known. Returns one Action per package:
     'remove' for an add-on (cubin, jit-cache) whose version differs (stale or for another CUDA), 'install' for
     each add-on that is absent or removed, 'ok' for matches, 'error' when flashinfer-python itself is wrong.
+    Where an install comes from is place_addon's business.
     """
     packages = {canonical_name(k): v for k, v in installed.items()}
     base = packages.get(FLASHINFER_BASE)
@@ -163,17 +192,40 @@ def plan_flashinfer(installed: Mapping[str, str], cuda_version: str, pin: str | 
     tag = cuda_tag(cuda_version)
     # only the add-ons versioned with flashinfer-python: other flashinfer-* projects (flashinfer-bench) have
     # their own version numbers and are none of our business
-    for name in sorted(FLASHINFER_ADDONS):
+    for name in sorted(ADDON_INDEXES):
         have = packages.get(name)
         if have is not None and _addon_matches(name, have, base, tag):
             actions.append(Action("ok", name, have))
             continue
         if have is not None:
             actions.append(Action("remove", name, have))
-        if name in FLASHINFER_ADDONS:
-            index = (FLASHINFER_ADDONS[name] or "").format(cuda_tag=tag)
-            actions.append(Action("install", name, parse(base).public, index))
+        actions.append(Action("install", name, parse(base).public))
     return actions
+
+
+def addon_indexes(name: str, urls: Mapping[str, str], tag: str) -> list[str]:
+    """The index URLs to try for add-on `name`, in order, from config values (KEY -> URL); a repeat is dropped."""
+    found: list[str] = []
+    for key in ADDON_INDEXES[name]:
+        url = urls[key].replace("{cuda_tag}", tag).rstrip("/")
+        if url not in found:
+            found.append(url)
+    return found
+
+
+def place_addon(findings: list[tuple[str, str]], *, wheelhouse: bool = False) -> tuple[str, str]:
+    """Where an add-on comes from, given (state, location) per source in ADDON_INDEXES order.
+
+    ('install', location) for the first source where it resolves; ('skip', '') when none resolves but one did not
+    answer, or the offline wheelhouse lacks it: FlashInfer works without its add-ons, compiling kernels on first use;
+    ('missing', '') when every source answered without it: a pin nobody publishes is a mistake to stop on.
+    """
+    for state, location in findings:
+        if state == "resolves":
+            return "install", location
+    if wheelhouse or any(state == "unreachable" for state, _ in findings):
+        return "skip", ""
+    return "missing", ""
 
 
 def _addon_matches(name: str, have: str, base: str, tag: str) -> bool:
@@ -240,14 +292,28 @@ def _cmd_version_of(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_flashinfer_plan(args: argparse.Namespace) -> int:
-    data = probe(args.python)
-    cuda = args.cuda or data.get("torch_cuda")
+def flashinfer_plan(python: str | None, cuda: str | None = None,
+                    planned_base: str | None = None) -> tuple[str, list[Action]]:
+    """(torch's CUDA, the plan) for the environment of `python`; or, before that environment exists, for a fresh
+    one where sglang brings flashinfer-python `planned_base` and torch is built for CUDA `cuda`."""
+    if planned_base is not None:
+        if not cuda:
+            raise VersionError("a planned flashinfer-python version needs the CUDA torch will be built for")
+        return cuda, plan_flashinfer({FLASHINFER_BASE: planned_base}, cuda, planned_base)
+    if python is None:
+        raise VersionError("no interpreter to inspect and no planned flashinfer-python version")
+    data = probe(python)
+    cuda = cuda or data.get("torch_cuda")
     if not cuda:
-        raise VersionError(f"torch in {args.python} reports no CUDA ({data.get('torch_error', 'CPU-only build?')})")
+        raise VersionError(f"torch in {python} reports no CUDA ({data.get('torch_error', 'CPU-only build?')})")
     pin = pinned_version(data.get("sglang_requires", []), FLASHINFER_BASE)
+    return cuda, plan_flashinfer(data["packages"], cuda, pin)
+
+
+def _cmd_flashinfer_plan(args: argparse.Namespace) -> int:
+    cuda, actions = flashinfer_plan(args.python, args.cuda)
     print("cuda", cuda_tag(cuda), cuda)
-    for action in plan_flashinfer(data["packages"], cuda, pin):
+    for action in actions:
         print(action.line())
     return 0
 

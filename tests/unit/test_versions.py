@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from llmhost import config
 from llmhost.setup import versions
 
 # Requires-Dist lines as sglang 0.5.17's METADATA states them.
@@ -50,6 +51,19 @@ def test_same_agrees_with_packaging_on_every_pair():
             assert versions.same(a, b) == (packaging_version.Version(a) == packaging_version.Version(b)), (a, b)
 
 
+def test_sort_key_orders_like_packaging():
+    packaging_version = pytest.importorskip("packaging.version")
+    samples = ["0.6.13", "0.6.9", "0.6.13rc1", "0.6.13.post1", "0.6.13.dev0", "0.6.13a1.dev2", "0.6.13+cu130",
+               "0.6.13+cu129", "0.6.13+7", "1!0.1", "0.6.13.0", "0.6.13.post1.dev1", "2.0b2", "2.0c1"]
+    ours = sorted(samples, key=lambda v: versions.parse(v).sort_key())
+    assert ours == sorted(samples, key=packaging_version.Version)
+
+
+def test_newest_skips_what_is_not_a_version():
+    assert versions.newest(["0.6.9", "0.6.13", "0.6.13rc1", "latest"]) == "0.6.13"
+    assert versions.newest(["nightly"]) is None
+
+
 def test_local_segment_can_be_ignored_but_public_part_still_counts():
     assert versions.same("0.6.15.post1+cu130", "0.6.15.post1", ignore_local=True)
     assert not versions.same("0.6.15+cu130", "0.6.15.post1", ignore_local=True)
@@ -88,10 +102,30 @@ def test_matching_addons_need_nothing():
     assert [line.split()[0] for line in plan] == ["ok", "ok", "ok"]
 
 
-def test_absent_addons_are_installed_from_their_indexes():
+def test_absent_addons_are_installed_at_the_base_version():
     plan = lines({"flashinfer-python": "0.6.15.post1"})
-    assert "install flashinfer-cubin 0.6.15.post1" in plan
-    assert "install flashinfer-jit-cache 0.6.15.post1 https://flashinfer.ai/whl/cu130" in plan
+    assert plan[1:] == ["install flashinfer-cubin 0.6.15.post1", "install flashinfer-jit-cache 0.6.15.post1"]
+
+
+def test_addon_indexes_follow_where_flashinfer_publishes_each_one():
+    urls = config.load_values({})  # config.env's defaults
+    assert versions.addon_indexes("flashinfer-cubin", urls, "cu130") == ["https://flashinfer.ai/whl",
+                                                                         "https://pypi.org/simple"]
+    assert versions.addon_indexes("flashinfer-jit-cache", urls, "cu130") == ["https://flashinfer.ai/whl/cu130"]
+    mirror = {**urls, "FLASHINFER_INDEX_URL": "https://pypi.org/simple/"}  # a mirror serving both: asked once
+    assert versions.addon_indexes("flashinfer-cubin", mirror, "cu129") == ["https://pypi.org/simple"]
+
+
+@pytest.mark.parametrize(("findings", "wheelhouse", "expected"), [
+    ([("missing", "A"), ("resolves", "B")], False, ("install", "B")),
+    ([("resolves", "A"), ("resolves", "B")], False, ("install", "A")),  # the first index that has it wins
+    ([("unreachable", "A"), ("missing", "B")], False, ("skip", "")),  # FlashInfer's index down: go on without
+    ([("missing", "A"), ("missing", "B")], False, ("missing", "")),  # nobody publishes the pin: stop
+    ([("fails", "A")], False, ("missing", "")),  # e.g. no wheel for this platform
+    ([("missing", "DIR")], True, ("skip", "")),  # an offline wheelhouse without the add-on: go on without
+])
+def test_place_addon(findings, wheelhouse, expected):
+    assert versions.place_addon(findings, wheelhouse=wheelhouse) == expected
 
 
 def test_stale_or_wrong_cuda_addons_are_removed_then_reinstalled():
@@ -99,7 +133,7 @@ def test_stale_or_wrong_cuda_addons_are_removed_then_reinstalled():
                   "flashinfer-jit-cache": "0.6.15.post1+cu129", "flashinfer-bench": "0.1.2"})
     assert "remove flashinfer-cubin 0.6.15" in plan
     assert "remove flashinfer-jit-cache 0.6.15.post1+cu129" in plan
-    assert "install flashinfer-jit-cache 0.6.15.post1 https://flashinfer.ai/whl/cu130" in plan
+    assert plan[-1] == "install flashinfer-jit-cache 0.6.15.post1"
     # flashinfer-bench is a project with its own versions, not an add-on: never removed, never "mismatched"
     assert not any("flashinfer-bench" in line for line in plan)
 
