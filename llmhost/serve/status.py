@@ -6,7 +6,6 @@ Reads the live server and $WORK_DIR/server/{pid,pgid,started_at}; writes nothing
 from __future__ import annotations
 
 import calendar
-import json
 import time
 
 from llmhost.config import Config

@@ -178,11 +178,10 @@ def test_a_key_removed_from_the_config_does_not_linger_on_disk(cfg, tmp_path):
 
 
 def test_redactor_replaces_the_key_in_the_server_output(tmp_path):
-    import io
-
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text('api-key: "sk-abc"\n')
-    assert redacted(yaml_file, b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n") == b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
+    assert redacted(yaml_file, b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n") == \
+        b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
 
 
 def test_an_api_key_forces_one_tokenizer_worker_because_sglang_refuses_it_otherwise(cfg, tmp_path):
@@ -196,8 +195,6 @@ def test_an_api_key_forces_one_tokenizer_worker_because_sglang_refuses_it_otherw
 
 
 def test_redactor_also_catches_the_key_as_repr_escapes_it_in_server_args(tmp_path):
-    import io
-    import json
 
     key = "sk\\a'b"
     yaml_file = tmp_path / "c.yaml"
