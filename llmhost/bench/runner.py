@@ -1,8 +1,8 @@
 """Running a benchmark plan: arm by arm on a freshly restarted server, point by point with SGLang's load generator.
 
 run_bench.py builds the plan and the run directory; this module executes it: a server restart per arm with the
-arm's flags as data (llmhost.serve.lifecycle), an untimed warm pass (full runs), the tool-call check, then each point after a verified prefix-cache
-flush, retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
+arm's flags as data (llmhost.serve.lifecycle), an untimed warm pass (full runs), the tool-call check, then each
+point after a verified prefix-cache flush, retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
 """
 from __future__ import annotations
 

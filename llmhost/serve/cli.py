@@ -34,7 +34,7 @@ from llmhost.serve.spec import build_spec
 
 
 def cmd_start(cfg: Config, args: list[str], console: Console) -> int:
-    lifecycle.start(cfg, console=console)
+    lifecycle.start(cfg, console=console, busy_wait_s=0)
     return _chat_then_tunnel(cfg, console)
 
 
@@ -53,7 +53,7 @@ def _chat_then_tunnel(cfg: Config, console: Console) -> int:
 
 
 def cmd_stop(cfg: Config, args: list[str], console: Console) -> int:
-    lifecycle.stop(cfg, console=console)
+    lifecycle.stop(cfg, console=console, busy_wait_s=0)
     return 0
 
 

@@ -28,7 +28,10 @@ from llmhost.serve.readiness import readiness, wait_ready
 from llmhost.serve import serverlog
 from llmhost.serve.spec import build_spec, with_settings, write_launch_files
 
-BUSY_WAIT_S = 180.0  # the API's patience with another start/stop/restart (a restart's launch + GPU release)
+# The one busy-lock policy: every call waits up to busy_wait_s for another start/stop/restart of this WORK_DIR
+# (a restart's stop + GPU release + launch take ~1-2 min), then raises ServerBusy. The CLI passes 0: exit 75 at
+# once, as serve.sh always did, so a script can decide for itself.
+BUSY_WAIT_S = 180.0
 STOP_TIMEOUT_S = 60.0  # SIGTERM grace before SIGKILL: SGLang's scheduler processes exit within seconds
 GPU_RELEASE_TIMEOUT_S = 120.0
 
@@ -63,7 +66,7 @@ def running(cfg: Config) -> bool:
 
 
 def start(cfg: Config, extra_args: Sequence[str] = (), settings: Mapping[str, str] | None = None, *,
-          console: Console = Console(), busy_wait_s: float = 0.0) -> ReadyInfo:
+          console: Console = Console(), busy_wait_s: float = BUSY_WAIT_S) -> ReadyInfo:
     """Launch (unless ours already runs or starts: then wait for it) and wait until ready.
 
     extra_args go after SERVER_EXTRA_ARGS; settings replace config values by name ({"SERVER_ENV": "..."})."""
@@ -73,13 +76,12 @@ def start(cfg: Config, extra_args: Sequence[str] = (), settings: Mapping[str, st
 
 def restart(cfg: Config, extra_args: Sequence[str] = (), settings: Mapping[str, str] | None = None, *,
             console: Console = Console(), busy_wait_s: float = BUSY_WAIT_S) -> ReadyInfo:
-    """Stop ours, wait for its GPU memory to be freed, start with these flags and settings, wait until ready.
-    A busy lock is waited out for up to busy_wait_s (the CLI passes 0: exit 75 at once)."""
+    """Stop ours, wait for its GPU memory to be freed, start with these flags and settings, wait until ready."""
     cfg = with_settings(cfg, settings or {})
     return _launch_then_wait(cfg, extra_args, console, busy_wait_s, restart=True)
 
 
-def stop(cfg: Config, *, console: Console = Console(), busy_wait_s: float = 0.0) -> None:
+def stop(cfg: Config, *, console: Console = Console(), busy_wait_s: float = BUSY_WAIT_S) -> None:
     """Stop only what start launched (the recorded process group) and its tagged tmux session."""
     with ServeLock(cfg.state_dir) as lock:
         lock.acquire(busy_wait_s)

@@ -36,7 +36,8 @@ def status_lines(cfg: Config, api_key: str | None, client: ServerClient | None =
     lines = [f"health       : ok at {cfg.base_url}"]
     models = client.get("/v1/models")
     try:
-        names = [m.get("id") for m in models.json().get("data", [])] if models.ok else [f"? (/v1/models -> {models.status})"]
+        names = [m.get("id") for m in models.json().get("data", [])] if models.ok else [
+            f"? (/v1/models -> {models.status})"]
     except (ValueError, AttributeError):  # not SGLang's JSON: say so, keep reporting
         names = ["? (/v1/models: not a model list)"]
     lines.append(f"served model : {', '.join(map(str, names))}")

@@ -55,7 +55,8 @@ def _cfg(tmp_path):
 def test_cache_hits_are_cumulative_not_the_last_batch_gauge(tmp_path, monkeypatch, repo):
     """Captured after real traffic: the gauge reads 0.0 (last batch was decode), the counters say 4886/9623."""
     metrics_text = (repo / "tests" / "captures" / "metrics_after.txt").read_text()
-    answers = {"/health": (200, ""), "/v1/models": (200, '{"data": [{"id": "qwen3-4b"}]}'), "/metrics": (200, metrics_text)}
+    answers = {"/health": (200, ""), "/v1/models": (200, '{"data": [{"id": "qwen3-4b"}]}'),
+               "/metrics": (200, metrics_text)}
     monkeypatch.setattr("llmhost.serve.gpu.devices", lambda: [])
     healthy, lines = status.status_lines(_cfg(tmp_path), None, Answering(answers))
     assert healthy
@@ -71,7 +72,8 @@ def test_a_server_of_ours_still_starting_is_starting_not_down(tmp_path, monkeypa
     try:
         (cfg.state_dir / "pgid").write_text(str(child.pid))
         (cfg.state_dir / "started_at").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        healthy, lines = status.status_lines(cfg, None, Answering({"/health": (503, "")}))  # a live group that is not ours (PID reuse): down
+        # a live group that is not ours (PID reuse): down
+        healthy, lines = status.status_lines(cfg, None, Answering({"/health": (503, "")}))
         assert not healthy and lines[0].startswith("server down at")
         (cfg.state_dir / "pid").write_text(str(child.pid))  # the recorded server PID is in the group: ours
         (cfg.state_dir / "server.log").write_text("Capturing batches (bs=8): 40%\n")
