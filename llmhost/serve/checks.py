@@ -28,43 +28,45 @@ _HOST = re.compile(r"[A-Za-z0-9._%:-]+")  # a name, IPv4 or IPv6 literal (with a
 
 
 def origin(name: str, env: Mapping[str, str] | None = None) -> str:
-    """Where a setting's value came from: 'environment variable', or the file and line that set it last."""
+    """Where a setting's value came from: "environment", or "<file>:<line>" of the line that set it last (a file
+    in the checkout by its name, another by its path)."""
     env = os.environ if env is None else env
     if name in env:
-        return "environment variable"
+        return "environment"
     local = env.get("LLMHOST_CONFIG") or (str(config.LOCAL_FILE) if config.LOCAL_FILE.exists() else "")
-    for path in filter(None, (local, str(config.DEFAULT_FILE))):
+    for path in map(Path, filter(None, (local, str(config.DEFAULT_FILE)))):
         try:
-            lines = Path(path).read_text(errors="replace").splitlines()
+            lines = path.read_text(errors="replace").splitlines()
         except OSError:
             continue
         numbers = [n for n, line in enumerate(lines, 1) if line.strip().startswith(f"{name}=")]
         if numbers:
-            return f"{Path(path).name} line {numbers[-1]}"
+            label = path.name if path.resolve().parent == config.REPO_ROOT else str(path)
+            return f"{label}:{numbers[-1]}"
     return "config.env"
 
 
 def _refuse(name: str, value: object, why: str, env: Mapping[str, str] | None) -> ServeError:
-    return ServeError(f"{name}={value!r} (from {origin(name, env)}) {why}")
+    """'<source>: KEY=value why': bare values, quoted when empty or spaced."""
+    text = str(value)
+    shown = text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
+    return ServeError(f"{origin(name, env)}: {name}={shown} {why}")
 
 
 def check_settings(cfg: Config, env: Mapping[str, str] | None = None) -> None:
     """Every serve setting a command could trip over later, refused now in one line (ServeError)."""
     if not _HOST.fullmatch(cfg.host):
-        raise _refuse("HOST", cfg.host, "is not a host name or address — e.g. HOST=127.0.0.1 (loopback, "
-                      "use the SSH tunnel) or HOST=0.0.0.0", env)
+        raise _refuse("HOST", cfg.host, "is not a host name or IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)", env)
     if not cfg.tmux_session or any(c in cfg.tmux_session for c in ":."):
-        raise _refuse("TMUX_SESSION", cfg.tmux_session, "is empty or holds ':' or '.', which tmux rewrites "
-                      "(its session never found again) — use letters, digits, '-' and '_'", env)
-    if cfg.ready_timeout_s <= 0:
-        raise _refuse("READY_TIMEOUT_S", cfg.ready_timeout_s, "must be a positive number of seconds (default 900)",
+        raise _refuse("TMUX_SESSION", cfg.tmux_session, "must be a name without ':' or '.' (tmux would rewrite it)",
                       env)
+    if cfg.ready_timeout_s <= 0:
+        raise _refuse("READY_TIMEOUT_S", cfg.ready_timeout_s, "must be > 0 seconds (default 900)", env)
     if cfg.load_format not in LOAD_FORMATS:
-        raise _refuse("LOAD_FORMAT", cfg.load_format, "is not a load format SGLang knows — auto (real weights) or "
-                      f"dummy (random weights; others: {', '.join(LOAD_FORMATS[2:])})", env)
+        raise _refuse("LOAD_FORMAT", cfg.load_format,
+                      f"is not one of SGLang's load formats ({', '.join(LOAD_FORMATS)})", env)
     if os.path.exists(cfg.work_dir) and not os.path.isdir(cfg.work_dir):
-        raise _refuse("WORK_DIR", cfg.work_dir, "is a file, not a directory — set WORK_DIR to a directory "
-                      "(e.g. ~/llmhost)", env)
+        raise _refuse("WORK_DIR", cfg.work_dir, "is a file, not a directory", env)
     if cfg.api_key_file:
         _check_key_file(cfg.api_key_file, env)
 
@@ -77,8 +79,8 @@ def _check_key_file(path: str, env: Mapping[str, str] | None) -> None:
         raise _refuse("API_KEY_FILE", path, f"cannot be read ({exc.strerror}) — fix the path, or set "
                       "API_KEY_FILE= for no key", env) from None
     if mode & 0o077:
-        raise _refuse("API_KEY_FILE", path, f"is open to others (mode {mode:04o}) — run chmod 600 {path}: like "
-                      "ssh with a private key, a key others can read is refused", env)
+        raise _refuse("API_KEY_FILE", path, f"may be read by other users (mode {mode:04o}) — run chmod 600 {path}",
+                      env)
 
 
 def check_launch(cfg: Config) -> None:

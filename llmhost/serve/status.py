@@ -78,7 +78,8 @@ def _metric_lines(text: str) -> list[str]:
     prompt = metrics.total(samples, "sglang:prompt_tokens_total")
     cached = metrics.total(samples, "sglang:cached_tokens_total")
     return [
-        f"KV pool      : {pool:,.0f} tokens" if pool is not None else "KV pool      : ? (no sglang:max_total_num_tokens)",
+        f"KV pool      : {pool:,.0f} tokens" if pool is not None else
+        "KV pool      : ? (no sglang:max_total_num_tokens)",
         f"requests     : {running or 0:.0f} running, {queued or 0:.0f} queued",
         f"token usage  : {100 * (usage or 0):.1f}% of the KV pool",
         f"cache hits   : {100 * (cached or 0) / prompt:.1f}% of {prompt:,.0f} prompt tokens since start (prefix cache)"

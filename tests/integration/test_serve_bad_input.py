@@ -33,14 +33,14 @@ def refused(result: subprocess.CompletedProcess, *expected: str) -> None:
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("HOST", "my host", "HOST='my host' (from environment variable) is not a host name or address"),
-    ("HOST", "", "HOST='' (from environment variable)"),
-    ("TMUX_SESSION", "llm:host", "TMUX_SESSION='llm:host' (from environment variable) is empty or holds ':' or '.'"),
-    ("TMUX_SESSION", "llm.host", "tmux rewrites"),
-    ("READY_TIMEOUT_S", "-5", "READY_TIMEOUT_S=-5 (from environment variable) must be a positive number"),
-    ("READY_TIMEOUT_S", "0", "READY_TIMEOUT_S=0"),
-    ("READY_TIMEOUT_S", "soon", "READY_TIMEOUT_S='soon' is not an integer"),
-    ("LOAD_FORMAT", "dumy", "LOAD_FORMAT='dumy' (from environment variable) is not a load format SGLang knows"),
+    ("HOST", "my host", "environment: HOST='my host' is not a host name or IP address"),
+    ("HOST", "", "environment: HOST=''"),
+    ("TMUX_SESSION", "llm:host", "environment: TMUX_SESSION=llm:host must be a name without ':' or '.'"),
+    ("TMUX_SESSION", "llm.host", "tmux would rewrite it"),
+    ("READY_TIMEOUT_S", "-5", "environment: READY_TIMEOUT_S=-5 must be"),
+    ("READY_TIMEOUT_S", "0", "environment: READY_TIMEOUT_S=0 must be > 0 seconds"),
+    ("READY_TIMEOUT_S", "soon", "READY_TIMEOUT_S="),
+    ("LOAD_FORMAT", "dumy", "environment: LOAD_FORMAT=dumy is not one of SGLang's load formats"),
 ])
 def test_a_setting_that_cannot_work_is_refused_before_anything_starts(tmp_path, key, value, expected):
     refused(serve(tmp_path, "start", **{key: value}), expected)
@@ -50,8 +50,7 @@ def test_a_setting_that_cannot_work_is_refused_before_anything_starts(tmp_path, 
 def test_a_work_dir_that_is_a_file_is_named(tmp_path):
     work = tmp_path / "work"
     work.write_text("not a directory")
-    refused(serve(tmp_path, "start", WORK_DIR=str(work)),
-            f"WORK_DIR='{work}' (from environment variable) is a file, not a directory")
+    refused(serve(tmp_path, "start", WORK_DIR=str(work)), f"environment: WORK_DIR={work} is a file, not a directory")
     refused(serve(tmp_path, "status", WORK_DIR=str(work)), "is a file")
 
 
@@ -60,7 +59,7 @@ def test_an_api_key_file_others_can_read_is_refused_like_ssh_refuses_a_loose_key
     key.write_text("sk-test\n")
     key.chmod(0o644)
     result = serve(tmp_path, "start", API_KEY_FILE=str(key))
-    refused(result, "API_KEY_FILE=", "mode 0644", f"chmod 600 {key}")
+    refused(result, f"environment: API_KEY_FILE={key} may be read by other users (mode 0644) — run chmod 600 {key}")
     assert "sk-test" not in result.stderr
     key.chmod(0o600)
     assert "API_KEY_FILE" not in serve(tmp_path, "print-command", API_KEY_FILE=str(key)).stderr
@@ -74,7 +73,7 @@ def test_the_message_names_the_config_file_and_line_that_set_it(tmp_path):
     result = subprocess.run(
         [str(REPO / "serve.sh"), "stop"], cwd=REPO, capture_output=True, text=True, timeout=60,
         env={**env_without, "WORK_DIR": str(tmp_path / "work"), "LLMHOST_CONFIG": str(local), "API_KEY_FILE": ""})
-    refused(result, "TMUX_SESSION='my.session' (from local.env line 2)")
+    refused(result, f"{local}:2: TMUX_SESSION=my.session must be a name without ':' or '.'")
 
 
 def test_another_start_or_stop_holding_the_lock_is_exit_75(tmp_path):
