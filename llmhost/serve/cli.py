@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from llmhost import deps
 from llmhost.config import REPO_ROOT, Config, ConfigError, load
 from llmhost.serve import dashboard, gpu, lifecycle, pane, status, tunnel
 from llmhost.serve.checks import check_settings
@@ -125,9 +126,10 @@ COMMANDS: dict[str, tuple[Command, bool, bool]] = {
 
 
 def python_with_clients(cfg: Config) -> str | None:
-    """Another Python to run in, one that has the client packages: the toolkit's own .venv when present, else
-    SGLANG_PYTHON; None when this one is it or neither exists (the host python3 then says what is missing).
-    Paths are compared as given: setup's venv python is a symlink to the very python3 that runs this."""
+    """Another Python to run in when this one lacks the client packages: the toolkit's own .venv when present,
+    else SGLANG_PYTHON; None when the first that exists is this one (no loop) or neither exists (the ImportError
+    then says what is missing). Paths are compared as given: setup's venv python is a symlink to the very
+    python3 that runs this."""
     for candidate in (str(REPO_ROOT / ".venv" / "bin" / "python"), cfg.sglang_python):
         found = shutil.which(candidate)
         if found:
@@ -154,9 +156,9 @@ def run(argv: list[str], console: Console) -> int:
     try:
         cfg = load()
     except (ConfigError, OSError) as exc:
-        raise ServeError(f"config: {exc}") from None
+        raise ServeError(str(exc)) from None
     check_settings(cfg)
-    other = python_with_clients(cfg) if needs_clients else None
+    other = python_with_clients(cfg) if needs_clients and deps.missing(CLIENT_PACKAGES) else None
     if other:
         sys.stdout.flush()
         os.execv(other, [other, "-m", "llmhost.serve", *argv])

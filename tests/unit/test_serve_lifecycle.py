@@ -101,3 +101,23 @@ def test_console_lines_go_to_the_streams_it_was_given(tmp_path):
     Console(log, log).warn("careful")
     log.close()
     assert (tmp_path / "serve.log").read_text() == "[serve] launching: x\n[serve] warning: careful\n"
+
+
+def test_the_serve_package_runs_on_the_stdlib_alone(tmp_path):
+    """serve.sh runs on the host's python3 before any venv exists: no third-party import on the way to a command."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    blocked = ("requests", "openai", "prometheus_client", "pynvml")
+    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); from llmhost.serve.cli import main; "
+            "raise SystemExit(main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": str(config.REPO_ROOT), "WORK_DIR": str(tmp_path / "work"),
+           "MODEL_DIR": str(tmp_path / "model"), "API_KEY_FILE": "", "LLMHOST_CONFIG": "", "TMUX_SESSION": "t-stdlib"}
+    shown = subprocess.run([sys.executable, "-c", code, "print-command"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0 and "sglang.launch_server" in shown.stdout, shown.stderr
+    idle = subprocess.run([sys.executable, "-c", code, "running"], env=env, capture_output=True, text=True, timeout=60)
+    assert idle.returncode == 1 and idle.stderr == ""
