@@ -143,7 +143,7 @@ def run(argv: list[str], console: Console) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     name, args = argv[0], argv[1:]
-    if name in ("-h", "--help", "help"):
+    if name in ("-h", "--help", "help") or any(a in ("-h", "--help") for a in args):
         print(__doc__)
         return 0
     if name == "_run" and len(args) == 1:  # the tmux pane: everything it needs is in the state directory
@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         console.error(f"{exc.name} is not importable in {sys.executable} — set SGLANG_PYTHON to the Python that "
                       "has sglang (./setup_host.sh installs it)")
+        return EXIT_FAILED
+    except BrokenPipeError:  # stdout closed early (| head): nothing left to say, and no noise at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
     except OSError as exc:  # a state directory that cannot be written, a full disk: one line, not a traceback
         console.error(str(exc))
