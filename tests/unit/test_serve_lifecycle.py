@@ -91,7 +91,7 @@ def test_the_client_talks_to_the_standin_through_requests_and_urllib(free_port, 
                 monkeypatch.setitem(sys.modules, "requests", None)
             client = ServerClient(srv.url)
             assert client.health().ok and "sglang:" in client.metrics().text
-            assert client.server_info().json()["served_model_name"] == "qwen3-4b"
+            assert client.server_info().json()["served_model_name"] == "qwen3-4b" and client.model_info().ok
             assert client.flush_cache(wait_s=5)
 
 
