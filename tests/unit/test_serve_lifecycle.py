@@ -121,3 +121,13 @@ def test_the_serve_package_runs_on_the_stdlib_alone(tmp_path):
     assert shown.returncode == 0 and "sglang.launch_server" in shown.stdout, shown.stderr
     idle = subprocess.run([sys.executable, "-c", code, "running"], env=env, capture_output=True, text=True, timeout=60)
     assert idle.returncode == 1 and idle.stderr == ""
+
+
+def test_a_refused_setting_names_the_config_env_line_that_set_it():
+    from llmhost.serve import checks
+
+    line = next(n for n, text in enumerate(config.DEFAULT_FILE.read_text().splitlines(), 1)
+                if text.startswith("LOAD_FORMAT="))
+    cfg = dataclasses.replace(config.load({}), load_format="dumy")
+    with pytest.raises(checks.ServeError, match=f"^config.env:{line}: LOAD_FORMAT=dumy is not one of SGLang's"):
+        checks.check_settings(cfg, env={})
