@@ -3,10 +3,8 @@
 #   log/warn/die      one-line messages with the script's prefix ([setup], [serve], ...); die_usage exits 2
 #   print_usage       a script's header comment, for --help
 #   load_config       export config.env + overrides, exactly as llmhost/config.py reads them
-#   require_cmd       fail with an install hint when a command is missing
-#   wait_until        poll a command with a timeout
 #   run               execute argv, or print it under DRY_RUN=1
-#   pid helpers       stop what we started by recorded PID / process group, never by name
+# (Process control, waiting and locking for the server live in Python: llmhost/serve/.)
 
 LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG_PREFIX=${LOG_PREFIX:-llmhost}
@@ -50,22 +48,6 @@ die_usage() {
   exit 2
 }
 
-require_cmd() {
-  local cmd=$1 hint=${2:-}
-  command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' not found${hint:+ — $hint}"
-}
-
-# wait_until TIMEOUT_S INTERVAL_S CMD...: succeed as soon as CMD succeeds, fail after TIMEOUT_S.
-wait_until() {
-  local timeout_s=$1 interval_s=$2
-  shift 2
-  local deadline=$((SECONDS + timeout_s))
-  until "$@"; do
-    ((SECONDS >= deadline)) && return 1
-    sleep "$interval_s"
-  done
-}
-
 # run CMD...: execute, or under DRY_RUN=1 print what would run.
 run() {
   if [[ "${DRY_RUN:-0}" == 1 ]]; then
@@ -76,22 +58,3 @@ run() {
     "$@"
   fi
 }
-
-pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
-
-# Process group of a PID (empty when the process is gone).
-pgid_of() { ps -o pgid= -p "$1" 2>/dev/null | tr -d ' '; }
-
-# stop_group PGID TIMEOUT_S: SIGTERM the whole group, wait, then SIGKILL what is left.
-stop_group() {
-  local pgid=$1 timeout_s=${2:-30}
-  [[ -n "$pgid" ]] || return 0
-  kill -TERM -- "-$pgid" 2>/dev/null || return 0
-  if ! wait_until "$timeout_s" 1 group_gone "$pgid"; then
-    warn "process group $pgid ignored SIGTERM for ${timeout_s}s — sending SIGKILL"
-    kill -KILL -- "-$pgid" 2>/dev/null || true
-    wait_until 10 1 group_gone "$pgid" || return 1
-  fi
-}
-
-group_gone() { ! kill -0 -- "-$1" 2>/dev/null; }

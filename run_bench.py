@@ -2,9 +2,9 @@
 """Benchmark the SGLang server arm by arm with SGLang's own load generator; write a results run directory.
 
 Each arm (baseline FlashInfer, prefix cache off, FP8 KV, page size 16, Triton attention, your own) differs from the
-baseline by one launch flag and runs on a freshly restarted server (./serve.sh restart). Each point is one
-`python -m sglang.benchmark.serving` subprocess after a verified prefix-cache flush; telemetry (/metrics + GPU)
-is sampled every second on the same clock as the per-request start times.
+baseline by one launch flag and runs on a freshly restarted server (llmhost.serve.lifecycle, what ./serve.sh
+restart runs). Each point is one `python -m sglang.benchmark.serving` subprocess after a verified prefix-cache
+flush; telemetry (/metrics + GPU) is sampled every second on the same clock as the per-request start times.
 
     ./run_bench.py --dry-run                 # the plan, with a time estimate; nothing runs
     ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)

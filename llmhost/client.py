@@ -61,7 +61,7 @@ def resolve(base_url: str | None, model: str | None, api_key_file: str | None,
         except (config.ConfigError, OSError) as exc:
             raise ClientError(f"config: {exc} — fix config.env or pass --base-url/--model/--api-key-file") from None
     if base_url is None:
-        base_url = f"http://127.0.0.1:{cfg.port}/v1"
+        base_url = cfg.base_url + "/v1"  # the one base-URL builder (HOST and PORT, IPv6 in brackets)
     base_url = base_url.rstrip("/")
     if not base_url.endswith("/v1"):
         base_url += "/v1"

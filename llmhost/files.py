@@ -36,13 +36,26 @@ def _write_error(path: Path, err: OSError) -> WriteError:
 
 def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """Replace `path` with `text` via a temp file in the same folder; `mode` None = the umask's default."""
+    write_bytes_atomic(path, text.encode("utf-8"), mode)
+
+
+def write_json_atomic(path: Path, data: Any, mode: int | None = None) -> None:
+    """Replace `path` with `data` as indented JSON (NaN refused: it is not JSON)."""
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n", mode)
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace `path` with `data` via a temp file in the same folder; `mode` None = the umask's default.
+
+    The temp file is created 0600 and only then given `mode`, so a secret written with mode 0o600 is never
+    readable by others, not even for an instant."""
     path = Path(path)
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         if mode is None:
@@ -57,24 +70,6 @@ def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, data: Any, mode: int | None = None) -> None:
-    """Replace `path` with `data` as indented JSON (NaN refused: it is not JSON)."""
-    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n", mode)
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` (binary) via a temp file in the same folder."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise _write_error(path, err) from err
 
 
 @dataclass(slots=True)

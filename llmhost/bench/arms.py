@@ -11,13 +11,13 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from llmhost.serve.server import SETTING_FLAGS
+from llmhost.serve.spec import SETTING_FLAGS
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # Colours for user arms, in order (the built-ins carry their own).
 _USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-# Launch flags that serve.sh owns through a setting but that are worth comparing: an arm's value travels as that
-# setting (serve.sh refuses them in SERVER_EXTRA_ARGS). The other setting flags (--port, --model-path, ...) are
+# Launch flags the server lifecycle owns through a setting but that are worth comparing: an arm's value travels
+# as that setting (they are refused among extra launch flags). The other setting flags (--port, --model-path, ...) are
 # not server configurations to compare and are refused in an arm.
 ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num")
 
@@ -116,8 +116,7 @@ def _split_settings(name: str, flags: tuple[str, ...]) -> tuple[list[str], dict[
     return plain, settings
 
 
-def server_env(base_extra_args: str, arm: Arm) -> dict[str, str]:
-    """What ./serve.sh restart needs for this arm: SERVER_EXTRA_ARGS (the configured ones plus the arm's flags)
-    and, for a flag serve.sh owns through a setting (--chunked-prefill-size 4096), that setting."""
-    plain, settings = _split_settings(arm.name, arm.flags)
-    return {"SERVER_EXTRA_ARGS": shlex.join([*shlex.split(base_extra_args), *plain]), **settings}
+def server_overrides(arm: Arm) -> tuple[list[str], dict[str, str]]:
+    """What the server restart for this arm takes, as data: (launch flags appended after SERVER_EXTRA_ARGS,
+    {SETTING: value} for a flag the lifecycle owns through a setting, e.g. --chunked-prefill-size 4096)."""
+    return _split_settings(arm.name, arm.flags)

@@ -1,8 +1,8 @@
 """Running a benchmark plan: arm by arm on a freshly restarted server, point by point with SGLang's load generator.
 
-run_bench.py builds the plan and the run directory; this module executes it: `./serve.sh restart` per arm with the
-arm's flags, an untimed warm pass (full runs), the tool-call check, then each point after a verified prefix-cache
-flush, retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
+run_bench.py builds the plan and the run directory; this module executes it: a server restart per arm with the
+arm's flags as data (llmhost.serve.lifecycle), an untimed warm pass (full runs), the tool-call check, then each
+point after a verified prefix-cache flush, retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,10 +18,11 @@ from llmhost import config
 from llmhost.bench import points, store, telemetry, toolcalls
 from llmhost.bench.records import PointRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
-from llmhost.serve import server
+from llmhost.serve import lifecycle
+from llmhost.serve.console import Console, ServeError, ServerBusy
+from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
-REPO = Path(__file__).resolve().parents[2]
 RESTART_EST_S = 130.0  # measured on an H200 (SGLang 0.5.17, warm kernel caches): 102-162 s to ready; ~7 min cold
 WARM_ARM_EST_S = 15.0  # the untimed warm pass of a full run: load-generator start + 16 short requests
 
@@ -93,35 +93,34 @@ def loadgen_env(cfg: config.Config) -> dict[str, str]:
 # --- one arm: a fresh server -------------------------------------------------------------------------------------
 
 def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
-    """./serve.sh restart with this arm's one difference; record servers/<arm>.json. Returns '' or an error."""
-    env = {**os.environ, **arms_mod.server_env(b.cfg.server_extra_args, arm)}
-    log = b.store.raw_dir() / f"serve-{arm.name}.log"
+    """A fresh server with this arm's one difference, its flags passed as data; record servers/<arm>.json.
+    Returns '' or a one-line error. Its progress goes to raw/serve-<arm>.log."""
+    flags, settings = arms_mod.server_overrides(arm)
     started = time.time()
     try:
-        with open(log, "ab") as out:
-            code = subprocess.run([str(REPO / "serve.sh"), "restart"], env=env, cwd=REPO, stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=b.cfg.ready_timeout_s + 300).returncode
-    except subprocess.TimeoutExpired:
-        code = 124
-    if code != 0:
-        return f"./serve.sh restart failed for arm {arm.name}: {points.last_line(log)}"
-    state = b.cfg.state_dir
-    status, body = server.http_get(b.cfg, "/server_info", timeout=10, api_key=b.cfg.api_key())
+        with open(b.store.raw_dir() / f"serve-{arm.name}.log", "a") as log:
+            ready = lifecycle.restart(b.cfg, extra_args=flags, settings=settings, console=Console(log, log))
+    except ServerBusy as exc:  # waited lifecycle.BUSY_WAIT_S for another start/stop/restart
+        return f"server busy, arm {arm.name} not started: {exc}"
+    except ServeError as exc:
+        return f"server restart failed for arm {arm.name}: {exc}"
+    reply = server_client(b.cfg).server_info()
     try:
-        info = json.loads(body) if status == 200 else {"error": f"HTTP {status}: {body[:200]}"}
-    except json.JSONDecodeError:
+        info = reply.json() if reply.ok else {"error": f"HTTP {reply.describe()}: {reply.text[:200]}"}
+    except ValueError:
         info = {"error": "not JSON"}
-    launch = state / "launch_command.txt"
     b.store.write_server(ServerRecord(
-        arm=arm.name, launch_command=launch.read_text().strip() if launch.exists() else None,
-        server_info=redact_secrets(info), ready_s=time.time() - started,
-        started_at=(state / "started_at").read_text().strip() if (state / "started_at").exists()
-        else utc_now(started)))
+        arm=arm.name, launch_command=ready.launch_command or None, server_info=redact_secrets(info),
+        ready_s=time.time() - started, started_at=ready.started_at or utc_now(started)))
     return ""
 
 
+def server_client(cfg: config.Config) -> ServerClient:
+    return ServerClient.for_config(cfg, cfg.api_key())
+
+
 def server_alive(cfg: config.Config) -> bool:
-    return server.http_get(cfg, "/health", timeout=10, api_key=cfg.api_key())[0] == 200
+    return server_client(cfg).health(timeout=10).ok
 
 
 def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
@@ -162,7 +161,7 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     workload = WORKLOADS[point.workload]
     common = dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
                   seed=b.seed)
-    flushed = server.flush_cache(b.cfg, b.cfg.api_key(), wait_s=120)  # 200 only once SGLang emptied the tree
+    flushed = server_client(b.cfg).flush_cache(wait_s=120)  # 200 only once SGLang emptied the tree
     error = "" if flushed else "prefix cache flush failed (HTTP 400 for 120 s or no answer)"
     summary, rel = None, ""
     if flushed and point.pattern == "warm":

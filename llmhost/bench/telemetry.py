@@ -20,7 +20,7 @@ from collections.abc import Callable
 from llmhost.bench.records import TelemetrySample
 from llmhost.files import WriteError
 from llmhost.serve import metrics
-from llmhost.serve.server import http_get
+from llmhost.serve.endpoints import ServerClient
 
 METRICS_KEPT = (
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
@@ -104,7 +104,8 @@ class Sampler:
 
     def __init__(self, base_url: str, sink: Callable[[list[TelemetrySample]], None], api_key: str | None = None,
                  interval_s: float = 1.0):
-        self.base_url, self.sink, self.api_key, self.interval_s = base_url, sink, api_key, interval_s
+        self.sink, self.interval_s = sink, interval_s
+        self.client = ServerClient(base_url, api_key)  # its own: the runner's thread has its own connections
         self.point_id: str | None = None  # set by the runner; rows carry the point running at sample time
         self.ticks = 0
         self._stop = threading.Event()
@@ -123,10 +124,10 @@ class Sampler:
     def sample_once(self) -> list[TelemetrySample]:
         t, point_id = time.time(), self.point_id
         rows: list[TelemetrySample] = []
-        status, body = http_get(self.base_url, "/metrics", timeout=2.0, api_key=self.api_key)
-        if status == 200:
+        scrape = self.client.metrics(timeout=2.0)
+        if scrape.ok:
             try:
-                rows += metric_rows(body, t, point_id)
+                rows += metric_rows(scrape.text, t, point_id)
             except metrics.MetricsError:
                 pass  # a garbled scrape is a missing sample, not a failed run
         rows += self._gpu(t, point_id)

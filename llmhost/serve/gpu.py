@@ -3,18 +3,15 @@
 On a host without an NVIDIA driver both are absent and every query answers "no GPU" (empty lists) instead of
 failing, so serve.sh and the CPU test suite run anywhere.
 
-    python3 -m llmhost.serve.gpu memory                                # one line per GPU: used / total
-    python3 -m llmhost.serve.gpu wait-released --pids 4121,4188 --timeout-s 60
-                                                                 # until those PIDs hold no GPU memory
-Nothing is written.
+Used by `python -m llmhost.serve` (restart waits for the old server's memory; status; the auto memory
+fraction) and the benchmark's telemetry. Nothing is written.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterable
 
@@ -135,31 +132,19 @@ def describe(gpus: list[GpuMemory]) -> str:
     return "; ".join(f"gpu{g.index} {g.name} {g.used_mib / 1024:.1f}/{g.total_mib / 1024:.1f} GiB used" for g in gpus)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("memory", help="print used/total memory per GPU")
-    wait = sub.add_parser("wait-released", help="wait until the given PIDs hold no GPU memory")
-    wait.add_argument("--pids", required=True, help="comma-separated PIDs (those of the stopped server)")
-    wait.add_argument("--timeout-s", type=float, default=60.0, help="give up after this many seconds (default 60)")
-    args = parser.parse_args(argv)
-    if args.cmd == "memory":
-        print(describe(devices()))
-        return 0
-    try:
-        pids = [int(p) for p in args.pids.split(",") if p.strip()]
-    except ValueError:
-        parser.error(f"--pids must be comma-separated integers, got {args.pids!r}")
+def free_total_mib() -> tuple[float, float] | None:
+    """(free, total) MiB of the GPU the server will use (first of CUDA_VISIBLE_DEVICES, else 0); None: no GPU."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    index = int(first) if first.isdigit() else 0
+    return next(((d.total_mib - d.used_mib, d.total_mib) for d in devices() if d.index == index), None)
+
+
+def wait_released_line(pids: Iterable[int], timeout_s: float) -> tuple[bool, str]:
+    """Wait for a stopped server's GPU memory: (released, one line saying so or who still holds it)."""
+    pids = list(pids)
     if not devices():
-        print("no GPU on this host — nothing to wait for")
-        return 0
-    if wait_released(pids, args.timeout_s):
-        print("GPU memory of the stopped server is released")
-        return 0
+        return True, "no GPU on this host — nothing to wait for"
+    if wait_released(pids, timeout_s):
+        return True, "GPU memory of the stopped server is released"
     held = ", ".join(f"pid {p.pid} ({p.used_mib or 0:.0f} MiB)" for p in held_by(pids))
-    print(f"GPU memory still held after {args.timeout_s:.0f}s by {held} — check nvidia-smi", file=sys.stderr)
-    return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return False, f"GPU memory still held after {timeout_s:.0f}s by {held} — check nvidia-smi"

@@ -2,15 +2,12 @@
 
 No ss/lsof needed (minimal hosts and containers lack them): /proc/net/tcp{,6} maps a listening port to a socket
 inode, /proc/<pid>/fd maps the inode to its PIDs, /proc/<pid>/stat gives process groups. Linux only, stdlib only.
-
-    python3 -m llmhost.serve.procfs 30000      # who listens on port 30000 (exit 1 when nobody)
 Nothing is written.
 """
 from __future__ import annotations
 
 import os
 import socket
-import sys
 from pathlib import Path
 
 
@@ -126,22 +123,3 @@ def group_pids(pgid: int) -> list[int]:
         if int(fields[2]) == pgid:
             pids.append(int(stat.parent.name))
     return sorted(pids)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("port", type=int, help="TCP port to look up")
-    parser.add_argument("--host", default="127.0.0.1", help="address for the connect() probe (default 127.0.0.1)")
-    args = parser.parse_args(argv)
-    holder = port_holder(args.host, args.port)
-    if holder is None:
-        print(f"port {args.port} is free", file=sys.stderr)
-        return 1
-    print(holder)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,35 +1,66 @@
 """The server log: the API key redacted on the way in, the last line / tail read on the way out.
 
-serve.sh pipes the server's output through `redact` (only when API_KEY_FILE is set) into the tmux pane and
-$WORK_DIR/server/server.log:
-
-    <server> 2>&1 | python3 -m llmhost.serve.serverlog redact --config-file $WORK_DIR/server/sglang_config.yaml | tee -a server.log
-Reads stdin, writes stdout; nothing else.
+The tmux pane (llmhost/serve/pane.py) copies the server's output through `copy_output` into the pane and
+$WORK_DIR/server/server.log, with the key (from the 0600 YAML) replaced by ***. Nothing else is written here.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import BinaryIO
+
+CHUNK = 64 * 1024
 
 
-def redact_stream(config_file: Path, source: BinaryIO | None = None, sink: BinaryIO | None = None) -> None:
-    """Copy the server's output, replacing the API key with ***.
+def key_secrets(config_file: Path) -> list[bytes]:
+    """The key as written, and as repr() escapes it inside ServerArgs(...) (backslashes and quotes escaped).
 
     SGLang 0.5.17 logs `server_args=ServerArgs(... api_key='<key>' ...)` at startup, even when the key came
-    from --config, so the tmux pane and server.log only ever see this filtered stream.
-    """
-    source, sink = source or sys.stdin.buffer, sink or sys.stdout.buffer
+    from --config, so the pane and server.log only ever see the filtered stream."""
     key = json.loads(config_file.read_text().split(":", 1)[1].strip())
-    # The key as written, and as repr() escapes it inside ServerArgs(...) (backslashes, and quotes, come escaped).
-    secrets = sorted({s.encode() for s in (key, repr(key)[1:-1]) if s}, key=len, reverse=True)
-    for chunk in iter(source.readline, b""):
-        for secret in secrets:
-            chunk = chunk.replace(secret, b"***")
-        sink.write(chunk)
-        sink.flush()
+    return sorted({s.encode() for s in (key, repr(key)[1:-1]) if s}, key=len, reverse=True)
+
+
+def redact(data: bytes, secrets: Sequence[bytes]) -> bytes:
+    for secret in secrets:
+        data = data.replace(secret, b"***")
+    return data
+
+
+def copy_output(read: Callable[[int], bytes], sinks: Sequence[Callable[[bytes], object]],
+                secrets: Sequence[bytes] = ()) -> None:
+    """Copy until EOF, redacted, as soon as a line ends: at '\\n' or at '\\r' (progress bars redraw with '\\r'
+    and never end a line until they finish). A key holds neither, so cutting there never splits one; a very
+    long run without either keeps its last len(key) - 1 bytes back until more arrives."""
+    keep = max((len(s) for s in secrets), default=1) - 1
+    pending = b""
+    while chunk := read(CHUNK):
+        pending += chunk
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+        if cut == 0 and len(pending) > CHUNK:
+            cut = len(pending) - keep
+        if cut:
+            emit(redact(pending[:cut], secrets), sinks)
+            pending = pending[cut:]
+    if pending:
+        emit(redact(pending, secrets), sinks)
+
+
+def emit(data: bytes, sinks: Sequence[Callable[[bytes], object]]) -> None:
+    """Write to every sink; one that fails (the pane's terminal went away) does not stop the others."""
+    for write in sinks:
+        try:
+            write(data)
+        except OSError:
+            continue
+
+
+def fd_writer(fd: int) -> Callable[[bytes], None]:
+    def write(data: bytes) -> None:
+        while data:
+            data = data[os.write(fd, data):]
+    return write
 
 
 def last_line(log: Path) -> str:
@@ -49,17 +80,3 @@ def tail(log: Path, lines: int = 30) -> str:
     except OSError:
         return f"(no log at {log})"
     return "\n".join(text.splitlines()[-lines:])
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    redact = sub.add_parser("redact", help="copy stdin to stdout with the API key replaced by ***")
-    redact.add_argument("--config-file", required=True, help="the 0600 YAML holding api-key")
-    args = parser.parse_args(argv)
-    redact_stream(Path(args.config_file))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

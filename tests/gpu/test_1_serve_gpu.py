@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from llmhost import config
-from llmhost.serve import gpu, metrics, procfs, server
+from llmhost.serve import gpu, metrics, procfs
+from llmhost.serve.endpoints import ServerClient
+from llmhost.serve.spec import CONFIG_FILE_NAME
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -54,9 +56,9 @@ def test_start_serves_the_real_model_with_the_articles_features(gpu_env, record)
                 test_reply_s=float(reply.group(1)) if reply else None, stderr_tail=out.stderr[-2000:])
     assert out.returncode == 0, out.stderr
     cfg = cfg_of(gpu_env)
-    code, body = server.http_get(cfg, "/server_info", timeout=10)
-    assert code == 200, body
-    info = json.loads(body)
+    reply = ServerClient.for_config(cfg).server_info()
+    assert reply.ok, reply.text
+    info = reply.json()
     features = {k: info.get(k) for k in ("attention_backend", "disable_radix_cache", "chunked_prefill_size",
                                          "tokenizer_worker_num", "enable_metrics", "enable_cache_report",
                                          "mem_fraction_static", "tool_call_parser", "reasoning_parser")}
@@ -85,8 +87,8 @@ def test_smoke_test_passes_with_forced_tool_calls(gpu_env, record):
 
 def test_status_shows_the_kv_pool_from_live_metrics(gpu_env, record):
     out, seconds = serve(gpu_env, "status", timeout=120)
-    code, body = server.http_get(cfg_of(gpu_env), "/metrics", timeout=10)
-    samples = metrics.parse(body) if code == 200 else []
+    scrape = ServerClient.for_config(cfg_of(gpu_env)).metrics(timeout=10)
+    samples = metrics.parse(scrape.text) if scrape.ok else []
     pool = metrics.value(samples, "sglang:max_total_num_tokens", tp_rank="0")
     startup = {s.labels.get("phase", "?"): round(s.value, 1) for s in metrics.select(samples, "sglang:startup_time_seconds")}
     record.step("status", rc=out.returncode, wall_s=seconds, kv_pool_tokens=pool, sglang_startup_s=startup,
@@ -103,10 +105,10 @@ def test_restart_with_an_api_key_requires_it_and_never_logs_it(key_env, record):
     record.step("restart_with_key", rc=out.returncode, wall_s=seconds, stderr_tail=out.stderr[-2000:])
     assert out.returncode == 0, out.stderr
     assert not procfs.group_alive(old_pgid)
-    assert server.http_get(cfg, "/v1/models")[0] == 401
-    assert server.http_get(cfg, "/v1/models", api_key=KEY)[0] == 200
+    assert ServerClient.for_config(cfg).get("/v1/models").status == 401
+    assert ServerClient.for_config(cfg, KEY).get("/v1/models").status == 200
     leaks = [str(p) for p in Path(cfg.work_dir).rglob("*")
-             if p.is_file() and p.name != server.CONFIG_FILE_NAME and p.stat().st_size < 50_000_000
+             if p.is_file() and p.name != CONFIG_FILE_NAME and p.stat().st_size < 50_000_000
              and KEY in p.read_text(errors="replace")]
     log = (cfg.state_dir / "server.log").read_text(errors="replace")
     record.step("restart_with_key", key_leaks=leaks, log_redacted="api_key='***'" in log)

@@ -57,18 +57,17 @@ def test_an_arm_given_with_arm_runs_even_when_arms_lists_others():
     assert [a.name for a in arms.select(None, [], ["cfg=--page-size 64"])][-1] == "cfg"
 
 
-def test_arm_flags_are_added_to_the_configured_extra_args():
-    assert arms.server_env("--log-level warning", arms.REGISTRY["fp8-kv"]) == \
-        {"SERVER_EXTRA_ARGS": "--log-level warning --kv-cache-dtype fp8_e5m2"}
+def test_arm_flags_travel_as_launch_flags():
+    assert arms.server_overrides(arms.REGISTRY["fp8-kv"]) == (["--kv-cache-dtype", "fp8_e5m2"], {})
     assert arms.config_arm_specs(" a=--x 1 ; ;b=--y 2") == ["a=--x 1", "b=--y 2"]
 
 
 def test_an_arm_on_a_flag_serve_sh_owns_travels_as_its_setting():
-    """serve.sh refuses --chunked-prefill-size in SERVER_EXTRA_ARGS: the README's chunk4k example used to fail."""
+    """The launch spec refuses --chunked-prefill-size among extra flags: the README's chunk4k example used to fail."""
     chunk = arms.parse_user_arm('chunk4k="--chunked-prefill-size 4096"'.replace('"', ""))
-    assert arms.server_env("", chunk) == {"SERVER_EXTRA_ARGS": "", "CHUNKED_PREFILL_SIZE": "4096"}
+    assert arms.server_overrides(chunk) == ([], {"CHUNKED_PREFILL_SIZE": "4096"})
     both = arms.parse_user_arm("mix=--tokenizer-worker-num=1 --max-running-requests 32")
-    assert arms.server_env("", both) == {"SERVER_EXTRA_ARGS": "--max-running-requests 32", "TOKENIZER_WORKER_NUM": "1"}
+    assert arms.server_overrides(both) == (["--max-running-requests", "32"], {"TOKENIZER_WORKER_NUM": "1"})
     with pytest.raises(arms.ArmError, match="--port is set by PORT"):
         arms.parse_user_arm("p=--port 31000")
     with pytest.raises(arms.ArmError, match="needs a value"):

@@ -15,6 +15,7 @@ import pytest
 
 from llmhost.bench import arms, points, records, store
 from llmhost.bench import runner  # executes runner.py's plan
+from llmhost.config import REPO_ROOT
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord
 
 
@@ -81,7 +82,7 @@ def test_eta_and_durations_read_like_the_progress_lines():
 
 @pytest.fixture
 def run_bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("run_bench_cli", Path(runner.REPO) / "run_bench.py")
+    spec = importlib.util.spec_from_file_location("run_bench_cli", REPO_ROOT / "run_bench.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "run_bench_cli", module)  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -146,7 +147,7 @@ def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
     """A Bench whose load generator 'ran' and left `details` as its output line (API key in server_info)."""
     from types import SimpleNamespace
 
-    from llmhost.serve import server
+    from llmhost.serve.endpoints import ServerClient
 
     cfg = SimpleNamespace(sglang_python=sys.executable, base_url="http://127.0.0.1:1", model_dir="/m",
                           served_model_name="qwen3-4b", api_key=lambda: "sk-secret")
@@ -159,7 +160,7 @@ def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
         Path(starts_file).write_text(json.dumps([[i, 100.0 + i, 0.5] for i in range(len(details["ttfts"]))]))
         return 0, ""
 
-    monkeypatch.setattr(server, "flush_cache", lambda *a, **k: True)
+    monkeypatch.setattr(ServerClient, "flush_cache", lambda self, **k: True)
     monkeypatch.setattr(points, "run_loadgen", fake_loadgen)
     monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
     return bench

@@ -48,7 +48,7 @@ def test_without_a_driver_every_query_answers_no_gpu(tmp_path, monkeypatch, no_n
     monkeypatch.setenv("PATH", str(tmp_path))
     assert gpu.devices() == [] and gpu.processes() == []
     assert gpu.describe([]).startswith("no GPU")
-    assert gpu.main(["wait-released", "--pids", "1"]) == 0
+    assert gpu.wait_released_line([1], timeout_s=1) == (True, "no GPU on this host — nothing to wait for")
 
 
 def test_wait_released_also_waits_for_used_memory_to_settle(monkeypatch):

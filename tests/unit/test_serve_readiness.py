@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from llmhost import config
-from llmhost.serve import server
+from llmhost.serve import readiness as server
 
 
 class Health(http.server.BaseHTTPRequestHandler):
@@ -69,10 +69,10 @@ def test_wait_ready_needs_a_stranger_seen_twice(monkeypatch, tmp_path):
     """/proc changes while it is read: one 'foreign' reading among 'starting' ones must not end the start."""
     seen = iter([("starting", "not listening yet"), ("foreign", "port held by pid 1"), ("starting", "x"),
                  ("ready", "a generation succeeded")])
-    monkeypatch.setattr(server, "readiness", lambda cfg, pgid: next(seen))
+    monkeypatch.setattr(server, "readiness", lambda cfg, pgid, client=None: next(seen))
     monkeypatch.setattr(server.time, "sleep", lambda s: None)
     assert server.wait_ready(cfg_on(1), 1, tmp_path / "log", timeout_s=60)[0]
 
     persistent = iter([("starting", "x"), ("foreign", "port held by pid 1"), ("foreign", "port held by pid 1")])
-    monkeypatch.setattr(server, "readiness", lambda cfg, pgid: next(persistent))
+    monkeypatch.setattr(server, "readiness", lambda cfg, pgid, client=None: next(persistent))
     assert server.wait_ready(cfg_on(1), 1, tmp_path / "log", timeout_s=60) == (False, "port held by pid 1")

@@ -9,8 +9,8 @@ import stat
 import pytest
 
 from llmhost import config
-from llmhost.serve import server, serverlog
-from llmhost.serve.server import SpecError, build_spec
+from llmhost.serve import serverlog, spec as launch_spec
+from llmhost.serve.spec import SpecError, build_spec
 
 
 @pytest.fixture
@@ -71,8 +71,8 @@ def test_auto_leaves_sizing_to_sglang_on_an_empty_gpu_and_shrinks_it_on_a_busy_o
     assert "40.0 GiB" in spec.notes[0]
     nearly_full = build_spec(cfg, 16, (2048.0, total))  # print-command still works (our own server may hold it)
     assert flag(nearly_full.argv, "--mem-fraction-static") is None and "start refuses" in nearly_full.notes[0]
-    assert "MEM_FRACTION_STATIC" in server.gpu_room_problem((2048.0, total))
-    assert server.gpu_room_problem((free, total)) is None and server.gpu_room_problem(None) is None
+    assert "MEM_FRACTION_STATIC" in launch_spec.gpu_room_problem((2048.0, total))
+    assert launch_spec.gpu_room_problem((free, total)) is None and launch_spec.gpu_room_problem(None) is None
 
 
 def test_a_bad_server_env_is_one_line_not_a_traceback(cfg):
@@ -84,12 +84,12 @@ def test_a_bad_server_env_is_one_line_not_a_traceback(cfg):
                                                 ("garbage", 16), (None, 16)])
 def test_usable_cpus_follow_the_affinity_mask_and_the_container_quota(monkeypatch, tmp_path, cpu_max, expected):
     """A 4-CPU container quota on a 16-CPU host: 4, so auto picks 2 tokenizer workers, not 8."""
-    monkeypatch.setattr(server.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(launch_spec.os, "sched_getaffinity", lambda pid: set(range(16)))
     quota = tmp_path / "cpu.max"
     if cpu_max is not None:
         quota.write_text(cpu_max + "\n")
-    monkeypatch.setattr(server, "CGROUP_CPU_MAX", quota)
-    assert server.usable_cpus() == expected
+    monkeypatch.setattr(launch_spec, "CGROUP_CPU_MAX", quota)
+    assert launch_spec.usable_cpus() == expected
 
 
 @pytest.mark.parametrize("key, value", [("TOKENIZER_WORKER_NUM", "0"), ("TOKENIZER_WORKER_NUM", "many"),
@@ -117,10 +117,20 @@ def test_extra_flags_that_have_a_setting_are_refused(cfg, extra, key):
         build_spec(dataclasses.replace(cfg, server_extra_args=extra), cpu_count=4)
 
 
-def test_run_bench_can_pass_an_arms_flags_instead_of_server_extra_args(cfg):
-    cfg = dataclasses.replace(cfg, server_extra_args="--kv-cache-dtype fp8_e5m2")
-    argv = build_spec(cfg, cpu_count=4, extra_args=["--attention-backend", "triton"]).argv
-    assert flag(argv, "--attention-backend") == ["triton"] and "--kv-cache-dtype" not in argv
+def test_an_arms_flags_go_after_the_configured_extra_args_and_win(cfg):
+    cfg = dataclasses.replace(cfg, server_extra_args="--kv-cache-dtype fp8_e5m2 --page-size 16")
+    argv = build_spec(cfg, cpu_count=4, extra_args=["--attention-backend", "triton", "--page-size", "32"]).argv
+    assert flag(argv, "--attention-backend") == ["triton"] and flag(argv, "--kv-cache-dtype") == ["fp8_e5m2"]
+    assert argv[-2:] == ("--page-size", "32")  # the last one given wins in launch_server's parser
+
+
+def test_settings_override_by_their_config_names_with_their_types(cfg):
+    changed = launch_spec.with_settings(cfg, {"CHUNKED_PREFILL_SIZE": "4096", "PORT": "31000"})
+    assert (changed.chunked_prefill_size, changed.port) == ("4096", 31000)
+    with pytest.raises(SpecError, match="unknown setting NOPE"):
+        launch_spec.with_settings(cfg, {"NOPE": "1"})
+    with pytest.raises(SpecError, match="PORT='x' is not an integer"):
+        launch_spec.with_settings(cfg, {"PORT": "x"})
 
 
 def test_server_env_adds_the_flashinfer_cache_and_server_env_pairs(cfg):
@@ -137,8 +147,8 @@ def test_api_key_travels_only_in_the_0600_yaml(cfg, tmp_path):
     cfg = dataclasses.replace(cfg, api_key_file=str(key_file))
     spec = build_spec(cfg, cpu_count=4)
     state = cfg.state_dir
-    server.write_launch_files(spec, state, cfg.api_key())
-    yaml_file = state / server.CONFIG_FILE_NAME
+    launch_spec.write_launch_files(spec, state, cfg.api_key())
+    yaml_file = state / launch_spec.CONFIG_FILE_NAME
     assert flag(spec.argv, "--config") == [str(yaml_file)]
     assert stat.S_IMODE(os.stat(yaml_file).st_mode) == 0o600
     assert json.loads(yaml_file.read_text().split(":", 1)[1]) == key  # what SGLang's yaml.safe_load will read
@@ -150,31 +160,28 @@ def test_api_key_travels_only_in_the_0600_yaml(cfg, tmp_path):
 
 def test_launch_files_record_the_exact_command(cfg):
     spec = build_spec(dataclasses.replace(cfg, server_env="A='x y'"), cpu_count=4)
-    server.write_launch_files(spec, cfg.state_dir, None)
+    launch_spec.write_launch_files(spec, cfg.state_dir, None)
     record = json.loads((cfg.state_dir / "launch_command.json").read_text())
     assert record["argv"] == list(spec.argv) and record["env"] == dict(spec.env)
     assert (cfg.state_dir / "launch_command.txt").read_text().strip() == spec.command_line
     assert (cfg.state_dir / "launch.argv0").read_text().split("\0")[:-1] == spec.command
-    assert not (cfg.state_dir / server.CONFIG_FILE_NAME).exists()
+    assert not (cfg.state_dir / launch_spec.CONFIG_FILE_NAME).exists()
 
 
 def test_a_key_removed_from_the_config_does_not_linger_on_disk(cfg, tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text("sk-1\n")
     with_key = dataclasses.replace(cfg, api_key_file=str(key_file))
-    server.write_launch_files(build_spec(with_key, cpu_count=4), cfg.state_dir, "sk-1")
-    server.write_launch_files(build_spec(cfg, cpu_count=4), cfg.state_dir, None)
-    assert not (cfg.state_dir / server.CONFIG_FILE_NAME).exists()
+    launch_spec.write_launch_files(build_spec(with_key, cpu_count=4), cfg.state_dir, "sk-1")
+    launch_spec.write_launch_files(build_spec(cfg, cpu_count=4), cfg.state_dir, None)
+    assert not (cfg.state_dir / launch_spec.CONFIG_FILE_NAME).exists()
 
 
 def test_redactor_replaces_the_key_in_the_server_output(tmp_path):
-    import io
-
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text('api-key: "sk-abc"\n')
-    sink = io.BytesIO()
-    serverlog.redact_stream(yaml_file, io.BytesIO(b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n"), sink)
-    assert sink.getvalue() == b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
+    assert redacted(yaml_file, b"server_args=ServerArgs(api_key='sk-abc', port=1)\nok\n") == \
+        b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
 
 
 def test_an_api_key_forces_one_tokenizer_worker_because_sglang_refuses_it_otherwise(cfg, tmp_path):
@@ -188,13 +195,29 @@ def test_an_api_key_forces_one_tokenizer_worker_because_sglang_refuses_it_otherw
 
 
 def test_redactor_also_catches_the_key_as_repr_escapes_it_in_server_args(tmp_path):
-    import io
-    import json
 
     key = "sk\\a'b"
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text(f"api-key: {json.dumps(key)}\n")
     logged = f"server_args=ServerArgs(api_key={key!r}, port=1)\nraw {key}\n".encode()
-    sink = io.BytesIO()
-    serverlog.redact_stream(yaml_file, io.BytesIO(logged), sink)
-    assert sink.getvalue() == b'server_args=ServerArgs(api_key="***", port=1)\nraw ***\n'
+    assert redacted(yaml_file, logged) == b'server_args=ServerArgs(api_key="***", port=1)\nraw ***\n'
+
+
+def redacted(yaml_file, data: bytes, read_size: int | None = None) -> bytes:
+    """What the pane copies into server.log for `data`, read `read_size` bytes at a time (default: as asked)."""
+    import io
+
+    source, sink = io.BytesIO(data), io.BytesIO()
+    read = source.read if read_size is None else (lambda n: source.read(min(n, read_size)))
+    serverlog.copy_output(read, [sink.write], serverlog.key_secrets(yaml_file))
+    return sink.getvalue()
+
+
+def test_a_key_split_across_reads_is_still_redacted_and_progress_lines_pass_at_once(tmp_path):
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text('api-key: "sk-abcdef"\n')
+    assert redacted(yaml_file, b"key sk-abcdef here\n", read_size=5) == b"key *** here\n"
+    copied = []
+    lines = iter([b"Capturing 3/36\r", b"Capturing 4/36\r", b""])
+    serverlog.copy_output(lambda n: next(lines), [copied.append], [])
+    assert copied == [b"Capturing 3/36\r", b"Capturing 4/36\r"]  # a bar redraw shows without waiting for \n

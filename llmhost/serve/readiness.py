@@ -1,0 +1,63 @@
+"""Readiness tied to OUR process group: a stale server on the port answers health checks too, so a probe alone
+once reported "ready" for a server that had died with "address already in use".
+
+Ready needs all three: our group alive, the socket on PORT held by a PID of our group (where /proc shows it),
+and /health_generate 200 (a generation succeeded). Reads /proc and the server; writes nothing.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from llmhost.config import Config
+from llmhost.serve import serverlog
+from llmhost.serve.console import Console
+from llmhost.serve.endpoints import ServerClient
+from llmhost.serve.procfs import group_alive, listeners, pgid_of, port_holder
+
+State = Literal["ready", "starting", "dead", "foreign"]
+
+
+def readiness(cfg: Config, pgid: int, client: ServerClient | None = None) -> tuple[State, str]:
+    """(state, detail) for our server in process group `pgid`."""
+    if not group_alive(pgid):
+        return "dead", f"the server (process group {pgid}) exited"
+    found = listeners(cfg.port)  # one read of the socket tables: two could see a listener without its owner
+    if found is not None:
+        inodes, owners = found
+        if not inodes:
+            return "starting", "not listening yet"
+        if not any(pgid_of(p) == pgid for p in owners):
+            return "foreign", f"port {cfg.port} is held by {port_holder(cfg.host, cfg.port)}, not by our server"
+    reply = (client or ServerClient.for_config(cfg)).health_generate()
+    if reply.ok:
+        return "ready", "a generation succeeded"
+    return "starting", f"/health_generate -> {reply.describe()}"
+
+
+def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: float = 5.0,
+               say: Callable[[str], None] = Console().info) -> tuple[bool, str]:
+    """Poll readiness until ready, dead, foreign or timeout; a progress line every `every_s` seconds."""
+    client = ServerClient.for_config(cfg)
+    start = time.monotonic()
+    last_print = -every_s
+    foreign_seen = 0
+    while True:
+        state, detail = readiness(cfg, pgid, client)
+        elapsed = time.monotonic() - start
+        if state == "ready":
+            return True, f"ready after {elapsed:.0f}s ({detail})"
+        # /proc changes while we read it: believe a stranger on the port only when seen on two polls in a row
+        foreign_seen = foreign_seen + 1 if state == "foreign" else 0
+        if state == "dead" or foreign_seen >= 2:
+            return False, detail
+        if elapsed >= timeout_s:
+            return False, f"not ready after {timeout_s:.0f}s (READY_TIMEOUT_S); last: {detail}"
+        if elapsed - last_print >= every_s:
+            last_print = elapsed
+            say(f"starting: {elapsed:.0f}s elapsed, timeout in {timeout_s - elapsed:.0f}s (H200: 1.5-3 min "
+                f"with warm kernel caches, ~7 min on a first start without FlashInfer's add-ons) | log: "
+                f"{serverlog.last_line(log)}")
+        time.sleep(0.5)

@@ -1,0 +1,278 @@
+"""The launch spec: exactly what `start` executes, built from the configuration (+ a benchmark arm's flags).
+
+The article's features on (FlashInfer attention, prefix cache, chunked prefill, metrics, cache report, Qwen3
+parsers), adaptive defaults resolved (tokenizer workers from the usable CPUs, the static memory fraction from the
+free GPU memory), SERVER_EXTRA_ARGS merged by one rule, the API key only in a 0600 --config YAML.
+`write_launch_files` records it in $WORK_DIR/server: launch_command.{txt,json} (no secret), launch.argv0 (what the
+tmux pane runs), sglang_config.yaml (0600, only with a key).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from llmhost.config import Config
+from llmhost.files import write_text_atomic
+from llmhost.serve.console import ServeError
+
+
+class SpecError(ServeError):
+    """A setting the launch command cannot be built from; the message is one line naming it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """Exactly what start executes: `env K=V ... argv...` (the API key only inside config_file)."""
+
+    argv: tuple[str, ...]  # python -m sglang.launch_server --flag value ...
+    env: tuple[tuple[str, str], ...]  # additions to the inherited environment
+    config_file: str | None  # 0600 YAML with `api-key`, passed by --config; None without a key
+    notes: tuple[str, ...]  # choices worth telling the user (adapted defaults, replaced flags)
+
+    @property
+    def command(self) -> list[str]:
+        """The full argv that is exec'd: env additions first, via env(1), so the recorded line is runnable."""
+        return ["env", *(f"{k}={v}" for k, v in self.env), *self.argv]
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.command)
+
+
+# Flags with a setting of their own: set the setting instead, so serve.sh's port checks, status and the
+# recorded command agree with what runs. --api-key/--config would put or move the key on the command line.
+SETTING_FLAGS = {
+    "--model-path": "MODEL_DIR", "--model": "MODEL_DIR", "--served-model-name": "SERVED_MODEL_NAME",
+    "--load-format": "LOAD_FORMAT", "--host": "HOST", "--port": "PORT",
+    "--tokenizer-worker-num": "TOKENIZER_WORKER_NUM", "--mem-fraction-static": "MEM_FRACTION_STATIC",
+    "--chunked-prefill-size": "CHUNKED_PREFILL_SIZE", "--tool-call-parser": "TOOL_CALL_PARSER",
+    "--reasoning-parser": "REASONING_PARSER", "--api-key": "API_KEY_FILE", "--config": "API_KEY_FILE",
+}
+CONFIG_FILE_NAME = "sglang_config.yaml"
+# SGLang reserves ~10 GiB beside its static pool on GPUs > 60 GiB (activations, CUDA graphs); smaller: ~4 GiB.
+_RESERVE_SHARE, _RESERVE_MIN_MIB = 0.097, 4 * 1024  # SGLang's auto fraction on an H200 is 0.903: 9.7% left free
+_MIN_USABLE_MIB = 2 * 1024  # below this, weights + a KV pool cannot fit: refuse instead of crashing after a minute
+
+
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2 CPU quota: "QUOTA PERIOD" or "max PERIOD"
+
+
+def usable_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota (containers), not the host's."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 2
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cpus = min(cpus, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def tokenizer_workers(setting: str, cpu_count: int) -> int:
+    """auto = min(8, cores // 2), at least 1.
+
+    Measured on an H200 (16 x 4k-token shared prompts, 64 concurrent): one tokenizer process was the
+    bottleneck; 8 cut TTFT p99 from 2.37 s to 0.54 s and raised throughput 44%. Half the cores leaves the rest
+    to the scheduler, detokenizer and the load generator on the same host.
+    """
+    if setting == "auto":
+        return max(1, min(8, cpu_count // 2))
+    if not setting.isdigit() or int(setting) < 1:
+        raise SpecError(f"TOKENIZER_WORKER_NUM={setting!r} must be auto or a positive integer")
+    return int(setting)
+
+
+def gpu_reserve_mib(total_mib: float) -> float:
+    """Memory SGLang keeps outside its static pool (activations, CUDA graphs): 9.7% of the GPU, at least 4 GiB."""
+    return max(_RESERVE_MIN_MIB, _RESERVE_SHARE * total_mib)
+
+
+def mem_fraction(setting: str, gpu_free_total_mib: tuple[float, float] | None) -> tuple[float | None, str]:
+    """--mem-fraction-static value (None = let SGLang size it) and a note when it was adapted.
+
+    SGLang applies the fraction to the memory FREE when it starts (its KV budget is free-after-weights minus
+    free-at-start x (1 - fraction)), so on a GPU others already use, its default keeps the same share but a smaller
+    runtime reserve. auto then sets 1 - reserve / free: the same reserve in MiB as on an empty GPU.
+    """
+    if setting != "auto":
+        try:
+            fraction = float(setting)
+        except ValueError:
+            fraction = -1.0
+        if not 0.0 < fraction < 1.0:
+            raise SpecError(f"MEM_FRACTION_STATIC={setting!r} must be auto or a number between 0 and 1")
+        return fraction, ""
+    if gpu_free_total_mib is None:
+        return None, ""
+    free, total = gpu_free_total_mib
+    if total <= 0 or free >= total - 1024:  # (nearly) empty GPU: SGLang's own sizing is right
+        return None, ""
+    reserve = gpu_reserve_mib(total)
+    if free - reserve < _MIN_USABLE_MIB:
+        return None, (f"the GPU has only {free / 1024:.1f} of {total / 1024:.1f} GiB free: not enough to start "
+                      "(start refuses; stop what holds it or set MEM_FRACTION_STATIC)")
+    fraction = round(1 - reserve / free, 3)
+    note = (f"GPU already holds {(total - free) / 1024:.1f} GiB: --mem-fraction-static {fraction} of the "
+            f"{free / 1024:.1f} GiB free keeps SGLang's {reserve / 1024:.1f} GiB runtime reserve")
+    return fraction, note
+
+
+def gpu_room_problem(gpu_free_total_mib: tuple[float, float] | None) -> str | None:
+    """One line when MEM_FRACTION_STATIC=auto cannot fit a server into the free GPU memory; None when it can."""
+    if gpu_free_total_mib is None:
+        return None
+    free, total = gpu_free_total_mib
+    if total > 0 and free - gpu_reserve_mib(total) < _MIN_USABLE_MIB:
+        return (f"the GPU has only {free / 1024:.1f} of {total / 1024:.1f} GiB free — stop what holds it "
+                "(nvidia-smi) or set MEM_FRACTION_STATIC")
+    return None
+
+
+def _flag_groups(tokens: Sequence[str], source: str) -> list[list[str]]:
+    """Split '--flag v1 v2 --other' into [['--flag', 'v1', 'v2'], ['--other']]; '--f=v' stays one token."""
+    groups: list[list[str]] = []
+    for token in tokens:
+        if token.startswith("--"):
+            groups.append([token])
+        elif groups:
+            groups[-1].append(token)
+        else:
+            raise SpecError(f"{source}: {token!r} is not a --flag (expected e.g. --kv-cache-dtype fp8_e5m2)")
+    return groups
+
+
+def merge_extra(ours: list[list[str]], extra: list[list[str]]) -> tuple[list[str], list[str]]:
+    """Our flag groups, each replaced by an extra group of the same flag, then the new extra flags.
+
+    The documented rule: a flag in SERVER_EXTRA_ARGS replaces ours (whole group, values included) so the
+    command has each flag once; flags that have a setting are refused (see SETTING_FLAGS).
+    """
+    notes = []
+    names = {g[0].split("=", 1)[0]: g for g in extra}
+    for name in names:
+        if name in SETTING_FLAGS:
+            raise SpecError(f"SERVER_EXTRA_ARGS sets {name}: set {SETTING_FLAGS[name]} instead")
+    merged: list[str] = []
+    for group in ours:
+        replacement = names.pop(group[0], None)
+        if replacement is None:
+            merged += group
+        else:
+            notes.append(f"SERVER_EXTRA_ARGS replaces {shlex.join(group)} with {shlex.join(replacement)}")
+            merged += replacement
+    for group in extra:
+        if group[0].split("=", 1)[0] in names:
+            merged += group
+    return merged, notes
+
+
+def server_env(cfg: Config) -> tuple[tuple[str, str], ...]:
+    """SERVER_ENV pairs plus the persistent FlashInfer JIT cache (kernels compiled once survive restarts)."""
+    pairs: dict[str, str] = {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base}
+    try:
+        items = shlex.split(cfg.server_env)
+    except ValueError as exc:
+        raise SpecError(f"SERVER_ENV cannot be split like a shell line: {exc}") from None
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise SpecError(f"SERVER_ENV: {item!r} is not KEY=VALUE")
+        pairs[key] = value
+    return tuple(pairs.items())
+
+
+def _configured_extra_args(cfg: Config) -> list[str]:
+    """SERVER_EXTRA_ARGS as argv items; a benchmark arm's flags go after these."""
+    try:
+        return shlex.split(cfg.server_extra_args)
+    except ValueError as exc:
+        raise SpecError(f"SERVER_EXTRA_ARGS cannot be split like a shell line: {exc}") from None
+
+
+def with_settings(cfg: Config, settings: Mapping[str, str]) -> Config:
+    """cfg with some settings replaced, by their config.env names ({"CHUNKED_PREFILL_SIZE": "4096"})."""
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    changes: dict[str, object] = {}
+    for key, value in settings.items():
+        field = fields.get(key.lower())
+        if field is None or key != key.upper():
+            raise SpecError(f"unknown setting {key} (see config.env for the keys)")
+        try:
+            changes[field.name] = int(value) if field.type == "int" else str(value)
+        except ValueError:
+            raise SpecError(f"{key}={value!r} is not an integer") from None
+    return dataclasses.replace(cfg, **changes)
+
+
+def build_spec(
+    cfg: Config,
+    cpu_count: int | None = None,
+    gpu_free_total_mib: tuple[float, float] | None = None,
+    extra_args: Sequence[str] = (),
+) -> ServerSpec:
+    """The launch command for cfg: the article's features on, adaptive defaults resolved, extra args merged.
+
+    extra_args (a benchmark arm's flags) go after SERVER_EXTRA_ARGS, so an arm's flag replaces a configured one.
+    """
+    python = cfg.sglang_python if "/" in cfg.sglang_python else (shutil.which(cfg.sglang_python) or cfg.sglang_python)
+    workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or usable_cpus())
+    key_note = None
+    if cfg.api_key_file and workers > 1:
+        # SGLang 0.5.17 asserts "API key is not supported in multi-tokenizer mode" (seen on an H200)
+        if cfg.tokenizer_worker_num != "auto":
+            raise SpecError(f"TOKENIZER_WORKER_NUM={workers} with API_KEY_FILE: SGLang refuses an API key with "
+                            "several tokenizer workers — set TOKENIZER_WORKER_NUM=1 or drop the key (the server "
+                            "is loopback-only behind the SSH tunnel)")
+        workers = 1
+        key_note = ("API key set: 1 tokenizer worker instead of the adaptive count (SGLang refuses a key in "
+                    "multi-tokenizer mode); heavy shared-prompt loads become tokenizer-bound")
+    fraction, fraction_note = mem_fraction(cfg.mem_fraction_static, gpu_free_total_mib)
+    ours = [
+        ["--model-path", cfg.model_dir], ["--served-model-name", cfg.served_model_name],
+        ["--load-format", cfg.load_format], ["--host", cfg.host], ["--port", str(cfg.port)],
+        ["--attention-backend", "flashinfer"],  # the article's kernels (prefix cache stays on: SGLang's default)
+        ["--enable-metrics"], ["--enable-cache-report"],  # /metrics; cached_tokens in every usage block
+        ["--tool-call-parser", cfg.tool_call_parser], ["--reasoning-parser", cfg.reasoning_parser],
+        ["--tokenizer-worker-num", str(workers)],
+    ]
+    if fraction is not None:
+        ours.append(["--mem-fraction-static", str(fraction)])
+    if cfg.chunked_prefill_size != "auto":
+        if not cfg.chunked_prefill_size.lstrip("-").isdigit():
+            raise SpecError(f"CHUNKED_PREFILL_SIZE={cfg.chunked_prefill_size!r} must be auto or tokens (-1 = off)")
+        ours.append(["--chunked-prefill-size", cfg.chunked_prefill_size])
+    config_file = str(Path(cfg.state_dir) / CONFIG_FILE_NAME) if cfg.api_key_file else None
+    if config_file:
+        ours.append(["--config", config_file])
+    extra_tokens = [*_configured_extra_args(cfg), *extra_args]
+    flags, notes = merge_extra(ours, _flag_groups(extra_tokens, "SERVER_EXTRA_ARGS"))
+    notes[:0] = [n for n in (key_note, fraction_note) if n]
+    argv = (python, "-m", "sglang.launch_server", *flags)
+    return ServerSpec(argv, server_env(cfg), config_file, tuple(notes))
+
+
+def write_launch_files(spec: ServerSpec, state_dir: Path, api_key: str | None) -> None:
+    """launch_command.txt/.json (exact command, no secret), launch.argv0 (for the pane), the 0600 key YAML."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    config = state_dir / CONFIG_FILE_NAME
+    if spec.config_file and api_key:
+        # JSON strings are valid YAML double-quoted scalars: any key characters survive SGLang's yaml.safe_load.
+        write_text_atomic(config, f"api-key: {json.dumps(api_key)}\n", 0o600)
+    elif config.exists():
+        config.unlink()  # a key removed from the config must not linger on disk
+    record = {"command": spec.command_line, "argv": list(spec.argv), "env": dict(spec.env),
+              "config_file": spec.config_file, "notes": list(spec.notes),
+              "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_text_atomic(state_dir / "launch_command.txt", spec.command_line + "\n")
+    write_text_atomic(state_dir / "launch_command.json", json.dumps(record, indent=2) + "\n")
+    write_text_atomic(state_dir / "launch.argv0", "".join(f"{a}\0" for a in spec.command))

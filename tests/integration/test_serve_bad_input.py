@@ -1,0 +1,87 @@
+"""Bad serve settings through ./serve.sh: refused before any work, in one line that names the setting and where
+it came from, exit 1, no traceback; a busy lock is exit 75. No server is started here."""
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def serve(tmp_path: Path, *args: str, **overrides: str) -> subprocess.CompletedProcess:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    env = {**os.environ, "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model), "SGLANG_PYTHON": sys.executable,
+           "HOST": "127.0.0.1", "PORT": "39999", "TMUX_SESSION": "llmhost-bad-input", "API_KEY_FILE": "",
+           "READY_TIMEOUT_S": "60", "LOAD_FORMAT": "auto", "LLMHOST_CONFIG": "", "TMUX_TMPDIR": str(tmp_path)}
+    env.update(overrides)
+    return subprocess.run([str(REPO / "serve.sh"), *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+def refused(result: subprocess.CompletedProcess, *expected: str) -> None:
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("HOST", "my host", "environment: HOST='my host' is not a host name or IP address"),
+    ("HOST", "", "environment: HOST=''"),
+    ("TMUX_SESSION", "llm:host", "environment: TMUX_SESSION=llm:host must be a name without ':' or '.'"),
+    ("TMUX_SESSION", "llm.host", "tmux would rewrite it"),
+    ("READY_TIMEOUT_S", "-5", "environment: READY_TIMEOUT_S=-5 must be"),
+    ("READY_TIMEOUT_S", "0", "environment: READY_TIMEOUT_S=0 must be > 0 seconds"),
+    ("READY_TIMEOUT_S", "soon", "READY_TIMEOUT_S="),
+    ("LOAD_FORMAT", "dumy", "environment: LOAD_FORMAT=dumy is not one of SGLang's load formats"),
+])
+def test_a_setting_that_cannot_work_is_refused_before_anything_starts(tmp_path, key, value, expected):
+    refused(serve(tmp_path, "start", **{key: value}), expected)
+    assert not (tmp_path / "work").exists()  # before any work: not even the state directory
+
+
+def test_a_work_dir_that_is_a_file_is_named(tmp_path):
+    work = tmp_path / "work"
+    work.write_text("not a directory")
+    refused(serve(tmp_path, "start", WORK_DIR=str(work)), f"environment: WORK_DIR={work} is a file, not a directory")
+    refused(serve(tmp_path, "status", WORK_DIR=str(work)), "is a file")
+
+
+def test_an_api_key_file_others_can_read_is_refused_like_ssh_refuses_a_loose_key(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    key.chmod(0o644)
+    result = serve(tmp_path, "start", API_KEY_FILE=str(key))
+    refused(result, f"environment: API_KEY_FILE={key} may be read by other users (mode 0644) — run chmod 600 {key}")
+    assert "sk-test" not in result.stderr
+    key.chmod(0o600)
+    assert "API_KEY_FILE" not in serve(tmp_path, "print-command", API_KEY_FILE=str(key)).stderr
+    refused(serve(tmp_path, "start", API_KEY_FILE=str(tmp_path / "missing")), "cannot be read")
+
+
+def test_the_message_names_the_config_file_and_line_that_set_it(tmp_path):
+    local = tmp_path / "local.env"
+    local.write_text("# mine\nTMUX_SESSION=my.session\n")
+    env_without = {k: v for k, v in os.environ.items() if k != "TMUX_SESSION"}
+    result = subprocess.run(
+        [str(REPO / "serve.sh"), "stop"], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**env_without, "WORK_DIR": str(tmp_path / "work"), "LLMHOST_CONFIG": str(local), "API_KEY_FILE": ""})
+    refused(result, f"{local}:2: TMUX_SESSION=my.session must be a name without ':' or '.'")
+
+
+def test_another_start_or_stop_holding_the_lock_is_exit_75(tmp_path):
+    state = tmp_path / "work" / "server"
+    state.mkdir(parents=True)
+    with open(state / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy = serve(tmp_path, "stop")
+    assert busy.returncode == 75 and busy.stderr.count("\n") == 1
+    assert f"another ./serve.sh start/stop/restart is running for {state} — wait for it" in busy.stderr
+    assert serve(tmp_path, "stop").returncode == 0
