@@ -26,7 +26,7 @@ if sys.version_info < (3, 9):  # a laptop's old system Python: one line, not a S
     sys.exit(f"smoke_test: Python {sys.version.split()[0]} is too old — use Python 3.9 or newer")
 
 from llmhost.smoke import chat, checks as smoke  # noqa: E402
-from llmhost import client
+from llmhost import client, deps  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,4 +163,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    deps.rerun_elsewhere(__file__, ("openai",), "smoke")  # the rule of llmhost/deps.py; none has it: main() says so
     raise SystemExit(main())
