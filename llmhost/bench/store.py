@@ -59,6 +59,38 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+class ManifestError(ValueError):
+    """A manifest.json that neither `run_bench.py --resume` nor make_dashboard.py can use; str() is one line."""
+
+
+def damaged(file: Path, why: str) -> ManifestError:
+    """The one verdict on a damaged manifest, shared by --resume and the dashboard: the plan lives only there."""
+    return ManifestError(f"{file} is damaged ({why}) — a run cannot be resumed or reported without its plan; "
+                         "start a new run with ./run_bench.py")
+
+
+def load_manifest(root: Path) -> dict:
+    """The run's manifest.json, checked the one way both its readers apply (schema 1, arms and plan entries that
+    name themselves); raises ManifestError."""
+    file = Path(root) / "manifest.json"
+    try:
+        manifest = json.loads(file.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ManifestError(f"{file} cannot be read ({exc.strerror})") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise damaged(file, f"not JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise damaged(file, "not a JSON object")
+    if manifest.get("schema") != 1:
+        raise ManifestError(f"{file} has schema {manifest.get('schema')!r}, this toolkit reads 1 — use the toolkit "
+                            "version that wrote it")
+    for key, needs in (("arms", "name"), ("plan", "point_id")):
+        entries = manifest.get(key)
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and needs in e for e in entries):
+            raise damaged(file, f"'{key}' is not a list of entries with a {needs}")
+    return manifest
+
+
 def versions(python: str) -> dict[str, str | None]:
     """Package versions of the server's Python (metadata only: no torch import) and of this toolkit."""
     code = ("import importlib.metadata as m, json\nout = {}\nfor n in ('sglang', 'flashinfer-python', 'torch'):\n"
@@ -160,7 +192,7 @@ class RunStore:
         write_json(self.root / "manifest.json", manifest)
 
     def read_manifest(self) -> dict:
-        return json.loads((self.root / "manifest.json").read_text())
+        return load_manifest(self.root)
 
     def raw_dir(self) -> Path:
         path = self.root / "raw"

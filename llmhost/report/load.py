@@ -2,7 +2,8 @@
 
 Tolerant by design, because runs get killed: a torn last JSONL line is ignored silently, a corrupt line elsewhere is
 skipped with a warning, missing optional files (telemetry, tool calls, servers, request files) become empty data the
-report explains. Only a missing or unreadable manifest.json is fatal (LoadError, one line for the user).
+report explains. Only a missing or damaged manifest.json is fatal (LoadError, one line for the user; a damaged one
+is judged by llmhost.bench.store.load_manifest, as run_bench.py --resume judges it).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmhost import stats
+from llmhost.bench import store
 from llmhost.bench.arms import Arm  # the manifest's arms, as run_bench.py wrote them
 
 PATTERNS = ("concurrency", "qps", "long", "burst", "cold", "warm")
@@ -214,15 +216,9 @@ def _manifest(path: Path) -> dict[str, Any]:
             "pass a run directory of run_bench.py (results/bench/<run_id>)"
         raise LoadError(f"{file} is missing — {hint}")
     try:
-        manifest = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError and UnicodeDecodeError
-        raise LoadError(f"{file} is not readable JSON ({exc}) — re-run run_bench.py --resume {path}") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != 1:
-        raise LoadError(f"{file} has schema {manifest.get('schema') if isinstance(manifest, dict) else '?'}, "
-                        "expected 1 — rebuild with this toolkit's make_dashboard.py version")
-    if not isinstance(manifest.get("plan", []), list) or not isinstance(manifest.get("arms", []), list):
-        raise LoadError(f"{file}: 'plan' and 'arms' must be lists — the file was edited or is damaged; "
-                        f"re-run run_bench.py --resume {path}")
+        manifest = store.load_manifest(path)  # the same verdict as run_bench.py --resume
+    except store.ManifestError as exc:
+        raise LoadError(str(exc)) from None
     return manifest
 
 

@@ -87,7 +87,7 @@ def test_out_may_name_a_directory_and_a_damaged_manifest_is_one_line(tmp_path: P
     assert (target / "dashboard.html").is_file() and (target / "summary.json").is_file()
     (run / "manifest.json").write_bytes(b"\xff\xfe not utf-8")
     bad = dashboard(str(run))
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "not readable JSON" in bad.stderr
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "is damaged (not JSON" in bad.stderr
 
 
 def test_missing_data_is_explained_not_fatal(tmp_path: Path) -> None:
@@ -101,15 +101,16 @@ def test_missing_data_is_explained_not_fatal(tmp_path: Path) -> None:
     assert "not recorded: servers/&lt;arm&gt;.json missing" in html
 
 
-def test_a_run_with_only_a_manifest_builds_and_points_at_resume(tmp_path: Path) -> None:
+def test_a_run_with_no_readable_points_is_refused_and_points_at_resume(tmp_path: Path) -> None:
     full = make_run(tmp_path / "src", n=8, repeats=1)
     run = tmp_path / "empty"
     run.mkdir()
     shutil.copy(full / "manifest.json", run / "manifest.json")
+    (run / "points.jsonl").write_text("not json\n{torn")
     proc = dashboard(str(run))
-    assert proc.returncode == 0, proc.stderr
-    html = (run / "dashboard.html").read_text()
-    assert "0 recorded of" in html and "--resume" in html and "No points recorded yet" in html
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "has no readable points (points.jsonl: line 1 is not JSON (skipped))" in proc.stderr
+    assert f"--resume {run}" in proc.stderr and not (run / "dashboard.html").exists()
 
 
 def test_a_quick_run_with_one_point_per_arm_still_compares_every_arm(tmp_path: Path) -> None:
@@ -127,7 +128,7 @@ def test_a_quick_run_with_one_point_per_arm_still_compares_every_arm(tmp_path: P
     (["/nonexistent-run"], 1, "is not a directory"),
     (["RUN"], 1, "manifest.json is missing — pass a run directory of run_bench.py"),
     (["RUN", "--slo-pct", "0"], 2, "--slo-pct must be in (0, 100]"),
-    (["RUN", "--slo-ttft-ms", "-5"], 2, "--slo-ttft-ms must be > 0"),
+    (["RUN", "--slo-ttft-ms", "-5"], 2, "--slo-ttft-ms must be a number of milliseconds > 0"),
 ])
 def test_bad_input_ends_in_one_line_and_an_exit_code(tmp_path: Path, args: list[str], code: int,
                                                      needle: str) -> None:

@@ -5,6 +5,8 @@ import json
 import os
 import re
 
+import pytest
+
 from llmhost.bench import store
 
 
@@ -58,7 +60,7 @@ def test_requests_file_is_replaced_whole_and_named_by_point(tmp_path):
 
 def test_manifest_and_server_records_round_trip(tmp_path):
     run = store.RunStore.create(tmp_path)
-    run.write_manifest({"schema": 1, "run_id": run.run_id})
+    run.write_manifest({"schema": 1, "run_id": run.run_id, "arms": [], "plan": []})
     run.write_server("fp8-kv", {"arm": "fp8-kv"})
     assert run.read_manifest()["run_id"] == run.run_id
     assert json.loads((run.root / "servers" / "fp8-kv.json").read_text()) == {"arm": "fp8-kv"}
@@ -88,3 +90,11 @@ def test_versions_are_read_from_the_server_pythons_metadata(site_python):
     found = store.versions(site_python({"sglang": ("0.5.17", []), "flashinfer-python": ("0.6.15.post1", []),
                                         "torch": ("2.11.0", [])}))
     assert (found["sglang"], found["flashinfer"], found["torch"]) == ("0.5.17", "0.6.15.post1", "2.11.0")
+
+
+@pytest.mark.parametrize("text", [b"\xff\xfe", b"{", b"[]", b'{"schema": 1, "arms": [], "plan": {}}',
+                                  b'{"schema": 1, "arms": [{"label": "x"}], "plan": []}'])
+def test_a_damaged_manifest_gets_one_verdict_for_resume_and_dashboard(tmp_path, text):
+    (tmp_path / "manifest.json").write_bytes(text)
+    with pytest.raises(store.ManifestError, match=r"is damaged \(.*\) — a run cannot be resumed or reported"):
+        store.load_manifest(tmp_path)
