@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from llmhost import deps, files, slo as slo_rule
+from llmhost import cli, deps, files, slo as slo_rule
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class Options:
 
 
 def parse_args(argv: list[str] | None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory (results/bench/<run_id> or "
                         "results/bench/latest)")
     parser.add_argument("--out", metavar="FILE", help="HTML file to write, or a directory for DIR/dashboard.html "

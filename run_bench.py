@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
-from llmhost import config, deps, files, slo as slo_rule
+from llmhost import cli, config, deps, files, slo as slo_rule
 from llmhost.bench import points, runner, store, telemetry
 from llmhost.bench.runner import BenchError, arm_overhead_s, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -52,7 +52,7 @@ class Options:
 
 
 def parse_args(argv: list[str]) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", help=f"comma-separated arms to run (default: all; built in: {', '.join(arms_mod.REGISTRY)})")
     parser.add_argument("--arm", action="append", default=[], metavar='NAME="FLAGS"',
                         help="add an arm: baseline + these launch_server flags (repeatable; also BENCH_USER_ARMS)")
@@ -168,14 +168,15 @@ def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[
             "plan": [p.as_plan() for p in plan]}
 
 
-def preflight(cfg: config.Config, plan: list[points.Point], seed: int, env: dict[str, str],
-              new_run: bool) -> tuple[str, str] | str:
-    """(load generator module, its --help) when a real run can start, else the one line saying why not."""
+def preflight(cfg: config.Config, plan: list[points.Point], seed: int,
+              new_run: bool) -> tuple[str, str, dict[str, str]] | str:
+    """(load generator module, its --help, its environment) when a real run can start, else the one line saying
+    why not."""
     problem = files.writable_dir_problem(cfg.results_path / "bench") if new_run else None
     if problem:
         return f"{cfg.source('RESULTS_DIR')}: RESULTS_DIR={cfg.results_dir}: {problem}"
     try:
-        cfg.api_key()  # every request and restart sends it: a missing or loose key file stops the run here
+        env = runner.loadgen_env(cfg)  # holds the key: a missing or loose key file stops the run here
     except OSError as exc:
         return str(exc)
     try:
@@ -188,22 +189,21 @@ def preflight(cfg: config.Config, plan: list[points.Point], seed: int, env: dict
         [*probe, *WORKLOADS[p.workload].dataset_args(p.num_prompts)], help_text)})
     if flags:
         return f"the installed {module} lacks {', '.join(flags)} — install SGLang {cfg.sglang_version} (./setup_host.sh)"
-    return module, help_text
+    return module, help_text, env
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
-    deps.ensure(__file__, ("openai",), "bench")  # the host python3 lacks it; setup's venv has it
     try:
         cfg = config.load()
+        deps.ensure(__file__, ("openai",), "bench")  # the host python3 lacks it; setup's venv has it
         run, arms, plan, seed = open_run(opts, cfg)
         quick = opts.quick if run is None else "--quick" in run.read_manifest().get("command", [])
     except (config.ConfigError, BenchError) as exc:
         print(f"[bench] error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, config.ConfigError) else 2
     # --- what a real run would stop at, checked before any work, and by the dry run too ---
-    env = runner.loadgen_env(cfg)
-    ready = preflight(cfg, plan, seed, env, new_run=run is None)
+    ready = preflight(cfg, plan, seed, new_run=run is None)
     if opts.dry_run:
         active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
         print_plan(plan, active, arm_overhead_s(quick))
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if opts.dry_run:
         return 0
-    module, help_text = ready
+    module, help_text, env = ready
     # --- the run directory: a new one (manifest first) or the resumed one ---
     if run is None:
         run = store.RunStore.create(cfg.results_path, opts.tag)

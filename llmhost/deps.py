@@ -12,6 +12,7 @@ WORK_DIR. run_phase4.sh's python_with applies the same order. Stdlib only, Pytho
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -25,11 +26,14 @@ _PROBE = "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None f
 
 
 def missing(modules: Tuple[str, ...]) -> Optional[str]:
-    """The first module of `modules` that does not import here; None when all do."""
+    """The first module of `modules` that this Python cannot find (the probe the other Pythons get; nothing is
+    imported, so a script checks its arguments without paying for pandas or openai first); None when all are there."""
     for name in modules:
         try:
-            __import__(name)
-        except ImportError:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # ValueError: a module blocked with sys.modules[name] = None
+            found = False
+        if not found:
             return name
     return None
 
