@@ -84,9 +84,10 @@ def run_bench(monkeypatch):
 @pytest.mark.parametrize("text", ['{"schema": 1', '{"schema": 1, "plan": []}'])
 def test_resume_of_a_directory_with_a_broken_manifest_ends_with_one_line(tmp_path, capsys, run_bench, text):
     (tmp_path / "manifest.json").write_text(text)
-    assert run_bench.main(["--resume", str(tmp_path), "--dry-run"]) == 2
+    with pytest.raises(SystemExit) as exited:
+        run_bench.main(["--resume", str(tmp_path), "--dry-run"])
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "manifest.json is not a run_bench.py manifest" in err
+    assert exited.value.code == 2 and len(err.splitlines()) == 1 and "manifest.json is damaged" in err
 
 
 def test_a_selection_without_points_ends_with_one_line_instead_of_a_traceback(capsys, run_bench):
@@ -95,7 +96,10 @@ def test_a_selection_without_points_ends_with_one_line_instead_of_a_traceback(ca
     assert len(err.splitlines()) == 1 and "no points" in err and "--workloads" in err
 
 
-def test_dry_run_estimate_counts_restarts_only_for_arms_with_points(capsys, run_bench):
+def test_dry_run_estimate_counts_restarts_only_for_arms_with_points(capsys, run_bench, monkeypatch):
+    standin = str(Path(runner.REPO) / "tests" / "standin")  # its load generator answers --help like SGLang's
+    monkeypatch.setenv("SGLANG_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p))
     assert run_bench.main(["--quick", "--workloads", "chat", "--dry-run"]) == 0  # one baseline qps point
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["arms"] == ["baseline"] and doc["points"] == 1
