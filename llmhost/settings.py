@@ -92,10 +92,13 @@ def word(text: str) -> str:
     return text
 
 
-def host(text: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9._:%-]+", text):
-        raise ValueError("is not a host name or IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)")
-    return text
+def matching(regex: str, reason: str) -> Check:
+    """Text the whole of which matches `regex`; else `reason`."""
+    def check(text: str) -> str:
+        if not re.fullmatch(regex, text):
+            raise ValueError(reason)
+        return text
+    return check
 
 
 def directory(absolute: bool) -> Check:
@@ -122,18 +125,6 @@ def command(text: str) -> str:
     if not text:
         raise ValueError("must name a program (a path, or a name on PATH)")
     return optional_path(text)
-
-
-def model_id(text: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?", text):
-        raise ValueError("is not a Hugging Face repo id (e.g. Qwen/Qwen3-4B)")
-    return text
-
-
-def version(text: str) -> str:
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)+[A-Za-z0-9.+-]*", text):
-        raise ValueError("is not a release number (e.g. 0.5.17)")
-    return text
 
 
 def shell_words(text: str) -> str:
@@ -169,15 +160,16 @@ CHECKS: Dict[str, Check] = {  # every config.env key, in config.env's order; the
     "WORK_DIR": directory(absolute=True),
     "RESULTS_DIR": directory(absolute=False),
     "FLASHINFER_WORKSPACE_BASE": directory(absolute=True),
-    "MODEL_ID": model_id,
+    "MODEL_ID": matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?",
+                         "is not a Hugging Face repo id (e.g. Qwen/Qwen3-4B)"),
     "MODEL_DIR": directory(absolute=True),
     "SERVED_MODEL_NAME": word,
     "LOAD_FORMAT": one_of(LOAD_FORMATS, "load formats"),
-    "HOST": host,
+    "HOST": matching(r"[A-Za-z0-9._:%-]+", "is not a host name or IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)"),
     "PORT": port,
     "DASHBOARD_PORT": port,
     "SGLANG_PYTHON": command,
-    "SGLANG_VERSION": version,
+    "SGLANG_VERSION": matching(r"[0-9]+(\.[0-9]+)+[A-Za-z0-9.+-]*", "is not a release number (e.g. 0.5.17)"),
     "API_KEY_FILE": optional_path,
     "TOKENIZER_WORKER_NUM": auto_or(at_least(1), "a number of processes >= 1"),
     "MEM_FRACTION_STATIC": auto_or(_fraction, "a fraction between 0 and 1"),
