@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     args = parse(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the command line: a python3 without openai re-runs this under one that has it (llmhost/deps.py)
+        deps.rerun_elsewhere(__file__, ("openai",), "smoke")  # none has it: run() says so in one line
     try:
         return run(args)
     except KeyboardInterrupt:  # Ctrl-C while importing openai or connecting (a hung tunnel): one line, no traceback
@@ -163,5 +165,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    deps.rerun_elsewhere(__file__, ("openai",), "smoke")  # the rule of llmhost/deps.py; none has it: main() says so
     raise SystemExit(main())
