@@ -10,7 +10,8 @@ Every value remembers where it came from (`Config.source(key)`: "environment", "
 ConfigError whose one-line message names the setting and that source, e.g.
 "config.local.env:7: PORT=70000 is not a port (1-65535)".
 
-    python3 -m llmhost.config --print      # effective configuration (API_KEY_FILE is a path, not the key)
+    python3 -m llmhost.config --print      # effective configuration and each value's source (API_KEY_FILE is a
+                                           # path, not the key)
 """
 from __future__ import annotations
 
@@ -235,17 +236,17 @@ def main(argv: list[str] | None = None) -> int:
                         "'[serve] error: ...' (lib.sh passes its script's; default: config)")
     args = parser.parse_args(argv)
     try:
-        values = load_values()
+        entries = load_entries()
         load()  # validate every value too: bash gets exactly what Python accepts
     except ConfigError as exc:
         print(f"[{args.log_prefix}] error: {exc}", file=sys.stderr)
         return 1
     if args.env0:
-        sys.stdout.write("".join(f"{k}={v}\0" for k, v in values.items()))
+        sys.stdout.write("".join(f"{k}={v}\0" for k, (v, _) in entries.items()))
     else:
-        width = max(map(len, values))
-        for key, value in values.items():
-            print(f"{key:<{width}} = {value}")
+        width = max(map(len, entries))
+        for key, (value, source) in entries.items():
+            print(f"{key:<{width}} = {value}    # {source}")
     return 0
 
 

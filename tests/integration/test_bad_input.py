@@ -230,3 +230,12 @@ def test_bad_input_is_one_line_naming_the_setting_and_its_source(name: str, tmp:
     assert proc.stderr.count("\n") == 1 and proc.stderr.endswith("\n"), proc.stderr
     for needle in map(fill, row.needles):
         assert needle in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("script", ["setup_host.sh", "serve.sh", "smoke_test.py", "run_bench.py", "make_dashboard.py"])
+def test_help_is_usage_on_stdout_and_exit_0_even_with_a_bad_setting(script: str) -> None:
+    """--help must work for the user who is trying to find out which setting is wrong."""
+    argv = [PY, script, "--help"] if script.endswith(".py") else [f"./{script}", "--help"]
+    proc = subprocess.run(argv, cwd=REPO, env={**os.environ, "PORT": "abc"}, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "" and len(proc.stdout.splitlines()) > 5, proc.stderr

@@ -187,7 +187,9 @@ def test_prefix_cache_fails_when_repeats_are_not_faster_even_if_cached(monkeypat
     assert len(calls) == 7 and calls[0]["messages"][0]["content"] == "Hi"  # warm-up, then 3 pairs
 
 
-LAPTOP_SIDE = ("smoke_test.py", "llmhost/client.py", "llmhost/smoke/checks.py", "llmhost/smoke/chat.py", "llmhost/smoke/__init__.py", "llmhost/config.py")
+LAPTOP_SIDE = ("smoke_test.py", "llmhost/client.py", "llmhost/smoke/checks.py", "llmhost/smoke/chat.py",
+               "llmhost/smoke/__init__.py", "llmhost/config.py", "llmhost/settings.py", "llmhost/deps.py",
+               "llmhost/cli.py")
 
 
 @pytest.mark.parametrize("path", LAPTOP_SIDE)
