@@ -137,3 +137,8 @@ def test_bash_stops_on_a_bad_value_with_python_s_one_line_under_its_own_prefix(r
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 1 and "reached" not in proc.stdout
     assert proc.stderr == "[serve] error: environment: PORT=abc is not a port (1-65535)\n"
+
+
+def test_the_checkouts_own_files_are_named_by_file_name_others_by_path(tmp_path):
+    assert config._label(config.LOCAL_FILE) == "config.local.env"
+    assert config._label(tmp_path / "mine.env") == str(tmp_path / "mine.env")
