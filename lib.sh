@@ -25,15 +25,17 @@ host_python() {
   fi
 }
 
-# Export every config key into the environment (one implementation: llmhost/config.py).
-# No cd: a relative LLMHOST_CONFIG means the same file to bash and to the Python tools; NUL-separated records
-# keep values with newlines whole.
+# Export every config key into the environment (one implementation: llmhost/config.py, which also checks every
+# value). A bad value ends the script with Python's one line ("[serve] error: config.local.env:7: PORT=70000 is
+# not a port (1-65535)"), exit 1. No cd: a relative LLMHOST_CONFIG means the same file to bash and to the Python
+# tools; NUL-separated records keep values with newlines whole.
 load_config() {
   local py record
   local -a records
   py=$(host_python)
-  mapfile -d '' -t records < <(PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$py" -m llmhost.config --env0)
-  wait $! || die "could not read config.env (see the message above)"
+  mapfile -d '' -t records < <(PYTHONPATH="$LIB_DIR${PYTHONPATH:+:$PYTHONPATH}" "$py" -m llmhost.config --env0 \
+    --log-prefix "$LOG_PREFIX")
+  wait $! || exit 1 # the line is already printed
   for record in "${records[@]}"; do
     [[ -n "$record" ]] && export "${record?}"
   done

@@ -21,11 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from llmhost import deps
-
-# Fallback SLO when a run's manifest has none: an interactive-chat target (first token within 1 s, >= 20 tok/s
-# streaming, i.e. 50 ms per token) met by 99% of requests.
-FALLBACK_SLO = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}
+from llmhost import cli, deps, files, slo as slo_rule
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -40,7 +36,7 @@ class Options:
 
 
 def parse_args(argv: list[str] | None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory (results/bench/<run_id> or "
                         "results/bench/latest)")
     parser.add_argument("--out", metavar="FILE", help="HTML file to write, or a directory for DIR/dashboard.html "
@@ -56,15 +52,14 @@ def parse_args(argv: list[str] | None) -> Options:
                         "regression view (matched points, deltas with CIs)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed (default: 0; same seed, same CIs)")
     args = parser.parse_args(argv)
-    for name in ("slo_ttft_ms", "slo_itl_ms"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            parser.error(f"--{name.replace('_', '-')} must be > 0 (got {value:g})")
-    if args.slo_pct is not None and not 0 < args.slo_pct <= 100:
-        parser.error(f"--slo-pct must be in (0, 100] (got {args.slo_pct:g})")
+    problem = slo_rule.problem(args.slo_ttft_ms, args.slo_itl_ms, args.slo_pct)
+    if problem:
+        parser.error(problem)
     out = Path(args.out) if args.out else args.run_dir / "dashboard.html"
     if out.is_dir() or (args.out or "").endswith("/"):  # a directory, existing or meant: the page goes in it
         out = out / "dashboard.html"
+    if args.out and files.writable_dir_problem(out.parent):  # the default's folder is RUN_DIR, checked on reading
+        parser.error(f"--out {args.out}: {files.writable_dir_problem(out.parent)}")
     return Options(args.run_dir, out, args.compare, args.slo_ttft_ms,
                    args.slo_itl_ms, args.slo_pct, args.seed)
 
@@ -82,12 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     except load.LoadError as exc:
         print(f"[dashboard] error: {exc}", file=sys.stderr)
         return 1
+    for name, loaded in (("RUN_DIR", run), ("--compare", other)):
+        if loaded is not None and not loaded.points:  # a page of empty charts is not a dashboard
+            why = "; ".join(loaded.warnings[:1]) or "points.jsonl is missing or empty"
+            print(f"[dashboard] error: {name} {loaded.path} has no readable points ({why}) — finish it with "
+                  f"./run_bench.py --resume {loaded.path}", file=sys.stderr)
+            return 1
 
     for warning in (*run.warnings, *(other.warnings if other else ())):  # skipped lines: the page lists them too
         print(f"[dashboard] warning: {warning}", file=sys.stderr)
 
     # --- SLO: options win over the run's recorded defaults ---
-    recorded = dataclasses.asdict(run.slo) if run.slo else FALLBACK_SLO
+    recorded = dataclasses.asdict(run.slo) if run.slo else slo_rule.DEFAULTS
     slo = stats.Slo(ttft_ms=opts.slo_ttft_ms or recorded["ttft_ms"], itl_ms=opts.slo_itl_ms or recorded["itl_ms"],
                     pct=opts.slo_pct or recorded["pct"])
 

@@ -6,7 +6,7 @@ baseline by one launch flag and runs on a freshly restarted server (llmhost.serv
 restart runs). Each point is one `python -m sglang.benchmark.serving` subprocess after a verified prefix-cache
 flush; telemetry (/metrics + GPU) is sampled every second on the same clock as the per-request start times.
 
-    ./run_bench.py --dry-run                 # the plan, with a time estimate; nothing runs
+    ./run_bench.py --dry-run                 # the plan, with a time estimate; checks what a run needs, runs nothing
     ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"
@@ -21,16 +21,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
-from llmhost import config, deps, files, provenance
+from llmhost import cli, config, deps, files, provenance, slo as slo_rule
 from llmhost.bench import points, records, runner, store, telemetry
 from llmhost.bench.runner import BenchError, arm_overhead_s, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
-SLO_DEFAULTS = {"ttft_ms": 1000.0, "itl_ms": 50.0, "pct": 99.0}  # recorded in the manifest; the dashboard can override
+SLO_DEFAULTS = slo_rule.DEFAULTS  # recorded in the manifest; the dashboard can override
+TAG_MAX = 64  # a run id is YYYYmmdd-HHMMSS-TAG, one path component
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,7 +51,7 @@ class Options:
 
 
 def parse_args(argv: list[str]) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", help=f"comma-separated arms to run (default: all; built in: {', '.join(arms_mod.REGISTRY)})")
     parser.add_argument("--arm", action="append", default=[], metavar='NAME="FLAGS"',
                         help="add an arm: baseline + these launch_server flags; it runs even when --arms lists "
@@ -59,8 +61,8 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
                         "Poisson points on the baseline (~13 min on an H200 with 5 arms: 5 restarts of ~130 s + 7 points)")
     parser.add_argument("--repeat", type=int, default=1, help="repeats of every point (default: 1)")
-    parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed for bench_serving (default: 1)")
-    parser.add_argument("--tag", default="", help="suffix of the run id (letters, digits, - and _)")
+    parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed for bench_serving, >= 0 (default: 1)")
+    parser.add_argument("--tag", default="", help=f"suffix of the run id (letters, digits, - and _; at most {TAG_MAX})")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a killed run; plan and seed "
                         "come from its manifest, points already recorded are kept")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
@@ -71,20 +73,51 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--slo-pct", type=float, default=SLO_DEFAULTS["pct"],
                         help="SLO recorded with the run: percent of requests meeting both (default: 99)")
     args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error("--repeat must be >= 1")
-    if args.tag and not all(c.isalnum() or c in "-_" for c in args.tag):
-        parser.error(f"--tag {args.tag!r}: use letters, digits, - and _")
+    problem = usage_problem(args)
+    if problem:
+        parser.error(problem)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in workloads if w not in WORKLOADS]
-    if unknown or not workloads:
-        parser.error(f"unknown workload {', '.join(unknown) or '(none)'} (known: {', '.join(WORKLOADS)})")
-    if args.resume and not (args.resume / "manifest.json").is_file():
-        parser.error(f"--resume {args.resume}: no manifest.json there (pass a results/bench/<run_id> directory)")
     names = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     slo = {k: getattr(args, f"slo_{k}") for k in SLO_DEFAULTS}
     return Options(names, args.arm, workloads, args.quick, args.repeat, args.seed, args.tag, args.resume,
                    args.dry_run, slo, list(argv))
+
+
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """The first argument that cannot work, as one line; None when all can. Nothing is read but the manifest."""
+    if args.repeat < 1:
+        return "--repeat must be >= 1"
+    if args.seed < 0:  # bench_serving seeds numpy with it: a negative seed fails every point
+        return f"--seed must be >= 0 (got {args.seed})"
+    if args.tag and not re.fullmatch(rf"[A-Za-z0-9_-]{{1,{TAG_MAX}}}", args.tag):
+        return f"--tag {args.tag[:80]!r}: use at most {TAG_MAX} letters, digits, - and _"
+    problem = slo_rule.problem(args.slo_ttft_ms, args.slo_itl_ms, args.slo_pct)
+    if problem:
+        return problem
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown or not workloads:
+        return f"unknown workload {', '.join(unknown) or '(none)'} (known: {', '.join(WORKLOADS)})"
+    if args.arms is not None and not [a for a in args.arms.split(",") if a.strip()]:
+        return f"--arms {args.arms!r} names no arm (built in: {', '.join(arms_mod.REGISTRY)})"
+    if args.resume:
+        return resume_problem(args)
+    return None
+
+
+def resume_problem(args: argparse.Namespace) -> str | None:
+    """--resume takes arms, plan, seed and tag from the run's manifest, checked as make_dashboard.py checks it."""
+    given = [flag for flag, value in (("--arms", args.arms), ("--arm", args.arm), ("--quick", args.quick),
+                                      ("--tag", args.tag)) if value]
+    if given:
+        return f"--resume continues the run's own plan: drop {', '.join(given)}"
+    if not (args.resume / "manifest.json").is_file():
+        return f"--resume {args.resume}: no manifest.json there (pass a results/bench/<run_id> directory)"
+    try:
+        store.read_manifest(args.resume / "manifest.json")
+    except records.RecordError as exc:
+        return f"--resume: {exc}"
+    return None
 
 
 def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], restart_s: float) -> None:
@@ -130,37 +163,54 @@ def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[
         plan=tuple(plan))
 
 
-def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(sys.argv[1:] if argv is None else argv)
-    deps.ensure(__file__, ("openai", "numpy"), "bench")  # the host python3 lacks them; setup's venv has them
+def preflight(cfg: config.Config, plan: list[points.Point], seed: int,
+              new_run: bool) -> tuple[str, str, dict[str, str]] | str:
+    """(load generator module, its --help, its environment) when a real run can start, else the one line saying
+    why not."""
+    problem = files.writable_dir_problem(cfg.results_path / "bench") if new_run else None
+    if problem:
+        return f"{cfg.source('RESULTS_DIR')}: RESULTS_DIR={cfg.results_dir}: {problem}"
     try:
-        cfg = config.load()
-        run, arms, plan, seed = open_run(opts, cfg)
-        quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command
-    except (config.ConfigError, BenchError) as exc:
-        print(f"[bench] error: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, config.ConfigError) else 2
-    # --- the plan: print it and stop, or check it against the installed load generator ---
-    if opts.dry_run:
-        active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
-        print_plan(plan, active, arm_overhead_s(quick))
-        print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
-                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * len(active))}))
-        return 0
-    env = runner.loadgen_env(cfg)
+        env = runner.loadgen_env(cfg)  # holds the key: a missing or loose key file stops the run here
+    except OSError as exc:
+        return str(exc)
     try:
         module, help_text = points.find_loadgen(cfg.sglang_python, env)
     except points.LoadgenError as exc:
-        print(f"[bench] error: {exc}", file=sys.stderr)
-        return 1
+        return f"{exc} (SGLANG_PYTHON from {cfg.source('SGLANG_PYTHON')})"
     probe = points.bench_argv(plan[0], WORKLOADS[plan[0].workload], base_url=cfg.base_url, model_dir=cfg.model_dir,
                               served_model_name=cfg.served_model_name, seed=seed, output_file=Path("x"))
     flags = sorted({f for p in plan for f in points.unknown_flags(
         [*probe, *WORKLOADS[p.workload].dataset_args(p.num_prompts)], help_text)})
     if flags:
-        print(f"[bench] error: the installed {module} lacks {', '.join(flags)} — install SGLang "
-              f"{cfg.sglang_version} (./setup_host.sh)", file=sys.stderr)
+        return f"the installed {module} lacks {', '.join(flags)} — install SGLang {cfg.sglang_version} (./setup_host.sh)"
+    return module, help_text, env
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = config.load()
+        deps.ensure(__file__, ("openai", "numpy"), "bench")  # the host python3 lacks them; setup's venv has them
+        run, arms, plan, seed = open_run(opts, cfg)
+        quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command
+    except (config.ConfigError, BenchError) as exc:
+        print(f"[bench] error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, config.ConfigError) else 2
+    # --- what a real run would stop at, checked before any work, and by the dry run too ---
+    ready = preflight(cfg, plan, seed, new_run=run is None)
+    if opts.dry_run:
+        active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
+        print_plan(plan, active, arm_overhead_s(quick))
+        print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
+                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * len(active)),
+                          "problem": ready if isinstance(ready, str) else None}))
+    if isinstance(ready, str):
+        print(f"[bench] error: {ready}", file=sys.stderr)
         return 1
+    if opts.dry_run:
+        return 0
+    module, help_text, env = ready
     # --- the run directory: a new one (manifest first) or the resumed one ---
     if run is None:
         run = store.RunStore.create(cfg.results_path, opts.tag)

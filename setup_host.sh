@@ -92,6 +92,9 @@ parse_args() {
   fi
   [[ -z "$PYTHON_ARG" ]] || command -v "$PYTHON_ARG" >/dev/null 2>&1 \
     || die_usage "--python $PYTHON_ARG: no such executable (see ./setup_host.sh --help)"
+  # before any phase, so a dry run cannot pass over a Python that every later step would need
+  [[ -z "$PYTHON_ARG" ]] || "$PYTHON_ARG" -c 'import sys; assert sys.version_info >= (3, 10)' >/dev/null 2>&1 \
+    || die_usage "--python $PYTHON_ARG: does not run Python >= 3.10 (see ./setup_host.sh --help)"
 }
 
 is_dry() { [[ "${DRY_RUN:-0}" == 1 ]]; }

@@ -26,7 +26,7 @@ if sys.version_info < (3, 9):  # a laptop's old system Python: one line, not a S
     sys.exit(f"smoke_test: Python {sys.version.split()[0]} is too old — use Python 3.9 or newer")
 
 from llmhost.smoke import chat, checks as smoke  # noqa: E402
-from llmhost import client
+from llmhost import cli, client, deps  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--model", help="expected served model name (default SERVED_MODEL_NAME)")
     common.add_argument("--api-key-file", help="file holding the API key (default $OPENAI_API_KEY, then API_KEY_FILE)")
     common.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="mode")
     check = sub.add_parser("check", parents=[common], help="run the smoke checks (default)")
     check.add_argument("--only", choices=list(smoke.CHECKS), help="run just this check")
@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     args = parse(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the command line: a python3 without openai re-runs this under one that has it (llmhost/deps.py)
+        deps.rerun_elsewhere(__file__, ("openai",), "smoke")  # none has it: run() says so in one line
     try:
         return run(args)
     except KeyboardInterrupt:  # Ctrl-C while importing openai or connecting (a hung tunnel): one line, no traceback

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -41,12 +40,13 @@ def tunnel_hint(port: int) -> str:
 
 
 def read_key_file(path: str) -> str | None:
+    """The key in the --api-key-file file; a file others may read is refused (llmhost.config.read_secret)."""
+    from llmhost import config
+
     try:
-        key = Path(path).expanduser().read_text().strip()
+        return config.read_secret(path, f"--api-key-file {path}", "check the path")
     except OSError as exc:
-        raise ClientError(f"cannot read API key file {path} ({exc.strerror}) — check the path or pass "
-                          "--api-key-file") from None
-    return key or None
+        raise ClientError(str(exc)) from None
 
 
 def resolve(base_url: str | None, model: str | None, api_key_file: str | None,
@@ -58,8 +58,8 @@ def resolve(base_url: str | None, model: str | None, api_key_file: str | None,
         from llmhost import config
         try:
             cfg = config.load(env)
-        except (config.ConfigError, OSError) as exc:
-            raise ClientError(f"config: {exc} — fix config.env or pass --base-url/--model/--api-key-file") from None
+        except config.ConfigError as exc:
+            raise ClientError(f"{exc} — fix it, or pass --base-url/--model/--api-key-file") from None
     if base_url is None:
         base_url = cfg.base_url + "/v1"  # the one base-URL builder (HOST and PORT, IPv6 in brackets)
     base_url = base_url.rstrip("/")
@@ -70,7 +70,10 @@ def resolve(base_url: str | None, model: str | None, api_key_file: str | None,
     elif env.get("OPENAI_API_KEY"):
         key = env["OPENAI_API_KEY"]
     else:
-        key = read_key_file(cfg.api_key_file) if cfg.api_key_file else None
+        try:
+            key = cfg.api_key()
+        except OSError as exc:
+            raise ClientError(f"{exc} (or pass --api-key-file)") from None
     return Endpoint(base_url, model if model is not None else cfg.served_model_name, key)
 
 

@@ -1,43 +1,92 @@
-"""Run a top-level script under the Python that has the toolkit's dependencies.
+"""Run a top-level script under a Python that has the modules it needs: one rule for every Python entry point.
 
-setup_host.sh installs openai, pandas and plotly into the venv of SGLANG_PYTHON, not into the host python3 that
-`./run_bench.py` or `./make_dashboard.py` start with. A script missing a module re-executes itself once with
-SGLANG_PYTHON, or ends with one line saying what to run.
+`./run_bench.py`, `./make_dashboard.py` and `./smoke_test.py` start with whatever `python3` is first on PATH, which
+usually lacks openai, pandas and plotly. A script missing a module re-executes itself, once, with the first of
+
+    1. the checkout's own venv   .venv/bin/python (./tests/run_cpu.sh creates it)
+    2. SGLANG_PYTHON             $WORK_DIR/venv/bin/python (./setup_host.sh creates it)
+    3. python3 on PATH
+
+that has every module (probed without importing them), or ends with one line naming what it tried and the real
+WORK_DIR. run_phase4.sh's python_with applies the same order. Stdlib only, Python 3.9: smoke_test.py runs on laptops.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import subprocess
 import sys
+from typing import List, Optional, Tuple
+
+from llmhost import config
 
 REEXEC_ENV = "LLMHOST_REEXEC"  # set on the re-executed process: never loop
+_PROBE = "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in sys.argv[1:]))"
 
 
-def missing(modules: tuple[str, ...]) -> str | None:
-    """The first module of `modules` that does not import here; None when all do."""
+def missing(modules: Tuple[str, ...]) -> Optional[str]:
+    """The first module of `modules` that this Python cannot find (the probe the other Pythons get; nothing is
+    imported, so a script checks its arguments without paying for pandas or openai first); None when all are there."""
     for name in modules:
         try:
-            __import__(name)
-        except ImportError:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # ValueError: a module blocked with sys.modules[name] = None
+            found = False
+        if not found:
             return name
     return None
 
 
-def ensure(script: str, modules: tuple[str, ...], prefix: str) -> None:
-    """Return when `modules` import; else exec `script` with SGLANG_PYTHON, else exit 1 with one line."""
+def candidates(sglang_python: str) -> List[str]:
+    """The rule's Pythons that exist, in order, without repeats and without this very interpreter."""
+    found: List[str] = []
+    for name in (str(config.REPO_ROOT / ".venv" / "bin" / "python"), sglang_python, "python3"):
+        path = shutil.which(name) if name else None
+        # abspath, not realpath: a venv's python is a symlink to the same interpreter as the host's python3
+        if path and os.path.abspath(path) not in {os.path.abspath(p) for p in [sys.executable, *found]}:
+            found.append(path)
+    return found
+
+
+def has_modules(python: str, modules: Tuple[str, ...]) -> bool:
+    try:
+        return subprocess.run([python, "-c", _PROBE, *modules], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def rerun_elsewhere(script: str, modules: Tuple[str, ...], prefix: str) -> None:
+    """When a module of `modules` does not import here, exec `script` under the rule's first Python that has them
+    all; return when none does (or this already is the re-run)."""
+    gone = missing(modules)
+    if gone is None or os.environ.get(REEXEC_ENV):
+        return
+    try:
+        sglang_python = config.load().sglang_python
+    except config.ConfigError:  # the script reports it, with its own prefix, when it loads the config
+        sglang_python = ""
+    for python in candidates(sglang_python):
+        if has_modules(python, modules):
+            print(f"[{prefix}] '{gone}' is not in {sys.executable}: running with {python}", file=sys.stderr,
+                  flush=True)
+            os.execve(python, [python, os.path.abspath(script), *sys.argv[1:]], {**os.environ, REEXEC_ENV: "1"})
+
+
+def ensure(script: str, modules: Tuple[str, ...], prefix: str) -> None:
+    """Return when `modules` import here; else re-run under the rule's first Python that has them; else exit 1 with
+    one line naming the Pythons tried and the real WORK_DIR (or the configuration problem that hides it)."""
+    rerun_elsewhere(script, modules, prefix)
     gone = missing(modules)
     if gone is None:
         return
-    from llmhost import config
-
     try:
-        python = shutil.which(config.load().sglang_python) or ""
-    except (config.ConfigError, OSError):
-        python = ""
-    # abspath, not realpath: setup's venv python is a symlink to the same /usr/bin/python3.12 as the shebang's
-    if python and os.path.abspath(python) != os.path.abspath(sys.executable) and not os.environ.get(REEXEC_ENV):
-        print(f"[{prefix}] '{gone}' is not in {sys.executable}: running with {python}", file=sys.stderr, flush=True)
-        os.execve(python, [python, os.path.abspath(script), *sys.argv[1:]], {**os.environ, REEXEC_ENV: "1"})
-    print(f"[{prefix}] error: python module '{gone}' is missing in {sys.executable} — run ./setup_host.sh (its venv "
-          f"has it) or run this script with the toolkit venv's python (SGLANG_PYTHON)", file=sys.stderr)
+        cfg = config.load()
+    except config.ConfigError as exc:
+        print(f"[{prefix}] error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    tried = candidates(cfg.sglang_python)
+    print(f"[{prefix}] error: python module '{gone}' is missing in {sys.executable}"
+          f"{' and in ' + ', '.join(tried) if tried else ''} — run ./setup_host.sh (it installs it into "
+          f"{cfg.work_dir}/venv, SGLANG_PYTHON) or ./tests/run_cpu.sh (the checkout's .venv)", file=sys.stderr)
     raise SystemExit(1)

@@ -72,6 +72,19 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None
             Path(tmp).unlink(missing_ok=True)
 
 
+def writable_dir_problem(path: Path) -> str | None:
+    """Why a directory cannot be created or written at `path` (None when it can): checked before any work, so a
+    results folder that is a file, or a read-only one, is one line at the start instead of a traceback at the end."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:  # the nearest part that exists decides
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
+
+
 @dataclass(slots=True)
 class JsonlRead:
     """The records of a JSONL file and what was skipped: `torn` = an unterminated last line (a crash mid-write)."""

@@ -200,17 +200,19 @@ def _configured_extra_args(cfg: Config) -> list[str]:
 
 
 def with_settings(cfg: Config, settings: Mapping[str, str]) -> Config:
-    """cfg with some settings replaced, by their config.env names ({"CHUNKED_PREFILL_SIZE": "4096"})."""
-    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    """cfg with some settings replaced, by their config.env names ({"CHUNKED_PREFILL_SIZE": "4096"}), each checked
+    by the same rule config.env's value is (llmhost.settings): an arm cannot smuggle in a value the file would refuse."""
+    from llmhost.settings import CHECKS
+
     changes: dict[str, object] = {}
     for key, value in settings.items():
-        field = fields.get(key.lower())
-        if field is None or key != key.upper():
+        check = CHECKS.get(key)
+        if check is None:
             raise SpecError(f"unknown setting {key} (see config.env for the keys)")
         try:
-            changes[field.name] = int(value) if field.type == "int" else str(value)
-        except ValueError:
-            raise SpecError(f"{key}={value!r} is not an integer") from None
+            changes[key.lower()] = check(str(value))
+        except ValueError as exc:
+            raise SpecError(f"{key}={value} {exc}") from None
     return dataclasses.replace(cfg, **changes)
 
 

@@ -38,7 +38,7 @@ def refused(result: subprocess.CompletedProcess, *expected: str) -> None:
     ("TMUX_SESSION", "llm:host", "environment: TMUX_SESSION=llm:host must be a name without ':' or '.'"),
     ("TMUX_SESSION", "llm.host", "tmux would rewrite it"),
     ("READY_TIMEOUT_S", "-5", "environment: READY_TIMEOUT_S=-5 must be"),
-    ("READY_TIMEOUT_S", "0", "environment: READY_TIMEOUT_S=0 must be > 0 seconds"),
+    ("READY_TIMEOUT_S", "0", "environment: READY_TIMEOUT_S=0 must be >= 1 seconds"),
     ("READY_TIMEOUT_S", "soon", "READY_TIMEOUT_S="),
     ("LOAD_FORMAT", "dumy", "environment: LOAD_FORMAT=dumy is not one of SGLang's load formats"),
 ])

@@ -145,6 +145,8 @@ def test_api_key_missing_wrong_and_right(free_port, tmp_path, capsys, monkeypatc
     key_file, wrong_file = tmp_path / "key", tmp_path / "wrong"
     key_file.write_text("k3y-value\n")
     wrong_file.write_text("nope\n")
+    key_file.chmod(0o600)
+    wrong_file.chmod(0o600)
     base = ("--base-url", f"http://127.0.0.1:{free_port}", "--model", SERVED, "--only", "chat")
     printed = []
     with launch(free_port, *ARGS, "--api-key", "k3y-value"):
@@ -168,7 +170,7 @@ def test_api_key_missing_wrong_and_right(free_port, tmp_path, capsys, monkeypatc
 def test_missing_key_file_and_bad_usage_are_one_line_errors(capsys, tmp_path):
     code, _, err = smoke(capsys, "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
                          "--api-key-file", str(tmp_path / "absent"))
-    assert code == 1 and err.count("\n") == 1 and "cannot read API key file" in err
+    assert code == 1 and err.count("\n") == 1 and "--api-key-file" in err and "absent cannot be read" in err
     with pytest.raises(SystemExit) as exc:
         smoke_test.main(["check", "--only", "nonsense"])
     assert exc.value.code == 2
@@ -191,7 +193,7 @@ def test_a_bad_base_url_is_a_usage_error_not_a_traceback_or_a_wrong_tunnel_hint(
 def test_json_mode_prints_a_summary_line_on_every_early_failure(tmp_path, capsys, monkeypatch):
     code, out, err = smoke(capsys, "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--json",
                            "--api-key-file", str(tmp_path / "absent"))
-    assert code == 1 and "cannot read API key file" in err
+    assert code == 1 and "absent cannot be read" in err
     assert last_json(out) == {"ok": False, "error": err.strip().removeprefix("smoke_test: "), "checks": []}
     monkeypatch.setitem(sys.modules, "openai", None)
     code, out, _ = smoke(capsys, "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--json")

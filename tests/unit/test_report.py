@@ -81,7 +81,7 @@ def test_a_directory_without_manifest_or_with_another_schema_is_refused(tmp_path
     with pytest.raises(load.LoadError, match="schema 2, newer than this toolkit reads"):
         load.load_run(tmp_path)
     (tmp_path / "manifest.json").write_text("{not json")
-    with pytest.raises(load.LoadError, match="not readable JSON"):
+    with pytest.raises(load.LoadError, match=r"is not readable JSON"):
         load.load_run(tmp_path)
 
 

@@ -123,11 +123,12 @@ def test_the_serve_package_runs_on_the_stdlib_alone(tmp_path):
     assert idle.returncode == 1 and idle.stderr == ""
 
 
-def test_a_refused_setting_names_the_config_env_line_that_set_it():
-    from llmhost.serve import checks
+def test_an_arms_setting_is_checked_by_the_rule_config_env_values_are_checked_by():
+    from llmhost.serve import spec
 
-    line = next(n for n, text in enumerate(config.DEFAULT_FILE.read_text().splitlines(), 1)
-                if text.startswith("LOAD_FORMAT="))
-    cfg = dataclasses.replace(config.load({}), load_format="dumy")
-    with pytest.raises(checks.ServeError, match=f"^config.env:{line}: LOAD_FORMAT=dumy is not one of SGLang's"):
-        checks.check_settings(cfg, env={})
+    cfg = config.load({})
+    with pytest.raises(spec.SpecError, match="^LOAD_FORMAT=dumy is not one of"):
+        spec.with_settings(cfg, {"LOAD_FORMAT": "dumy"})
+    with pytest.raises(spec.SpecError, match="^CHUNKED_PREFILL_SIZE=lots "):
+        spec.with_settings(cfg, {"CHUNKED_PREFILL_SIZE": "lots"})
+    assert spec.with_settings(cfg, {"CHUNKED_PREFILL_SIZE": "4096"}).chunked_prefill_size == "4096"

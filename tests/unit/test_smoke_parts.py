@@ -16,12 +16,14 @@ from llmhost import client
 def test_endpoint_defaults_come_from_config_env_and_flags_win(tmp_path):
     key = tmp_path / "key"
     key.write_text("from-file\n")
+    key.chmod(0o600)
     env = {"PORT": "31234", "SERVED_MODEL_NAME": "served", "API_KEY_FILE": str(key)}
     ep = client.resolve(None, None, None, env)
     assert (ep.base_url, ep.model, ep.api_key, ep.port) == ("http://127.0.0.1:31234/v1", "served", "from-file", 31234)
     assert client.resolve(None, None, None, {**env, "OPENAI_API_KEY": "from-env"}).api_key == "from-env"
     other = tmp_path / "other"
     other.write_text("from-flag")
+    other.chmod(0o600)
     ep = client.resolve("http://h:9/", "m", str(other), {**env, "OPENAI_API_KEY": "from-env"})
     assert (ep.base_url, ep.model, ep.api_key) == ("http://h:9/v1", "m", "from-flag")
     assert client.resolve(None, None, None, {"API_KEY_FILE": ""}).api_key is None
@@ -35,7 +37,7 @@ def test_the_key_never_shows_in_repr_or_public_view():
 
 
 def test_unreadable_key_file_is_a_client_error(tmp_path):
-    with pytest.raises(client.ClientError, match="cannot read API key file"):
+    with pytest.raises(client.ClientError, match=r"^--api-key-file .*missing cannot be read"):
         client.resolve("http://h:1", "m", str(tmp_path / "missing"), {})
 
 
@@ -185,7 +187,9 @@ def test_prefix_cache_fails_when_repeats_are_not_faster_even_if_cached(monkeypat
     assert len(calls) == 7 and calls[0]["messages"][0]["content"] == "Hi"  # warm-up, then 3 pairs
 
 
-LAPTOP_SIDE = ("smoke_test.py", "llmhost/client.py", "llmhost/smoke/checks.py", "llmhost/smoke/chat.py", "llmhost/smoke/__init__.py", "llmhost/config.py")
+LAPTOP_SIDE = ("smoke_test.py", "llmhost/client.py", "llmhost/smoke/checks.py", "llmhost/smoke/chat.py",
+               "llmhost/smoke/__init__.py", "llmhost/config.py", "llmhost/settings.py", "llmhost/deps.py",
+               "llmhost/cli.py")
 
 
 @pytest.mark.parametrize("path", LAPTOP_SIDE)

@@ -1,0 +1,35 @@
+"""The settings table: SGLang's closed choices match its captured --help, and every config.env key has a check."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from llmhost import config, settings
+
+
+@pytest.mark.parametrize("flag, choices", [("--load-format", settings.LOAD_FORMATS),
+                                           ("--tool-call-parser", settings.TOOL_CALL_PARSERS),
+                                           ("--reasoning-parser", settings.REASONING_PARSERS)])
+def test_closed_choices_are_sglang_0_5_17s_own(captures, flag, choices):
+    found = re.search(rf"^  {flag} \{{([^}}]+)\}}", (captures / "launch_server_help.txt").read_text(), re.M)
+    assert found and tuple(found.group(1).split(",")) == choices
+
+
+def test_every_key_of_config_env_has_a_check_and_a_config_field():
+    keys = list(config.parse_lines(config.DEFAULT_FILE.read_text(), {}))
+    assert keys == list(settings.CHECKS)
+    fields = [f.name for f in config.dataclasses.fields(config.Config) if not f.name.startswith("_")]
+    assert fields == [k.lower() for k in keys]
+
+
+@pytest.mark.parametrize("key, good, bad", [
+    ("PORT", "1", "0"), ("PORT", "65535", "65536"), ("READY_TIMEOUT_S", "1", "0"),
+    ("TOKENIZER_WORKER_NUM", "auto", "0"), ("CHUNKED_PREFILL_SIZE", "-1", "0"), ("HOST", "::1", "a b"),
+    ("SERVER_ENV", "A=1 B='x y'", "A"), ("BENCH_USER_ARMS", "c4k=--chunked-prefill-size 4096;", "x y=--a"),
+    ("MODEL_ID", "Qwen/Qwen3-4B", "Qwen/Qwen3 4B"), ("SGLANG_VERSION", "0.5.17rc1", "latest"),
+])
+def test_checks_draw_the_line_where_the_setting_stops_working(key, good, bad):
+    settings.CHECKS[key](good)
+    with pytest.raises(ValueError):
+        settings.CHECKS[key](bad)
