@@ -1,6 +1,8 @@
 """llmhost.fi.trace.analysis on hand-made page tables with known sharing and run lengths, and on shards the tracer wrote."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,21 @@ def test_a_paused_tracer_calls_straight_through_and_reports_the_state(tmp_path):
     rec.paused = False  # what the writer thread sets at its next look (every flush)
     assert traced(Updater(), None, [0]) == "planned"
     assert rec.counters["errors"] == 1  # the observer ran (and this fake updater lacks the arrays it reads)
+
+
+def test_a_forked_child_gets_its_own_writer_so_a_paused_tracer_still_reports(tmp_path):
+    import os
+    import time
+
+    (tmp_path / "PAUSE").touch()
+    rec = hook.Recorder(hook.TraceSettings(trace_dir=str(tmp_path), every=1, flush_s=0.1))
+    rec.start()
+    child = os.fork()
+    if child == 0:  # the child never calls observe(): only the at-fork writer can write its stats
+        deadline = time.monotonic() + 10
+        while not (tmp_path / f"stats-{os.getpid()}.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os._exit(0)
+    os.waitpid(child, 0)
+    stats = tmp_path / f"stats-{child}.json"
+    assert stats.exists() and json.loads(stats.read_text())["paused"] is True

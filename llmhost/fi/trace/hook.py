@@ -186,10 +186,21 @@ class Recorder:
     # ---- writer thread
     def start(self) -> None:
         if self._thread is None or self._thread_pid != os.getpid():
+            if self._thread is None:  # once per recorder: a forked child gets its own writer at once
+                os.register_at_fork(after_in_child=self._after_fork)
             self._thread_pid = os.getpid()
             self._thread = threading.Thread(target=self._run, name="llmhost-fi-trace", daemon=True)
             self._thread.start()
             atexit.register(self.close)
+
+    def _after_fork(self) -> None:
+        """In a forked child: fresh locks and queue (the parent's may have been held at the fork), a new writer.
+        Without it a paused tracer — which never reaches observe() — would never write the child's stats."""
+        self._lock = threading.Lock()
+        self._pending = queue.Queue()
+        if self._stager is not None:
+            self._stager._lock = threading.Lock()
+        self.start()
 
     def close(self) -> None:
         """At interpreter exit: collect what is staged and write it (a SIGKILL loses at most flush_s of samples)."""
