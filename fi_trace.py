@@ -25,14 +25,16 @@ import sys
 from pathlib import Path
 
 from llmhost import config
+from llmhost.fi.cli import OneLineParser
 from llmhost.fi.trace import capture
 from llmhost.fi.trace.analysis import TraceFormatError
 from llmhost.fi.trace.traffic import CaptureOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="fi_trace.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     cap = sub.add_parser("capture", help="trace the live server under shared-prefix traffic, then analyze",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cap.add_argument("--trace-dir", type=Path, help="raw trace directory, must not exist "

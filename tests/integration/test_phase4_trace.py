@@ -94,7 +94,7 @@ def test_capture_help_and_bad_arguments(tmp_path):
     assert ok.returncode == 0 and "--duration-s" in ok.stdout
     bad = subprocess.run([sys.executable, "fi_trace.py", "capture", "--concurrency", "0"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--concurrency" in bad.stderr
 
 
 def test_capture_restarts_with_the_hook_env_and_stops_again_when_the_tracer_is_absent(tmp_path, free_port):
