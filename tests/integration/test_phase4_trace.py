@@ -197,3 +197,30 @@ def test_overhead_phases_stream_against_the_standin_and_switch_the_tracer_betwee
     assert set(got["overhead"]) == {"schedule", "output_tok_s", "tpot_ms_median"}
     assert got["overhead"]["output_tok_s"]["verdict"] in ("within noise", "tracer costs",
                                                           "tracer arm faster (noise or drift)")
+
+
+def test_set_tracing_waits_for_the_tracers_writer_to_report_each_switch(tmp_path):
+    """The capture's switch between the overhead phases: PAUSE on or off, then the stats file must say so."""
+    import types
+
+    class Updater:
+        def call_begin_forward(self, *args):
+            return None
+
+    fake_backend = types.SimpleNamespace(FlashInferIndicesUpdaterDecode=Updater)
+    (tmp_path / "PAUSE").touch()
+    rec = hook.Recorder(hook.TraceSettings(trace_dir=str(tmp_path), flush_s=0.1))
+    assert hook.patch_backend(fake_backend, rec) == ["FlashInferIndicesUpdaterDecode"]
+    capture.set_tracing(tmp_path, False, timeout_s=5)  # started paused: already acknowledged
+    capture.set_tracing(tmp_path, True, timeout_s=5)
+    assert not (tmp_path / "PAUSE").exists() and rec.paused is False
+    capture.set_tracing(tmp_path, False, timeout_s=5)
+    assert rec.paused is True
+    (tmp_path / "STOP").touch()
+    assert capture.stop_tracing(tmp_path, timeout_s=5)
+
+
+def test_set_tracing_fails_in_one_line_when_no_tracer_answers(tmp_path):
+    (tmp_path / f"stats-{os.getpid()}.json").write_text(json.dumps({"patched": ["X"], "paused": True}))
+    with pytest.raises(capture.CaptureError, match="did not resume within 1s"):
+        capture.set_tracing(tmp_path, True, timeout_s=1)

@@ -86,7 +86,8 @@ def roofline_block(doc: dict) -> str:
             + "<p>FP8 against BF16 at the same tokens (medians over all matching cases): FP8 halves the bytes "
               "(ratio 0.5). If time followed bytes, time ratio would be 0.5; a time ratio near 1 means both dtypes "
               "process KV elements at the same rate — the per-element work (load, dequantise to BF16, multiply) "
-              "binds, which is why FP8 reaches about half the bandwidth BF16 does on the same path.</p>"
+              "binds, and FP8's GB/s is then about half of BF16's on the same path (compare the % peak "
+              "columns).</p>"
             + table(["path", "pairs", "bytes FP8/BF16", "time FP8/BF16", "BF16 % peak", "FP8 % peak", "what binds"],
                     pairs))
 
