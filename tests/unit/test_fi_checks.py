@@ -75,3 +75,14 @@ def test_drop_detection_follows_one_over_sqrt_n(length, caught):
     change = checks.rel_error(reference(q, k, v, table, -1), ref)
     assert (change > checks.REL_TOL) is caught
     assert change == pytest.approx(1 / math.sqrt(length), rel=0.6)
+
+
+def test_bitwise_compares_raw_bytes_and_counts_the_differences():
+    out = np.linspace(-1, 1, 64, dtype=np.float16).reshape(2, 4, 8)
+    same = checks.bitwise(out.view(np.uint8), out.copy().view(np.uint8))
+    assert same == {"bitwise_equal": True, "differing_bytes": 0}
+    nudged = out.copy()
+    nudged[1, 2, 3] = np.nextafter(nudged[1, 2, 3], np.float16(2))  # one ulp: numerically "equal", not bitwise
+    got = checks.bitwise(nudged.view(np.uint8), out.view(np.uint8))
+    assert got["bitwise_equal"] is False and 1 <= got["differing_bytes"] <= 2
+    assert checks.bitwise(out[:1].view(np.uint8), out.view(np.uint8))["bitwise_equal"] is False
