@@ -220,7 +220,13 @@ def test_set_tracing_waits_for_the_tracers_writer_to_report_each_switch(tmp_path
     assert capture.stop_tracing(tmp_path, timeout_s=5)
 
 
-def test_set_tracing_fails_in_one_line_when_no_tracer_answers(tmp_path):
-    (tmp_path / f"stats-{os.getpid()}.json").write_text(json.dumps({"patched": ["X"], "paused": True}))
+def test_set_tracing_fails_in_one_line_when_no_tracer_answers_and_ignores_gone_writers(tmp_path):
+    import time
+
+    (tmp_path / "stats-1.json").write_text(json.dumps({"patched": ["X"], "paused": True, "updated_at": time.time()}))
     with pytest.raises(capture.CaptureError, match="did not resume within 1s"):
         capture.set_tracing(tmp_path, True, timeout_s=1)
+    (tmp_path / "stats-1.json").write_text(json.dumps({"patched": ["X"], "paused": False, "updated_at": time.time()}))
+    gone = {"patched": ["X"], "paused": True, "updated_at": time.time() - 60}  # a forked child that exited
+    (tmp_path / "stats-2.json").write_text(json.dumps(gone))
+    capture.set_tracing(tmp_path, True, timeout_s=1)

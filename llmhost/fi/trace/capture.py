@@ -23,6 +23,7 @@ from llmhost.fi.trace.traffic import CaptureOptions, run_phases
 REPO = Path(__file__).resolve().parents[3]
 HOOK_DIR = Path(__file__).resolve().parent / "sitehook"
 TOGGLE_TIMEOUT_S = 15.0  # the tracer's writer looks for PAUSE every flush (2 s) and rewrites its stats file then
+STALE_S = 6.0  # 3 flushes without a rewrite: that writer is gone (its process exited, or was forked and exec'ed)
 
 
 class CaptureError(RuntimeError):
@@ -96,14 +97,20 @@ def read_stats(trace_dir: Path) -> list[dict[str, Any]]:
     return stats
 
 
+def live_writers(trace_dir: Path) -> list[dict[str, Any]]:
+    """Stats of the patched processes whose writer rewrote its file within STALE_S (the ones that can answer)."""
+    now = time.time()
+    return [s for s in read_stats(trace_dir) if s.get("patched") and now - s.get("updated_at", 0) < STALE_S]
+
+
 def set_tracing(trace_dir: Path, on: bool, timeout_s: float = TOGGLE_TIMEOUT_S) -> None:
-    """Pause (PAUSE file present) or resume sampling, and wait until every process reports the new state."""
+    """Pause (PAUSE file present) or resume sampling, and wait until every live writer reports the new state."""
     pause = trace_dir / "PAUSE"
     pause.unlink(missing_ok=True) if on else pause.touch()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        stats = read_stats(trace_dir)
-        if stats and all(s.get("paused") is (not on) for s in stats if s.get("patched")):
+        live = live_writers(trace_dir)
+        if live and all(s.get("paused") is (not on) for s in live):
             return
         time.sleep(0.5)
     raise CaptureError(f"the tracer did not {'resume' if on else 'pause'} within {timeout_s:.0f}s (stats files in "
@@ -111,12 +118,12 @@ def set_tracing(trace_dir: Path, on: bool, timeout_s: float = TOGGLE_TIMEOUT_S) 
 
 
 def stop_tracing(trace_dir: Path, timeout_s: float = 15.0) -> bool:
-    """Create STOP and wait until every tracing process has flushed and reported stopped."""
+    """Create STOP and wait until every live writer has flushed and reported stopped."""
     (trace_dir / "STOP").touch()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        stats = read_stats(trace_dir)
-        if stats and all(s.get("stopped") for s in stats):
+        live = live_writers(trace_dir)
+        if live and all(s.get("stopped") for s in live):
             return True
         time.sleep(0.5)
     return False
