@@ -15,7 +15,8 @@ Three methods, one function (`gpu_time_ms`), all returning per-iteration samples
   used when that package imports. The offline GPU host has neither, so "graph" is what runs there
   (`precise_method()` says which).
 - "event": a CUDA-event pair around each eager call, after a read-only L2 flush (`L2Flush`). Kept to show what the
-  simpler timer reports: its difference to "graph" is the launch gap, stored per case.
+  simpler timer reports: its difference to "graph" is mostly the launch gap (the GPU idles while Python prepares
+  the launch) plus the few MB of q, o and page table that "graph" finds in L2; stored per case.
 
 `summarize` and `percentile` are pure and unit-tested.
 """

@@ -50,7 +50,8 @@ def timing_block(doc: dict) -> str:
             "replays 10 captured calls per measurement, so the Python launch of wrapper.run() is not timed "
             "(CUPTI would be used where cupti-python is installed; the GPU host has none). Beside it, each case was "
             "also timed with a CUDA-event pair around an eager call after a read-only L2 flush; the ratio "
-            "event / graph is the launch gap that timer would have included.</p>")
+            "event / graph is mostly the launch gap that timer includes (the GPU waits while Python prepares the "
+            "launch), plus the few MB of q, o and page table the graph timer finds in L2.</p>")
     if not cases:
         return text
     worst = sorted(cases, key=lambda c: -abs(c["event_over_precise"] - 1))[:8]
