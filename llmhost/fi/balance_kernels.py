@@ -66,7 +66,12 @@ class SplitBench:
                     pages = [table.indptr[i + 1] - table.indptr[i] for i in range(table.batch_size)]
                     variants.append(("forced", {"fixed_split_size": split_plan.forced_split_pages(pages)}))
         if self.fast_decode_plan is not None:
-            row, check = self._graph_case(args, q, table, ref, base)
+            try:
+                row, check = self._graph_case(args, q, table, ref, base)
+            except Exception as exc:  # an API this FlashInfer lacks: say so once, keep the eager measurements
+                self.errors["graph"] = f"SGLang's graph planning not reproduced: {type(exc).__name__}: {exc}"[:300]
+                self.fast_decode_plan = None
+                return rows, found
             found.append(check)
             if row is not None:
                 rows.append(row)

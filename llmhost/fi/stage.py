@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmhost.fi import shapes
+from llmhost.fi import shapes, split_plan
 
 
 class EnvProblem(RuntimeError):
@@ -70,7 +70,10 @@ def run_sparse(opts: Any, model_dir: Path, out_dir: Path) -> int:
     from llmhost.fi import sparse
 
     shape, ceilings = gpu_setup(model_dir, opts.timing)
-    data = sparse.run(opts, shape, ceilings, progress)
+    try:
+        data = sparse.run(opts, shape, ceilings, progress)
+    except split_plan.PlanInfoError as exc:
+        raise EnvProblem(f"cannot read FlashInfer's plan: {exc}") from None
     target = _write(out_dir, "sparse", opts, shape, ceilings, data)
     failed = [c for c in data["checks"] if not c["ok"]]
     print(json.dumps({"sparse_json": str(target), "cases": len(data["cases"]), "checks_failed": len(failed),
@@ -82,12 +85,15 @@ def run_balance(opts: Any, model_dir: Path, out_dir: Path) -> int:
     from llmhost.fi import balance
 
     shape, ceilings = gpu_setup(model_dir, opts.timing)
-    data = balance.run(opts, shape, progress)
+    try:
+        data = balance.run(opts, shape, progress)
+    except split_plan.PlanInfoError as exc:
+        raise EnvProblem(f"cannot read FlashInfer's plan: {exc}") from None
     target = _write(out_dir, "balance", opts, shape, ceilings, data)
     failed = [c for c in data["checks"] if not c["ok"]]
     print(json.dumps({"balance_json": str(target), "cases": len(data["cases"]), "checks_failed": len(failed),
                       "errors": data["errors"], **balance.headline(data)}))
-    return 1 if failed else 0
+    return 1 if failed or data["errors"] else 0  # a part not measured (graph planning) fails the stage too
 
 
 def run_report(out_dir: Path) -> int:
