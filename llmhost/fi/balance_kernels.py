@@ -51,20 +51,15 @@ class SplitBench:
         base = {"batch": batch, "distribution": dist, "max_len": max(seq_lens),
                 "imbalance": lengths.imbalance(seq_lens)}
         rows, found = [], []
-        variants: list[tuple[str, dict]] = [("auto", {})]
-        for split, kwargs in variants:
-            row, check = self._eager_case(split, kwargs, args, q, table, ref, base)
-            found.append(check)
-            if row is None:
-                continue
-            rows.append(row)
-            if split == "auto":
-                row.update(self._plan_costs(args, table))
-                if row["split_kv"] and self.control["off"]:
-                    variants.append(("off", {"disable_split_kv": True}))
-                elif not row["split_kv"] and self.control["forced"]:
-                    pages = [table.indptr[i + 1] - table.indptr[i] for i in range(table.batch_size)]
-                    variants.append(("forced", {"fixed_split_size": split_plan.forced_split_pages(pages)}))
+        auto, check = self._eager_case("auto", {}, args, q, table, ref, base)
+        found.append(check)
+        if auto is not None:
+            rows.append({**auto, **self._plan_costs(args, table)})
+            other = self._contrast(auto["split_kv"], table)
+            if other is not None:
+                row, check = self._eager_case(*other, args, q, table, ref, base)
+                found.append(check)
+                rows += [row] if row is not None else []
         if self.fast_decode_plan is not None:
             try:
                 row, check = self._graph_case(args, q, table, ref, base)
@@ -76,6 +71,15 @@ class SplitBench:
             if row is not None:
                 rows.append(row)
         return rows, found
+
+    def _contrast(self, planner_split: bool, table: kv_layout.PageTable) -> tuple[str, dict] | None:
+        """What to set the planner's choice against: off where it split, a forced split where it did not."""
+        if planner_split and self.control["off"]:
+            return "off", {"disable_split_kv": True}
+        if not planner_split and self.control["forced"]:
+            pages = [table.indptr[i + 1] - table.indptr[i] for i in range(table.batch_size)]
+            return "forced", {"fixed_split_size": split_plan.forced_split_pages(pages)}
+        return None
 
     def _eager_case(self, split: str, kwargs: dict, args: tuple, q: Any, table: kv_layout.PageTable,
                     ref: tuple, base: dict) -> tuple[dict | None, dict]:
