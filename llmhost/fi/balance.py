@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from llmhost.fi import lengths, split_plan
 from llmhost.fi.shapes import AttentionShape
-from llmhost.fi.timing import Method
+from llmhost.fi.timing import Method, timer_comparison
 
 PLANNING_NOTE = ("SGLang 0.5.17 plans once per forward batch (FlashInferAttnBackend.init_forward_metadata) and all "
                  "layers reuse that plan. Batches within its CUDA-graph sizes are replanned with fast_decode_plan "
@@ -98,6 +98,7 @@ def headline(doc: dict) -> dict:
             "fast_plan_us_per_call": statistics.median(fast) if fast else None,
             "plan_us_per_layer": statistics.median(c["plan_us"] for c in auto) / doc["num_layers"],
             "sglang_graph_decode_pays": "fast_decode_plan" if fast else None,
+            "timing": timer_comparison(cases, lambda c: f"batch {c['batch']} {c['distribution']} {c['split']}"),
             "num_layers": doc.get("num_layers"), "planning": doc.get("planning"), "by_batch": by_batch,
             "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok"))}
 

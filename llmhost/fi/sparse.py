@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from llmhost.fi import kv_layout, roofline
 from llmhost.fi.shapes import AttentionShape
 from llmhost.fi.sparse_kernels import KV_DTYPES, KernelCase, describe
-from llmhost.fi.timing import Method
+from llmhost.fi.timing import Method, timer_comparison
 
 POOL_HEADROOM = 1.5  # pool = 1.5 x the largest batch, so random/churned placements have somewhere to scatter to
 
@@ -91,7 +91,7 @@ def headline(doc: dict) -> dict:
             "scattered_over_contiguous_time": placement_ratios(cases),
             "fp8_over_bf16_speedup": {path: e["speedup"] for path, e in evidence.items()},
             "fp8_limit": {path: e["verdict"].split(":")[0] for path, e in evidence.items()},
-            "pct_peak_by_kernel": pct_peak_by_kernel(cases), "timing": timing_summary(cases),
+            "pct_peak_by_kernel": pct_peak_by_kernel(cases), "timing": timer_comparison(cases, _label),
             "planner_split_cases": sum(1 for c in cases if c.get("split_kv")),
             "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok")),
             "checks_bitwise": sum(1 for c in doc.get("checks", []) if c.get("bitwise_equal")),
@@ -123,18 +123,6 @@ def pct_peak_by_kernel(cases: list[dict]) -> dict[str, str]:
         if values:
             out[" ".join(kernel)] = f"{min(values):.0f}-{max(values):.0f}%"
     return out
-
-
-def timing_summary(cases: list[dict]) -> dict:
-    """Which timer the numbers come from, and how far the event timer lands from it (median, worst case)."""
-    ratios = [c["event_over_precise"] for c in cases if c.get("event_over_precise")]
-    if not ratios:
-        return {"method": cases[0].get("timing"), "compared": 0}
-    worst = max(cases, key=lambda c: abs((c.get("event_over_precise") or 1) - 1))
-    return {"method": cases[0].get("timing"), "compared": len(ratios),
-            "event_over_precise_median": statistics.median(ratios), "event_over_precise_max": max(ratios),
-            "event_over_precise_min": min(ratios), "largest_gap_case": _label(worst),
-            "largest_gap_us": (worst.get("event_median_us") or 0) - worst["median_us"]}
 
 
 def pool_tokens(opts: SparseOptions) -> int:

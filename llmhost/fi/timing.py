@@ -155,6 +155,22 @@ TIMERS: dict[str, Callable[[Callable[[], object], int], list[float]]] = {
     "event": _event_ms, "graph": _graph_ms, "cupti": _cupti_ms}
 
 
+def timer_comparison(cases: Sequence[dict], label: Callable[[dict], str]) -> dict:
+    """Which timer the cases' numbers come from, and how far the event timer lands from it (median, range, and the
+    case with the largest gap), from records made by `timed`."""
+    if not cases:
+        return {}
+    compared = [c for c in cases if c.get("event_over_precise")]
+    out = {"method": cases[0].get("timing"), "compared": len(compared)}
+    if compared:
+        ratios = [c["event_over_precise"] for c in compared]
+        worst = max(compared, key=lambda c: abs(c["event_over_precise"] - 1))
+        out.update(event_over_precise_median=statistics.median(ratios), event_over_precise_min=min(ratios),
+                   event_over_precise_max=max(ratios), largest_gap_case=label(worst),
+                   largest_gap_us=worst["event_median_us"] - worst["median_us"])
+    return out
+
+
 def timed(fn: Callable[[], object], *, repeat: int, method: Method, compare_events: bool) -> dict:
     """The case's timing record: precise method's median/p10/p90 in us and samples, plus the event timer's median
     and the ratio event / precise when compare_events (what bracketing a Python launch would have reported)."""

@@ -37,3 +37,14 @@ def test_timed_records_the_precise_median_in_us_and_the_event_ratio(monkeypatch)
     assert got["event_over_precise"] == pytest.approx(1.3)
     alone = timing.timed(lambda: None, repeat=3, method="event", compare_events=True)
     assert "event_over_precise" not in alone  # the event timer is not compared with itself
+
+
+def test_timer_comparison_names_the_case_with_the_largest_gap():
+    cases = [{"timing": "graph", "median_us": 100.0, "event_median_us": 104.0, "event_over_precise": 1.04, "n": "a"},
+             {"timing": "graph", "median_us": 60.0, "event_median_us": 84.0, "event_over_precise": 1.4, "n": "b"},
+             {"timing": "graph", "median_us": 80.0}]
+    got = timing.timer_comparison(cases, lambda c: c["n"])
+    assert got["method"] == "graph" and got["compared"] == 2
+    assert got["event_over_precise_median"] == pytest.approx(1.22)
+    assert got["largest_gap_case"] == "b" and got["largest_gap_us"] == pytest.approx(24.0)
+    assert timing.timer_comparison([], str) == {}
