@@ -166,11 +166,11 @@ def model_dir(args: argparse.Namespace, cfg: config.Config) -> Path:
 
 # ------------------------------------------------------------------------------ subcommands: (parser, args, cfg) -> int
 def cmd_sparse(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: config.Config) -> int:
-    return stage.run_sparse(sparse_options(parser, args), model_dir(args, cfg), out_dir(args, cfg))
+    return stage.run_kernels("sparse", sparse_options(parser, args), model_dir(args, cfg), out_dir(args, cfg))
 
 
 def cmd_balance(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: config.Config) -> int:
-    return stage.run_balance(balance_options(parser, args), model_dir(args, cfg), out_dir(args, cfg))
+    return stage.run_kernels("balance", balance_options(parser, args), model_dir(args, cfg), out_dir(args, cfg))
 
 
 def cmd_jit(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: config.Config) -> int:

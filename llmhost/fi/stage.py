@@ -66,34 +66,36 @@ def _write(out_dir: Path, stage: str, opts: Any, shape: shapes.AttentionShape, c
     return target
 
 
-def run_sparse(opts: Any, model_dir: Path, out_dir: Path) -> int:
+def _sparse(opts: Any, shape: shapes.AttentionShape, ceilings: dict) -> tuple[dict, dict]:
     from llmhost.fi import sparse
 
-    shape, ceilings = gpu_setup(model_dir, opts.timing)
-    try:
-        data = sparse.run(opts, shape, ceilings, progress)
-    except split_plan.PlanInfoError as exc:
-        raise EnvProblem(f"cannot read FlashInfer's plan: {exc}") from None
-    target = _write(out_dir, "sparse", opts, shape, ceilings, data)
-    failed = [c for c in data["checks"] if not c["ok"]]
-    print(json.dumps({"sparse_json": str(target), "cases": len(data["cases"]), "checks_failed": len(failed),
-                      "errors": data["errors"], **sparse.headline(data)}))
-    return 1 if failed or data["errors"] else 0
+    data = sparse.run(opts, shape, ceilings, progress)
+    return data, sparse.headline(data)
 
 
-def run_balance(opts: Any, model_dir: Path, out_dir: Path) -> int:
+def _balance(opts: Any, shape: shapes.AttentionShape, ceilings: dict) -> tuple[dict, dict]:
     from llmhost.fi import balance
 
+    data = balance.run(opts, shape, progress)
+    return data, balance.headline(data)
+
+
+KERNEL_STAGES = {"sparse": _sparse, "balance": _balance}  # -> (data for <stage>.json, headline numbers)
+
+
+def run_kernels(stage: str, opts: Any, model_dir: Path, out_dir: Path) -> int:
+    """sparse or balance: measure, write <stage>.json, print the headline as the last line; 1 on a failed check or a
+    part that could not be measured."""
     shape, ceilings = gpu_setup(model_dir, opts.timing)
     try:
-        data = balance.run(opts, shape, progress)
+        data, head = KERNEL_STAGES[stage](opts, shape, ceilings)
     except split_plan.PlanInfoError as exc:
         raise EnvProblem(f"cannot read FlashInfer's plan: {exc}") from None
-    target = _write(out_dir, "balance", opts, shape, ceilings, data)
+    target = _write(out_dir, stage, opts, shape, ceilings, data)
     failed = [c for c in data["checks"] if not c["ok"]]
-    print(json.dumps({"balance_json": str(target), "cases": len(data["cases"]), "checks_failed": len(failed),
-                      "errors": data["errors"], **balance.headline(data)}))
-    return 1 if failed or data["errors"] else 0  # a part not measured (graph planning) fails the stage too
+    print(json.dumps({f"{stage}_json": str(target), "cases": len(data["cases"]), "checks_failed": len(failed),
+                      "errors": data["errors"], **head}))
+    return 1 if failed or data["errors"] else 0
 
 
 def run_report(out_dir: Path) -> int:
