@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # run_phase4.sh — open FlashInfer up: kernel benchmarks, JIT cost, a live trace of the server, one HTML report.
 #
-#   ./run_phase4.sh all                  # kernels, jit, trace, report (in that order)
+#   ./run_phase4.sh all                  # kernels, jit, trace, report (in that order; est. ~8-9 min on an H200)
 #   ./run_phase4.sh kernels report       # any subset of the stages, run in the order given
-#   ./run_phase4.sh all --quick          # sparse --quick, 5 JIT variants, 20 s of trace traffic (est. ~7 min, H200)
+#   ./run_phase4.sh all --quick          # sparse --quick, 5 JIT variants, 20 s of trace traffic (est. ~5 min)
 #
-# Stages:
-#   kernels  fi_bench.py sparse + balance            (server stopped meanwhile: the GPU must be ours alone)
-#   jit      fi_jit_setup.sh, then fi_bench.py jit in the clean environment it prints (server stopped too)
-#   trace    fi_trace.py capture                      (restarts the server with the tracer, then restores it)
-#   report   fi_bench.py report -> fi_report.html + fi_summary.json (needs plotly: the toolkit venv)
+# Stages (H200 estimates at full size):
+#   kernels  fi_bench.py sparse + balance     ~3 min  (server stopped meanwhile: the GPU must be ours alone)
+#   jit      fi_jit_setup.sh, then fi_bench.py jit in the clean environment it prints: 10 variants, compiled 4 at a
+#            time on 16 cores                 ~2 min  (server stopped too)
+#   trace    fi_trace.py capture: server start with the tracer, warm-up, 40 s of traffic (tracer off/on/on/off),
+#            restore                          ~3-4 min (most of it the server start)
+#   report   fi_bench.py report -> fi_report.html + fi_summary.json (charts need plotly: the toolkit venv; without
+#            it the page has every table and says how to add the charts)
 # A server that was running before kernels/jit is started again at the end, also after Ctrl-C, SIGTERM or a
 # dropped SSH session (SIGHUP). A failed stage does not stop the others; the run ends with a table (stage,
 # status, seconds) and exits 1 when any stage failed, or when the server could not be stopped or started again.
-# Options: --quick | --jit-variants LIST (fi_bench.py jit --variants) | --trace-duration-s N | --dry-run |
-# -h, --help. Writes $RESULTS_DIR/fi/{sparse,balance,jit,trace}.json, fi_report.html, fi_summary.json and the log
+# Options: --quick | --jit-variants LIST (fi_bench.py jit --variants) | --jit-jobs N (variants compiled at a
+# time; default CPU cores / 4, at most 4) | --trace-duration-s N (default 40) | --dry-run | -h, --help. Writes $RESULTS_DIR/fi/{sparse,balance,jit,trace}.json, fi_report.html, fi_summary.json and the log
 # $RESULTS_DIR/fi/phase4-<UTC timestamp>.log.
 set -euo pipefail
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
@@ -91,6 +94,7 @@ stage_jit() {
   run "$REPO_DIR/fi_jit_setup.sh" || return 1
   local -a variants=()
   [[ -n "$JIT_VARIANTS" ]] && variants=(--variants "$JIT_VARIANTS")
+  [[ -n "$JIT_JOBS" ]] && variants+=(--jobs "$JIT_JOBS")
   if [[ "${DRY_RUN:-0}" == 1 ]]; then
     log "would run, with $WORK_DIR/fi-jit-clean/env.sh sourced: \$PY fi_bench.py jit --out-dir $OUT_DIR ${variants[*]}"
     return 0
@@ -131,13 +135,14 @@ summary() {
     printf '%-8s %-7s %8s\n' "${NAMES[$i]}" "${STATUSES[$i]}" "${SECONDS_TAKEN[$i]}"
     [[ "${STATUSES[$i]}" == ok ]] || failed=1
   done
+  printf '%-8s %-7s %8s\n' all "" "$SECONDS"
   printf 'log: %s\n' "$LOG_FILE"
   return "$failed"
 }
 
 main() {
   local -a stages=()
-  QUICK=0 JIT_VARIANTS="" TRACE_DURATION_S=""
+  QUICK=0 JIT_VARIANTS="" JIT_JOBS="" TRACE_DURATION_S=""
   while (($#)); do
     case "$1" in
       -h | --help) usage && return 0 ;;
@@ -145,11 +150,14 @@ main() {
       kernels | jit | trace | report) stages+=("$1") ;;
       --quick) QUICK=1 ;;
       --dry-run) export DRY_RUN=1 ;;
-      --jit-variants | --trace-duration-s)
+      --jit-variants | --jit-jobs | --trace-duration-s)
         [[ $# -ge 2 ]] || die_usage "$1 needs a value (see ./run_phase4.sh --help)"
         if [[ "$1" == --jit-variants ]]; then
           [[ $2 =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] || die_usage "--jit-variants $2: expected names like decode_base,prefill_paged"
           JIT_VARIANTS=$2
+        elif [[ "$1" == --jit-jobs ]]; then
+          [[ $2 =~ ^[1-9][0-9]*$ ]] || die_usage "--jit-jobs $2: expected a whole number >= 1"
+          JIT_JOBS=$2
         else
           [[ $2 =~ ^[0-9]+([.][0-9]+)?$ && ! $2 =~ ^0+([.]0+)?$ ]] || die_usage "--trace-duration-s $2: expected seconds > 0"
           TRACE_DURATION_S=$2
@@ -161,7 +169,7 @@ main() {
   done
   ((${#stages[@]})) || die_usage "name a stage: kernels | jit | trace | report | all (see --help)"
   ((QUICK)) && [[ -z "$JIT_VARIANTS" ]] && JIT_VARIANTS=$QUICK_JIT_VARIANTS
-  [[ -n "$TRACE_DURATION_S" ]] || { ((QUICK)) && TRACE_DURATION_S=20 || TRACE_DURATION_S=30; }
+  [[ -n "$TRACE_DURATION_S" ]] || { ((QUICK)) && TRACE_DURATION_S=20 || TRACE_DURATION_S=40; }
   load_config
   [[ "$RESULTS_DIR" == /* ]] && OUT_DIR=$RESULTS_DIR/fi || OUT_DIR=$REPO_DIR/$RESULTS_DIR/fi
   mkdir -p "$OUT_DIR"

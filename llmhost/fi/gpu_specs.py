@@ -17,6 +17,8 @@ class GpuSpec:
     name: str
     peak_hbm_tb_s: float  # datasheet memory bandwidth, TB/s (10^12 bytes/s)
     memory_gb: int
+    bf16_tensor_tflops: float | None = None  # dense BF16 tensor-core peak (datasheet, without sparsity)
+    fp32_tflops: float | None = None  # FP32 CUDA-core peak (FMA = 2 FLOPs)
 
     @property
     def peak_gb_s(self) -> float:
@@ -26,21 +28,21 @@ class GpuSpec:
 # Matched in order against the upper-cased torch device name, first hit wins, so the more specific keys come first
 # (e.g. "GH200" before "H200", "H100 NVL" and "H100 PCIE" before "H100", "A100 80GB"/"A100-SXM4-80GB" before "A100").
 _TABLE: dict[tuple[str, ...], GpuSpec] = {
-    ("GH200", "144G"): GpuSpec("GH200 (144 GB HBM3e)", 4.9, 144),
-    ("GH200",): GpuSpec("GH200 (H100 96GB HBM3)", 4.0, 96),
-    ("H200",): GpuSpec("H200", 4.8, 141),
-    ("H100 NVL",): GpuSpec("H100 NVL", 3.9, 94),
-    ("H100 PCIE",): GpuSpec("H100 PCIe", 2.0, 80),
-    ("H100",): GpuSpec("H100 SXM", 3.35, 80),
-    ("H800 PCIE",): GpuSpec("H800 PCIe", 2.0, 80),
-    ("H800",): GpuSpec("H800 SXM", 3.35, 80),
+    ("GH200", "144G"): GpuSpec("GH200 (144 GB HBM3e)", 4.9, 144, 989.4, 66.9),
+    ("GH200",): GpuSpec("GH200 (H100 96GB HBM3)", 4.0, 96, 989.4, 66.9),
+    ("H200",): GpuSpec("H200", 4.8, 141, 989.4, 66.9),
+    ("H100 NVL",): GpuSpec("H100 NVL", 3.9, 94, 835.5, 60.0),
+    ("H100 PCIE",): GpuSpec("H100 PCIe", 2.0, 80, 756.5, 51.2),
+    ("H100",): GpuSpec("H100 SXM", 3.35, 80, 989.4, 66.9),
+    ("H800 PCIE",): GpuSpec("H800 PCIe", 2.0, 80, 756.5, 51.2),
+    ("H800",): GpuSpec("H800 SXM", 3.35, 80, 989.4, 66.9),
     ("H20",): GpuSpec("H20", 4.0, 96),
     ("B200",): GpuSpec("B200", 8.0, 180),
     ("B100",): GpuSpec("B100", 8.0, 180),
-    ("A100", "80GB"): GpuSpec("A100 80GB", 2.0, 80),
-    ("A100",): GpuSpec("A100 40GB", 1.555, 40),
-    ("A800", "40GB"): GpuSpec("A800 40GB", 1.555, 40),
-    ("A800",): GpuSpec("A800 80GB", 2.0, 80),
+    ("A100", "80GB"): GpuSpec("A100 80GB", 2.0, 80, 312.0, 19.5),
+    ("A100",): GpuSpec("A100 40GB", 1.555, 40, 312.0, 19.5),
+    ("A800", "40GB"): GpuSpec("A800 40GB", 1.555, 40, 312.0, 19.5),
+    ("A800",): GpuSpec("A800 80GB", 2.0, 80, 312.0, 19.5),
     ("L40S",): GpuSpec("L40S", 0.864, 48),
     ("L40",): GpuSpec("L40", 0.864, 48),
     ("L4",): GpuSpec("L4", 0.3, 24),
@@ -63,7 +65,7 @@ def lookup(device_name: str | None) -> GpuSpec | None:
     return None
 
 
-def measure_copy_gb_s(size_mib: int = 1024, repeat: int = 20) -> dict[str, float]:
+def measure_copy_gb_s(method: str, size_mib: int = 1024, repeat: int = 20) -> dict[str, float]:
     """Device-to-device copy bandwidth: read + write bytes (2 x size) over the median copy time.
 
     1 GiB per copy is ~20x an H200's 50 MB L2, so the copy streams from and to HBM as decode does.
@@ -75,6 +77,6 @@ def measure_copy_gb_s(size_mib: int = 1024, repeat: int = 20) -> dict[str, float
     src = torch.empty(size_mib * 2**20, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     src.random_(0, 255)
-    stats = summarize(gpu_time_ms(lambda: dst.copy_(src), repeat=repeat, cold_l2=True))
+    stats = summarize(gpu_time_ms(lambda: dst.copy_(src), repeat=repeat, method=method))  # type: ignore[arg-type]
     moved = 2 * src.numel()
     return {"copy_gb_s": moved / (stats["median_ms"] / 1e3) / 1e9, "copy_bytes": moved, **stats}

@@ -4,25 +4,29 @@ For every attention variant (llmhost/fi/jit_variants.py) two fresh worker proces
   cold   - data setup, then the first call = generate sources + compile (ninja/nvcc) + load + first run, then the
            steady-state run time (the same kernel, compiled);
   cached - the first call again in a new process: now only the load of the cached .so + first run.
-compile_s = cold first call - cached first call. Each worker also lists the modules it added to the cache.
-A measurement over a warm cache sees only cache hits, so it is refused unless --allow-warm (results labelled warm).
+compile_s = cold first call - cached first call; compile_cpu_s = CPU seconds of the compiler processes, which does
+not depend on what else runs. Each worker names the modules it compiled itself.
+Variants run `jobs` at a time (default: one lane per 4 cores, at most 4): one module compiles 2-4 source files, so
+4 lanes keep 16 cores busy and the 10-variant set takes ~2 min instead of ~6. compile_s then includes the sharing
+of cores (each row records how many lanes were busy when it started); --jobs 1 measures each alone.
+A measurement over a warm cache sees only cache hits, so it is refused unless allow_warm (results labelled warm).
 
     ./fi_jit_setup.sh                               # private empty cache + the Python to use (prints both)
-    FLASHINFER_WORKSPACE_BASE=... $PY fi_bench.py jit                      # the default set (~10 variants)
-    $PY fi_bench.py jit --variants decode_base,decode_softcap --out-dir results/fi
-    fi_bench.py jit --list
+    FLASHINFER_WORKSPACE_BASE=... $PY fi_bench.py jit                      # the default set (10 variants)
+    $PY fi_bench.py jit --variants decode_base,decode_softcap --jobs 1 --out-dir results/fi
 
 Writes <out-dir>/jit.json after every variant (atomic rewrite), so a run cut short keeps what finished.
 """
 from __future__ import annotations
 
-import argparse
+import concurrent.futures
 import dataclasses
 import difflib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,7 @@ class JitPlan:
     shape: dict[str, Any]
     diff_pair: tuple[str, str]
     python: str
+    jobs: int
 
 
 class JitError(RuntimeError):
@@ -95,12 +100,13 @@ def derive(cold: dict[str, Any], cached: dict[str, Any] | None) -> dict[str, Any
         row["compile_s"] = max(0.0, cold["first_call_s"] - cached["first_call_s"])
     steady = cold.get("steady")
     row["steady_median_ms"] = steady["median_ms"] if steady else None
+    row["compile_cpu_s"] = cold.get("compile_cpu_s")
     return row
 
 
-def eta_s(durations: list[float], remaining: int) -> float | None:
-    """Remaining time from the mean duration of the variants done so far."""
-    return sum(durations) / len(durations) * remaining if durations else None
+def default_jobs(cores: int | None) -> int:
+    """One lane per 4 cores, 1..4: a module's 2-4 nvcc processes per lane fill the cores without oversubscribing."""
+    return max(1, min(4, (cores or 1) // 4))
 
 
 # ------------------------------------------------------------------------------------------------- processes
@@ -150,33 +156,83 @@ def check_cold(plan: JitPlan, probe: dict[str, Any] | None) -> bool:
                    "compiled — run ./fi_jit_setup.sh (it hides flashinfer-jit-cache), or pass --allow-warm")
 
 
-def measure_all(plan: JitPlan, doc: dict[str, Any], out_path: Path) -> int:
-    """Cold + cached worker per variant, rewriting jit.json after each; returns the number of failed variants."""
-    failures, durations = 0, []
-    total = len(plan.variants)
-    for number, name in enumerate(plan.variants, 1):
-        remaining = eta_s(durations, total - number + 1)
-        eta = f", ETA {remaining:.0f}s" if remaining is not None else ""
-        print(f"[jit {number}/{total}] {name}: cold compile + cached load{eta}", flush=True)
-        start = time.monotonic()
-        shape_arg = json.dumps(plan.shape)
+def measure_variant(plan: JitPlan, name: str) -> dict[str, Any]:
+    """Cold then cached worker for one variant; a failure becomes a row with its error."""
+    start = time.monotonic()
+    shape_arg = json.dumps(plan.shape)
+    try:
+        cold = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", str(plan.repeat)],
+                          f"{name}-cold")
+        cached = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", "0"], f"{name}-cached")
+        row = derive(cold, cached)
+    except JitError as exc:
+        row = {"ok": False, "error": str(exc)}
+    row.update(variant=name, what=jit_variants.VARIANTS[name].what, wall_s=time.monotonic() - start)
+    return row
+
+
+class Lanes:
+    """Runs variants `jobs` at a time; a variant that reuses another's module waits until that one has finished."""
+
+    def __init__(self, plan: JitPlan, doc: dict[str, Any], out_path: Path) -> None:
+        self.plan, self.doc, self.out_path = plan, doc, out_path
+        self.finished = {name: threading.Event() for name in plan.variants}
+        self.lock = threading.Lock()
+        self.busy = 0
+        self.started = time.monotonic()
+
+    def run_one(self, number: int, name: str) -> dict[str, Any]:
+        needs = jit_variants.VARIANTS[name].needs
+        if needs in self.finished:
+            self.finished[needs].wait()
+        with self.lock:
+            self.busy += 1
+            lanes = self.busy
+        print(f"[jit {number}/{len(self.plan.variants)}] {name}: cold compile + cached load ({lanes} lane(s) busy)",
+              flush=True)
         try:
-            cold = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", str(plan.repeat)],
-                              f"{name}-cold")
-            cached = run_worker(plan, ["--variant", name, "--shape", shape_arg, "--repeat", "0"], f"{name}-cached")
-            row = derive(cold, cached)
-        except JitError as exc:
-            failures += 1
-            row = {"ok": False, "error": str(exc)}
-            print(f"[jit {number}/{total}] {name}: FAILED: {exc}", file=sys.stderr, flush=True)
-        row.update(variant=name, what=jit_variants.VARIANTS[name].what, wall_s=time.monotonic() - start)
-        durations.append(row["wall_s"])
-        doc["variants"].append(row)
-        write_json_atomic(out_path, doc)
-        if row["ok"]:
-            print(f"[jit {number}/{total}] {name}: first call {row['first_call_cold_s']:.1f}s cold, "
-                  f"{row['first_call_cached_s']:.2f}s cached, modules built: {len(row['new_modules'])}", flush=True)
-    return failures
+            row = measure_variant(self.plan, name)
+        finally:
+            with self.lock:
+                self.busy -= 1
+            self.finished[name].set()
+        row["lanes_busy_at_start"] = lanes
+        with self.lock:
+            self.doc["variants"].append(row)
+            write_json_atomic(self.out_path, self.doc)
+            self._report(number, row)
+        return row
+
+    def _report(self, number: int, row: dict[str, Any]) -> None:
+        total, done = len(self.plan.variants), len(self.doc["variants"])
+        elapsed = time.monotonic() - self.started
+        eta = f", ETA {elapsed / done * (total - done):.0f}s" if done < total else ""
+        head = f"[jit {number}/{total}] {row['variant']}"
+        if not row["ok"]:
+            print(f"{head}: FAILED: {row['error']}", file=sys.stderr, flush=True)
+            return
+        print(f"{head}: first call {row['first_call_cold_s']:.1f}s cold, {row['first_call_cached_s']:.2f}s cached, "
+              f"compiler CPU {row.get('compile_cpu_s') or 0:.0f}s, modules built: {len(row['new_modules'])}"
+              f"{eta}", flush=True)
+
+
+def start_order(names: tuple[str, ...]) -> list[str]:
+    """Variants others reuse first (prefill: also the longest compile), those that wait for one last, so a waiting
+    variant never holds a lane while the one it needs is still queued."""
+    needed = {jit_variants.VARIANTS[n].needs for n in names}
+    rank = {n: 0 if n in needed else 2 if jit_variants.VARIANTS[n].needs in names else 1 for n in names}
+    return sorted(names, key=lambda n: (rank[n], names.index(n)))
+
+
+def measure_all(plan: JitPlan, doc: dict[str, Any], out_path: Path) -> int:
+    """Every variant through the lanes, jit.json rewritten after each; returns the number of failed variants."""
+    lanes = Lanes(plan, doc, out_path)
+    number = {name: i for i, name in enumerate(plan.variants, 1)}
+    with concurrent.futures.ThreadPoolExecutor(plan.jobs) as pool:
+        rows = list(pool.map(lambda name: lanes.run_one(number[name], name), start_order(plan.variants)))
+    order = {name: i for i, name in enumerate(plan.variants)}
+    doc["variants"].sort(key=lambda r: order[r["variant"]])
+    return sum(1 for r in rows if not r["ok"])
 
 
 def attach_diff(plan: JitPlan, doc: dict[str, Any]) -> None:
@@ -193,47 +249,7 @@ def attach_diff(plan: JitPlan, doc: dict[str, Any]) -> None:
                    "build_ninja": ninja}
 
 
-# ------------------------------------------------------------------------------------------------- CLI
-def register(subparsers: Any) -> None:
-    """Add the `jit` subcommand to fi_bench.py's subparsers."""
-    p = subparsers.add_parser("jit", help="JIT compile / cached-load / run cost per attention variant",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--variants", help="comma-separated variant names, or 'all' (default: the default set, "
-                   f"{len(jit_variants.DEFAULT_VARIANTS)} variants; estimated ~5 min on an H200 with 16 cores)")
-    p.add_argument("--list", action="store_true", help="list the variants and exit")
-    p.add_argument("--out-dir", help="output directory (default: $RESULTS_DIR/fi)")
-    p.add_argument("--allow-warm", action="store_true", help="measure even over a non-empty JIT cache or "
-                   "prebuilt kernels; results are labelled warm (default: refuse)")
-    p.add_argument("--repeat", type=int, default=30, help="steady-state timed iterations per variant (default 30)")
-    p.add_argument("--timeout-s", type=int, default=300, help="limit per worker process, seconds (default 300)")
-    p.add_argument("--model-dir", help="model whose attention shape to use (default: MODEL_DIR)")
-    p.add_argument("--diff", default="decode_base,decode_softcap", help="two variants whose generated sources "
-                   "to diff (default: decode_base,decode_softcap)")
-    p.set_defaults(func=run_command)
-
-
-def make_plan(args: argparse.Namespace) -> JitPlan:
-    """Validate the arguments into a JitPlan (ValueError: a usage mistake, one line)."""
-    from llmhost import config
-    from llmhost.fi import shapes
-
-    cfg = config.load()
-    variants = tuple(v.name for v in jit_variants.select(args.variants))
-    diff_pair = tuple(n.strip() for n in args.diff.split(","))
-    if len(diff_pair) != 2 or any(n not in jit_variants.VARIANTS for n in diff_pair):
-        raise ValueError(f"--diff needs two variant names, got {args.diff!r}")
-    if args.repeat < 0 or args.timeout_s < 1:
-        raise ValueError("--repeat must be >= 0 and --timeout-s >= 1")
-    try:
-        shape = shapes.from_model_dir(args.model_dir or cfg.model_dir)
-    except shapes.ShapeError as exc:
-        raise JitError(str(exc)) from None
-    out_dir = Path(args.out_dir) if args.out_dir else cfg.results_path / "fi"
-    return JitPlan(variants=variants, out_dir=out_dir, cache_base=Path(cfg.flashinfer_workspace_base),
-                   allow_warm=args.allow_warm, repeat=args.repeat, timeout_s=args.timeout_s,
-                   shape=dataclasses.asdict(shape), diff_pair=diff_pair, python=sys.executable)  # type: ignore[arg-type]
-
-
+# ------------------------------------------------------------------------------------------------- entry
 def list_variants() -> None:
     for v in jit_variants.VARIANTS.values():
         mark = "*" if v.in_default else " "
@@ -241,44 +257,33 @@ def list_variants() -> None:
     print("* = in the default set")
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """Entry of `fi_bench.py jit`: refuse a warm cache, measure each variant, write jit.json, print a JSON line."""
+def run(plan: JitPlan) -> int:
+    """`fi_bench.py jit`: refuse a warm cache, measure each variant, write jit.json, print a JSON line."""
     from llmhost.fi import env as fi_env
 
-    if args.list:
-        list_variants()
-        return 0
-    try:
-        plan = make_plan(args)
-    except ValueError as exc:
-        print(f"fi_bench.py jit: {exc}", file=sys.stderr)
-        return 2
-    except JitError as exc:
-        print(f"jit: {exc}", file=sys.stderr)
-        return 1
-    try:
-        check_cold(plan, None)  # before spending seconds on imports
-        probe = run_worker(plan, ["--probe"])
-        warm = check_cold(plan, probe)
-    except JitError as exc:
-        print(f"jit: {exc}", file=sys.stderr)
-        return 1
+    check_cold(plan, None)  # before spending seconds on imports
+    probe = run_worker(plan, ["--probe"])
+    warm = check_cold(plan, probe)
     out_path = plan.out_dir / "jit.json"
     doc: dict[str, Any] = fi_env.document({
         "stage": "jit", "warm": warm, "cache_base": str(plan.cache_base), "probe": probe, "shape": plan.shape,
+        "jobs": plan.jobs,
         "workload": {"batch": jit_variants.BATCH, "kv_len": jit_variants.KV_LEN, "qo_len": jit_variants.QO_LEN,
                      "page_size": jit_variants.PAGE_SIZE, "repeat": plan.repeat},
         "variants": [], "diff": None, "complete": False,
     })
     write_json_atomic(out_path, doc)
-    print(f"[jit] {len(plan.variants)} variants, cache {plan.cache_base}, {probe['cpu_cores']} cores, "
-          f"MAX_JOBS={probe['max_jobs'] or 'unset'}, FLASHINFER_NVCC_THREADS={probe['flashinfer_nvcc_threads'] or 1}"
-          f"{' (WARM cache: results are cache hits)' if warm else ''}", flush=True)
+    print(f"[jit] {len(plan.variants)} variants, {plan.jobs} at a time, cache {plan.cache_base}, "
+          f"{probe['cpu_cores']} cores, MAX_JOBS={probe['max_jobs'] or 'unset'}, FLASHINFER_NVCC_THREADS="
+          f"{probe['flashinfer_nvcc_threads'] or 1}{' (WARM cache: results are cache hits)' if warm else ''}",
+          flush=True)
+    started = time.monotonic()
     failures = measure_all(plan, doc, out_path)
     attach_diff(plan, doc)
-    doc["complete"] = True
+    doc.update(complete=True, wall_s=time.monotonic() - started)
     write_json_atomic(out_path, doc)
     ok = [r for r in doc["variants"] if r["ok"]]
     print(json.dumps({"jit_json": str(out_path), "variants": len(doc["variants"]), "failed": failures,
+                      "jobs": plan.jobs, "wall_s": round(doc["wall_s"], 1),
                       "compile_s_total": round(sum(r.get("compile_s") or 0 for r in ok), 1), "warm": warm}))
     return 1 if failures else 0

@@ -33,11 +33,12 @@ class Variant:
     what: str  # one sentence for the report: what differs and who uses it
     options: dict[str, Any] = field(default_factory=dict)
     in_default: bool = True
+    needs: str | None = None  # a variant whose module this one reuses: measured only after it has finished
 
 
-# Order matters: prefill_paged runs before decode_tensor_cores on purpose. Tensor-core decode is FlashInfer's
-# prefill kernel with one query row per request, so it needs no module of its own once the prefill module exists;
-# measured in this order, its cold first call shows exactly that (nothing new built).
+# decode_tensor_cores needs prefill_paged: tensor-core decode is FlashInfer's prefill kernel with one query row per
+# request, so it needs no module of its own once the prefill module exists; measured after it (also when variants run
+# in parallel), its cold first call shows exactly that (nothing new built).
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("decode_base", "batch_decode", "Paged batch decode on CUDA cores, bf16, the reference module."),
     Variant("decode_softcap", "batch_decode", "Adds logits soft-capping (Gemma-2, Grok): tanh on every score.",
@@ -54,7 +55,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "cached prefix."),
     Variant("decode_tensor_cores", "batch_decode", "Decode on tensor cores (use_tensor_cores=True): SGLang's "
             "choice for GQA group >= 4 (Qwen3-4B); it is the prefill kernel, so it reuses prefill's module.",
-            {"use_tensor_cores": True}),
+            {"use_tensor_cores": True}, needs="prefill_paged"),
     Variant("single_decode", "single_decode", "single_decode_with_kv_cache: one request, no page table."),
     Variant("single_prefill", "single_prefill", "single_prefill_with_kv_cache (fa2, causal): one request."),
     Variant("prefill_ragged_auto", "batch_prefill_ragged", "Ragged prefill with backend=auto, which picks the "
@@ -223,6 +224,34 @@ def probe() -> dict[str, Any]:
     }
 
 
+def record_builds() -> list[str]:
+    """Names of the JIT modules this process compiles from now on: JitSpec.build_and_load is wrapped to note every
+    module whose library did not exist when it was asked for (exact per process, also with parallel workers)."""
+    from flashinfer.jit import core
+
+    spec_class = getattr(core, "JitSpec", None)
+    original = getattr(spec_class, "build_and_load", None)
+    if original is None:
+        raise RuntimeError("flashinfer.jit.core.JitSpec.build_and_load is missing: this FlashInfer is not 0.6.x")
+    built: list[str] = []
+
+    def build_and_load(self: Any) -> Any:
+        if not self.is_aot and not self.is_compiled:
+            built.append(self.name)
+        return original(self)
+
+    spec_class.build_and_load = build_and_load
+    return built
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of finished child processes (ninja, nvcc, cicc, ptxas...)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _sync_time(torch: Any, fn: Callable[[], Any]) -> tuple[Any, float]:
     start = time.perf_counter()
     out = fn()
@@ -240,18 +269,18 @@ def measure(variant: Variant, shape: dict, repeat: int) -> dict[str, Any]:
     from llmhost.fi import timing
 
     import_s = time.perf_counter() - start
+    built = record_builds()
     _, cuda_init_s = _sync_time(torch, lambda: torch.zeros(1, device="cuda"))
-    jit_dir = Path(jit_env.FLASHINFER_JIT_DIR)
-    before = set(built_modules(jit_dir))
     case, setup_s = _sync_time(torch, lambda: BUILDERS[variant.builder](torch, flashinfer, shape, variant.options))
+    cpu_before = children_cpu_s()
     out, first_s = _sync_time(torch, case.first)
-    new = sorted(set(built_modules(jit_dir)) - before)
     finite = bool(torch.isfinite(out.float()).all().item())
     result: dict[str, Any] = {"variant": variant.name, "import_s": import_s, "cuda_init_s": cuda_init_s,
-                              "setup_s": setup_s, "first_call_s": first_s, "new_modules": new,
-                              "output_finite": finite, "pid": os.getpid()}
+                              "setup_s": setup_s, "first_call_s": first_s, "new_modules": sorted(set(built)),
+                              "compile_cpu_s": children_cpu_s() - cpu_before, "output_finite": finite,
+                              "jit_dir": str(jit_env.FLASHINFER_JIT_DIR), "pid": os.getpid()}
     if repeat > 0 and finite:
-        samples = timing.gpu_time_ms(case.steady, repeat=repeat)
+        samples = timing.gpu_time_ms(case.steady, repeat=repeat, method="event")
         result["steady"] = timing.summarize(samples)
     return result
 

@@ -2,12 +2,13 @@
 
 One case = one FlashInfer `BatchDecodeWithPagedKVCacheWrapper.run` over a batch with equal total tokens, called the
 way SGLang 0.5.17 calls it (NHD layout, backend fa2, plan once then run; tensor cores when the GQA group is >= 4 or
-the KV cache is FP8). Before any timing, outputs are checked against a float32 torch reference, and every scattered
-placement against the contiguous one (same logical data, copied to the scattered pages). Times come from
-llmhost.fi.timing with a cold L2; bandwidth counts the bytes a decode step must move (valid K/V tokens, q, o, page
-table) and is stated against the GPU's datasheet peak and a measured device-to-device copy.
+the KV cache is FP8). Before any timing, contiguous outputs are checked against a float32 torch reference (a
+tolerance a dropped token fails) and every scattered placement bit for bit against its contiguous case (same plan,
+same data at other pages). Times come from llmhost.fi.timing — CUDA-graph replay (CUPTI where installed) — with the
+plain event timer beside it; bandwidth counts the bytes a decode step must move (valid K/V tokens, q, o, page table)
+against the GPU's datasheet peak and a measured device-to-device copy, and every case carries a roofline line.
 
-Run through `fi_bench.py sparse`; writes <out-dir>/sparse.json.
+Run through `fi_bench.py sparse`; writes <out-dir>/sparse.json. The GPU side is llmhost.fi.sparse_kernels.
 """
 from __future__ import annotations
 
@@ -15,21 +16,14 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass
 
-from llmhost.fi import kv_layout
+from llmhost.fi import kv_layout, roofline
 from llmhost.fi.shapes import AttentionShape
-from llmhost.fi.timing import gpu_time_ms, summarize
+from llmhost.fi.sparse_kernels import KV_DTYPES, KernelCase, describe
+from llmhost.fi.timing import Method, timer_comparison
 
-KV_DTYPES: dict[str, tuple[str, int]] = {  # name -> (torch dtype, bytes per element)
-    "bf16": ("bfloat16", 2),
-    "fp8": ("float8_e5m2", 1),  # e5m2: SGLang's --kv-cache-dtype fp8_e5m2; e4m3 would need its own JIT build
-}
-PATHS: dict[str, bool] = {"cuda-core": False, "tensor-core": True}  # -> use_tensor_cores
-WORKSPACE_BYTES = 512 * 2**20  # SGLang's FlashInfer workspace for Qwen2/Qwen3 models
 POOL_HEADROOM = 1.5  # pool = 1.5 x the largest batch, so random/churned placements have somewhere to scatter to
-REL_TOL = 2e-2  # bf16 output vs float32 reference: ~3 significant digits, max error relative to max |ref|
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,17 +34,8 @@ class SparseOptions:
     paths: tuple[str, ...]
     placements: tuple[str, ...]
     repeat: int
+    timing: Method
     seed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class KernelCase:
-    dtype: str
-    page_size: int
-    batch: int
-    seq_len: int
-    placement: str
-    path: str
 
 
 def parse_batches(text: str) -> tuple[tuple[int, int], ...]:
@@ -74,13 +59,6 @@ def cases(opts: SparseOptions) -> list[KernelCase]:
             for placement in placements for path in opts.paths]
 
 
-def bandwidth(total_bytes: int, median_ms: float, peak_gb_s: float | None, copy_gb_s: float | None) -> dict:
-    """GB/s achieved and its share of the datasheet peak and of the measured copy bandwidth (percent)."""
-    gb_s = total_bytes / (median_ms / 1e3) / 1e9
-    return {"gb_s": gb_s, "pct_peak": 100 * gb_s / peak_gb_s if peak_gb_s else None,
-            "pct_copy": 100 * gb_s / copy_gb_s if copy_gb_s else None}
-
-
 def add_ratios(results: list[dict]) -> None:
     """vs_contiguous = median time / the contiguous case's median (same dtype, path, batch, page size)."""
     key = ("dtype", "path", "batch", "seq_len", "page_size")
@@ -96,7 +74,8 @@ def _median(values: list[float]) -> float | None:
 
 
 def headline(doc: dict) -> dict:
-    """Numbers for fi_summary.json from sparse.json: bandwidth, placement cost per page size, FP8 speedup."""
+    """Numbers for fi_summary.json from sparse.json: bandwidth, placement cost per page size, FP8 speedup and why,
+    the timers' disagreement, the planner's decisions and the checks."""
     cases = [c for c in doc.get("cases", []) if c.get("median_us")]
     if not cases:
         return {}
@@ -104,6 +83,28 @@ def headline(doc: dict) -> dict:
     # SGLang's own setting: bf16 KV, tensor cores (Qwen3's group 4), page size 1, a churned pool
     sglang = [c for c in cases if (c["dtype"], c["path"], c["page_size"], c["placement"]) ==
               ("bf16", "tensor-core", min(c2["page_size"] for c2 in cases), "churned")]
+    evidence = roofline.per_element_evidence(cases)
+    return {"decode_gb_s_best": best["gb_s"], "decode_pct_peak_best": best["pct_peak"],
+            "decode_pct_copy_best": best["pct_copy"], "best_case": _label(best),
+            "decode_gb_s_sglang_like": sglang[0]["gb_s"] if sglang else None,
+            "decode_pct_peak_sglang_like": sglang[0]["pct_peak"] if sglang else None,
+            "scattered_over_contiguous_time": placement_ratios(cases),
+            "fp8_over_bf16_speedup": {path: e["speedup"] for path, e in evidence.items()},
+            "fp8_limit": {path: e["verdict"].split(":")[0] for path, e in evidence.items()},
+            "pct_peak_by_kernel": pct_peak_by_kernel(cases), "timing": timer_comparison(cases, _label),
+            "planner_split_cases": sum(1 for c in cases if c.get("split_kv")),
+            "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok")),
+            "checks_bitwise": sum(1 for c in doc.get("checks", []) if c.get("bitwise_equal")),
+            "reference_checks_blind_to_a_dropped_token": sum(
+                1 for c in doc.get("checks", []) if "detects_drop" in c and not c["detects_drop"])}
+
+
+def _label(case: dict) -> str:
+    return f"{case['dtype']} {case['path']} {case['batch']}x{case['seq_len']} page {case['page_size']} {case['placement']}"
+
+
+def placement_ratios(cases: list[dict]) -> dict[str, dict[str, float]]:
+    """{page size: {placement: median time / contiguous time}} over the scattered placements."""
     ratios: dict[str, dict[str, float]] = {}
     for page_size in sorted({c["page_size"] for c in cases}):
         for placement in sorted({c["placement"] for c in cases} - {"contiguous"}):
@@ -111,22 +112,17 @@ def headline(doc: dict) -> dict:
                            and c["placement"] == placement and c.get("vs_contiguous")])
             if got is not None:
                 ratios.setdefault(f"page {page_size}", {})[placement] = got
-    by_key = {(c["path"], c["page_size"], c["batch"], c["seq_len"], c["placement"], c["dtype"]): c["median_us"]
-              for c in cases}
-    fp8: dict[str, float] = {}
-    for path in sorted({c["path"] for c in cases}):
-        speedups = [us / by_key[key[:-1] + ("fp8",)] for key, us in by_key.items()
-                    if key[0] == path and key[-1] == "bf16" and key[:-1] + ("fp8",) in by_key]
-        if speedups:
-            fp8[path] = statistics.median(speedups)
-    return {"decode_gb_s_best": best["gb_s"], "decode_pct_peak_best": best["pct_peak"],
-            "decode_pct_copy_best": best["pct_copy"],
-            "best_case": f"{best['dtype']} {best['path']} {best['batch']}x{best['seq_len']} page {best['page_size']} "
-                         f"{best['placement']}",
-            "decode_gb_s_sglang_like": sglang[0]["gb_s"] if sglang else None,
-            "decode_pct_peak_sglang_like": sglang[0]["pct_peak"] if sglang else None,
-            "scattered_over_contiguous_time": ratios, "fp8_over_bf16_speedup": fp8,
-            "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok"))}
+    return ratios
+
+
+def pct_peak_by_kernel(cases: list[dict]) -> dict[str, str]:
+    """'dtype path' -> 'min-max % of peak' over its cases: the ranges the report explains with the roofline."""
+    out = {}
+    for kernel in sorted({(c["dtype"], c["path"]) for c in cases}):
+        values = [c["pct_peak"] for c in cases if (c["dtype"], c["path"]) == kernel and c.get("pct_peak")]
+        if values:
+            out[" ".join(kernel)] = f"{min(values):.0f}-{max(values):.0f}%"
+    return out
 
 
 def pool_tokens(opts: SparseOptions) -> int:
@@ -136,203 +132,65 @@ def pool_tokens(opts: SparseOptions) -> int:
     return -(-int(need * POOL_HEADROOM) // step) * step
 
 
+
+
 def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Callable[[str], None]) -> dict:
     """Run the matrix on GPU 0; returns {"cases", "checks", "first_call_s", "errors"} for sparse.json."""
     import torch
 
+    from llmhost.fi.sparse_kernels import DecodeBench
+
     matrix = cases(opts)
-    kernels = Kernels(shape, opts.paths)
+    bench = DecodeBench(shape, opts.paths, opts.timing)
     tables: dict[tuple, kv_layout.PageTable] = {}  # placements are dtype-independent: build once
-    results, checks, errors = [], [], {}
-    contiguous_us: dict[tuple, float] = {}
-    done = 0
-    started = time.monotonic()
+    results: list[dict] = []
+    found: list[dict] = []
+    errors: dict[str, str] = {}
     tokens = pool_tokens(opts)
-    progress(f"[sparse] {len(matrix)} cases; KV pool {tokens} tokens per dtype; {opts.repeat} timed runs each")
+    clock = _Progress(len(matrix), progress)
+    progress(f"[sparse] {len(matrix)} cases; KV pool {tokens} tokens per dtype; {opts.repeat} timed runs each "
+             f"({opts.timing} timer, event timer beside it)")
     for dtype in opts.dtypes:
         torch_dtype = getattr(torch, KV_DTYPES[dtype][0])
         k_flat, v_flat = (torch.randn(tokens, shape.num_kv_heads, shape.head_dim, dtype=torch.bfloat16,
                                       device="cuda").to(torch_dtype) for _ in range(2))
-        errors.update(kernels.load(dtype, k_flat, v_flat, opts.seed, checks, progress))
-        group: list[KernelCase] = [c for c in matrix if c.dtype == dtype]
-        for case in group:
-            if f"{dtype}/{case.path}" in errors:
-                continue
-            table_key = (case.page_size, case.batch, case.seq_len, case.placement)
-            if table_key not in tables:
-                tables[table_key] = kv_layout.place(case.placement, [case.seq_len] * case.batch, case.page_size,
-                                                    tokens // case.page_size, opts.seed)
-            done += 1
+        errors.update(bench.load(dtype, k_flat, v_flat, opts.seed, found, progress))
+        for case in (c for c in matrix if c.dtype == dtype and f"{dtype}/{c.path}" not in errors):
+            key = (case.page_size, case.batch, case.seq_len, case.placement)
+            if key not in tables:
+                tables[key] = kv_layout.place(case.placement, [case.seq_len] * case.batch, case.page_size,
+                                              tokens // case.page_size, opts.seed)
             try:
-                result, check = kernels.measure(case, tables[table_key], k_flat, v_flat, opts.repeat, ceilings)
+                result, check = bench.measure(case, tables[key], k_flat, v_flat, opts.repeat, ceilings)
             except AssertionError as exc:  # wrong output: no speed is reported for this case
                 kind = "scattered == contiguous" if case.placement != "contiguous" else "contiguous == torch reference"
-                checks.append({"check": kind, **asdict(case), "ok": False, "error": str(exc)})
-                progress(f"[sparse {done}/{len(matrix)}] {_describe(case)}: WRONG OUTPUT, not timed ({exc})")
+                found.append({"check": kind, **asdict(case), "ok": False, "error": str(exc)})
+                clock.step(f"{describe(case)}: WRONG OUTPUT, not timed ({exc})")
                 continue
             results.append(result)
-            if check:
-                checks.append(check)
-            group_key = (case.page_size, case.batch, case.seq_len, case.path, dtype)
-            if case.placement == "contiguous":  # runs first in its group: the reference for the others
-                contiguous_us[group_key] = result["median_us"]
-            ratio = (f", x{result['median_us'] / contiguous_us[group_key]:.2f} vs contiguous"
-                     if group_key in contiguous_us else "")
-            eta = (time.monotonic() - started) / done * (len(matrix) - done)
-            progress(f"[sparse {done}/{len(matrix)}] {_describe(case)}: {result['median_us']:.1f} us "
-                     f"(p10 {result['p10_us']:.1f}, p90 {result['p90_us']:.1f}), {result['gb_s']:.0f} GB/s "
-                     f"({result['pct_peak'] or 0:.0f}% of peak){ratio} eta {eta:.0f}s")
+            found.append(check)
+            clock.step(_case_line(result))
         del k_flat, v_flat
-        kernels.forget_pool()
+        bench.forget_pool()
         torch.cuda.empty_cache()
     add_ratios(results)
-    return {"cases": results, "checks": checks, "first_call_s": kernels.first_call_s, "errors": errors}
+    return {"cases": results, "checks": found, "first_call_s": bench.first_call_s, "errors": errors}
 
 
-def _describe(case: KernelCase) -> str:
-    return f"{case.dtype} {case.path} {case.batch}x{case.seq_len} page {case.page_size} {case.placement}"
+def _case_line(r: dict) -> str:
+    split = f"split into {r['work_units']} units" if r.get("split_kv") else f"no split ({r.get('work_units')} units)"
+    event = f", event timer {r['event_median_us']:.1f} us" if r.get("event_median_us") else ""
+    return (f"{_label(r)}: {r['median_us']:.1f} us (p10 {r['p10_us']:.1f}, p90 {r['p90_us']:.1f}){event}, "
+            f"{r['gb_s']:.0f} GB/s ({r['pct_peak'] or 0:.0f}% of peak), {split}")
 
 
-class Kernels:
-    """The two decode wrappers (sharing one workspace, as SGLang's do), the data copies and the checks."""
+class _Progress:
+    """'[sparse i/n] line eta Ns' with the ETA from the mean time per case so far."""
 
-    def __init__(self, shape: AttentionShape, paths: tuple[str, ...]) -> None:
-        import flashinfer
-        import torch
+    def __init__(self, total: int, sink: Callable[[str], None]) -> None:
+        self.total, self.sink, self.done, self.started = total, sink, 0, time.monotonic()
 
-        self.torch, self.shape = torch, shape
-        workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
-        self.wrappers = {path: flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            workspace, "NHD", use_tensor_cores=PATHS[path], backend="fa2") for path in paths}
-        self.first_call_s: dict[str, float] = {}
-        self.contiguous_out: dict[tuple, Any] = {}
-        self.logical: tuple | None = None  # (key, K pages, V pages) of the contiguous layout, copied to scatter
-        self.placed: tuple | None = None  # (group, placement) whose pages currently hold the logical data
-        self.query = self.out = None
-        self.mean_run: dict[int, float] = {}  # id(page table) -> mean run of consecutive pages (tables live all run)
-
-    def forget_pool(self) -> None:
-        self.contiguous_out.clear()
-        self.logical = self.placed = None
-
-    def load(self, dtype: str, k_flat, v_flat, seed: int, checks: list[dict],
-             progress: Callable[[str], None]) -> dict[str, str]:
-        """Load (or compile) each path's kernel for this dtype and check it; returns {dtype/path: error}."""
-        errors = {}
-        for path in self.wrappers:
-            progress(f"[sparse] {dtype} {path}: loading the kernel (compiles first if not in the JIT cache)")
-            try:
-                checks.append(self.check_reference(dtype, path, k_flat, v_flat, seed))
-            except Exception as exc:  # cannot build/run here, or wrong output: record it, keep the other paths
-                errors[f"{dtype}/{path}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                progress(f"[sparse] {dtype} {path}: skipped ({errors[f'{dtype}/{path}']})")
-                continue
-            progress(f"[sparse] {dtype} {path}: ready in {self.first_call_s[f'{dtype}/{path}']:.1f} s, matches "
-                     f"the torch reference (rel err {checks[-1]['rel_err']:.1e})")
-        return errors
-
-    def plan(self, path: str, table: kv_layout.PageTable, dtype: str) -> None:
-        torch = self.torch
-        as_tensor = lambda values: torch.tensor(values, dtype=torch.int32, device="cuda")  # noqa: E731
-        self.wrappers[path].plan(
-            as_tensor(table.indptr), as_tensor(table.indices), as_tensor(table.last_page_len),
-            self.shape.num_qo_heads, self.shape.num_kv_heads, self.shape.head_dim, table.page_size,
-            q_data_type=torch.bfloat16, kv_data_type=getattr(torch, KV_DTYPES[dtype][0]))
-
-    def check_reference(self, dtype: str, path: str, k_flat, v_flat, seed: int) -> dict:
-        """A small ragged batch (1, 77, 300 tokens; page 16; random pages) against a float32 torch decode."""
-        torch, shape = self.torch, self.shape
-        page_size, lens = 16, [1, 77, 300]
-        table = kv_layout.place("random", lens, page_size, k_flat.shape[0] // page_size, seed)
-        k_pages, v_pages = (x.view(-1, page_size, shape.num_kv_heads, shape.head_dim) for x in (k_flat, v_flat))
-        q = torch.randn(len(lens), shape.num_qo_heads, shape.head_dim, dtype=torch.bfloat16, device="cuda")
-        # plan() builds or loads the kernel module (a JIT compile when it is not cached): time plan + first run
-        start = time.monotonic()
-        self.plan(path, table, dtype)
-        out = self.wrappers[path].run(q, (k_pages, v_pages)).float()
-        torch.cuda.synchronize()
-        self.first_call_s.setdefault(f"{dtype}/{path}", time.monotonic() - start)
-        ref = reference_decode(torch, q, k_pages, v_pages, table)
-        rel_err = float((out - ref).abs().max() / ref.abs().max())
-        if not rel_err <= REL_TOL:
-            raise AssertionError(f"{dtype} {path} decode differs from the torch reference: rel err {rel_err:.3g}")
-        return {"check": "torch reference (1/77/300 tokens, page 16, random)", "dtype": dtype, "path": path,
-                "rel_err": rel_err, "ok": True}
-
-    def measure(self, case: KernelCase, table: kv_layout.PageTable, k_flat, v_flat, repeat: int,
-                ceilings: dict) -> tuple[dict, dict | None]:
-        """Place the logical KV at the table's pages, plan, check against contiguous, then time."""
-        torch, shape = self.torch, self.shape
-        k_pages, v_pages = (x.view(-1, case.page_size, shape.num_kv_heads, shape.head_dim) for x in (k_flat, v_flat))
-        group = (case.page_size, case.batch, case.seq_len)
-        if self.logical is None or self.logical[0] != group:
-            # contiguous pages 0..n-1 hold the logical data; byte views make the copies dtype-agnostic (fp8 too)
-            n = table.num_pages
-            self.logical = (group, k_pages[:n].view(torch.uint8).clone(), v_pages[:n].view(torch.uint8).clone())
-            torch.manual_seed(case.batch)
-            self.query = torch.randn(case.batch, shape.num_qo_heads, shape.head_dim, dtype=torch.bfloat16,
-                                     device="cuda")
-            self.out = torch.empty_like(self.query)
-        if case.placement != "contiguous" and self.placed != (group, case.placement):
-            self.placed = (group, case.placement)
-            where = torch.tensor(table.indices, dtype=torch.int64, device="cuda")
-            k_pages.view(torch.uint8).index_copy_(0, where, self.logical[1])
-            v_pages.view(torch.uint8).index_copy_(0, where, self.logical[2])
-        self.plan(case.path, table, case.dtype)
-        wrapper = self.wrappers[case.path]
-        call = lambda: wrapper.run(self.query, (k_pages, v_pages), out=self.out)  # noqa: E731
-        call()
-        check = self._check_against_contiguous(case, table, k_pages, v_pages)
-        stats = summarize(samples := gpu_time_ms(call, repeat=repeat, cold_l2=True))
-        moved = kv_layout.decode_bytes(table, shape.num_qo_heads, shape.num_kv_heads, shape.head_dim,
-                                       KV_DTYPES[case.dtype][1])
-        if id(table) not in self.mean_run:  # one pass over up to 256K pages: once per table, not per case
-            runs = kv_layout.run_lengths(table)
-            self.mean_run[id(table)] = sum(runs) / len(runs)
-        result = {**asdict(case), "median_us": stats["median_ms"] * 1e3, "p10_us": stats["p10_ms"] * 1e3,
-                  "p90_us": stats["p90_ms"] * 1e3, "n": stats["n"], **moved,
-                  **bandwidth(moved["total_bytes"], stats["median_ms"], ceilings.get("peak_gb_s"),
-                              ceilings.get("copy_gb_s")),
-                  "mean_run_pages": self.mean_run[id(table)], "samples_ms": samples}
-        return result, check
-
-    def _check_against_contiguous(self, case: KernelCase, table: kv_layout.PageTable, k_pages, v_pages) -> dict | None:
-        """Scattered cases must equal their contiguous case; the contiguous case itself is checked against the
-        float32 reference on its first two requests, so every page size and shape that is timed was verified."""
-        key = (case.page_size, case.batch, case.seq_len, case.path)
-        if case.placement == "contiguous":
-            head = replace(table, seq_lens=table.seq_lens[:2], indptr=table.indptr[:3],
-                           last_page_len=table.last_page_len[:2])
-            ref = reference_decode(self.torch, self.query[:2], k_pages, v_pages, head)
-            rel_err = float((self.out[:2].float() - ref).abs().max() / ref.abs().max())
-            if not rel_err <= REL_TOL:
-                raise AssertionError(f"{_describe(case)}: differs from the float32 reference by rel err "
-                                     f"{rel_err:.3g} (first 2 requests)")
-            self.contiguous_out[key] = self.out.clone()
-            return {"check": "contiguous == torch reference (first 2 requests)", **asdict(case),
-                    "rel_err": rel_err, "ok": True}
-        ref = self.contiguous_out.get(key)
-        if ref is None:  # its contiguous case failed its reference check: nothing verified to compare with
-            raise AssertionError(f"{_describe(case)}: no verified contiguous output to compare with")
-        diff = float((self.out.float() - ref.float()).abs().max())
-        scale = float(ref.float().abs().max())
-        if not diff <= REL_TOL * scale:
-            raise AssertionError(f"{_describe(case)}: output differs from contiguous by {diff:.3g} "
-                                 f"(max |out| {scale:.3g}): wrong pages read")
-        return {"check": "scattered == contiguous", **asdict(case), "max_abs_diff": diff, "ok": True}
-
-
-def reference_decode(torch, q, k_pages, v_pages, table: kv_layout.PageTable):
-    """float32 single-query attention per request, GQA by head groups: softmax(q K^T / sqrt(d)) V."""
-    outs = []
-    num_kv, head_dim = k_pages.shape[2], k_pages.shape[3]
-    group = q.shape[1] // num_kv
-    for b, seq_len in enumerate(table.seq_lens):
-        pages = torch.tensor(table.pages_of(b), dtype=torch.int64, device=q.device)
-        # gather through a byte view: indexing kernels cover uint8 everywhere, FP8 dtypes not in every torch
-        k, v = (x.view(torch.uint8)[pages].view(x.dtype).float().reshape(-1, num_kv, head_dim)[:seq_len]
-                for x in (k_pages, v_pages))
-        qb = q[b].float().view(num_kv, group, head_dim)
-        probs = (torch.einsum("hgd,thd->hgt", qb, k) / math.sqrt(head_dim)).softmax(-1)
-        outs.append(torch.einsum("hgt,thd->hgd", probs, v).reshape(-1, head_dim))
-    return torch.stack(outs)
+    def step(self, line: str) -> None:
+        self.done += 1
+        eta = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        self.sink(f"[sparse {self.done}/{self.total}] {line} eta {eta:.0f}s")

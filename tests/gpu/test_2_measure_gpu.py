@@ -36,28 +36,39 @@ def results(tmp_path, gpu_env) -> dict[str, str]:
 def test_paged_decode_is_correct_and_reads_kv_at_a_real_share_of_peak(results, tmp_path, record):
     summary, seconds = run(results, "fi_bench.py", "sparse", "--quick", "--out-dir", str(tmp_path))
     record.step("fi_sparse_quick", wall_s=seconds, **{k: summary.get(k) for k in (
-        "checks_failed", "decode_gb_s_best", "decode_pct_peak_best", "fp8_over_bf16_speedup")})
+        "checks_failed", "decode_gb_s_best", "decode_pct_peak_best", "fp8_over_bf16_speedup", "timing")})
     assert summary["checks_failed"] == 0 and not summary["errors"]
     assert summary["decode_pct_peak_best"] > 40  # memory-bound decode: well above a tenth of peak on any GPU
     ratios = [r for per_page in summary["scattered_over_contiguous_time"].values() for r in per_page.values()]
     assert ratios and all(0.5 < r < 3 for r in ratios)
+    assert summary["checks_bitwise"] > 0  # scattered outputs bit-identical to contiguous under the same plan
+    timing = summary["timing"]
+    assert timing["method"] in ("graph", "cupti") and timing["compared"] > 0
+    assert 0.8 < timing["event_over_precise_median"] < 3  # events add the launch gap; they cannot halve a kernel
 
 
 def test_split_kv_pays_off_for_one_long_request_in_a_small_batch(results, tmp_path, record):
     summary, seconds = run(results, "fi_bench.py", "balance", "--batches", "4,64",
                            "--distributions", "uniform,one-long", "--out-dir", str(tmp_path))
     record.step("fi_balance", wall_s=seconds, split_kv_speedup=summary.get("split_kv_speedup"),
-                plan_us_per_layer=summary.get("plan_us_per_layer"))
+                plan_us_per_layer=summary.get("plan_us_per_layer"), planner_splits=summary.get("planner_splits"),
+                fast_plan_us_per_call=summary.get("fast_plan_us_per_call"))
     assert summary["checks_failed"] == 0
     assert summary["split_kv_speedup"]["one-long"]["batch 4"] > 1.5  # one CTA per head would serialise 64K tokens
+    assert summary["planner_splits"]["one-long"]["4"].startswith("split")
+    assert summary["planner_splits"]["uniform"]["64"] == "no split"  # above 2 x SMs / KV heads work units
+    assert "batch 64" in summary["forced_split_speedup_where_declined"]["uniform"]
     assert 0 < summary["plan_us_per_layer"] < summary["plan_us_per_call"]
+    assert summary["sglang_graph_decode_pays"] == "fast_decode_plan" and summary["fast_plan_us_per_call"] > 0
 
 
 def test_the_live_trace_sees_cuda_graph_decode_steps_and_prefix_sharing(results, tmp_path, record):
     summary, seconds = run(results, "fi_trace.py", "capture", "--duration-s", "10", "--out-dir", str(tmp_path))
     record.step("fi_trace", wall_s=seconds, **{k: summary.get(k) for k in (
-        "samples", "decode_steps_graph", "decode_steps_eager", "sees_graph_replays")})
+        "samples", "decode_steps_graph", "decode_steps_eager", "sees_graph_replays", "overhead")})
     assert summary["sees_graph_replays"] and summary["decode_steps_graph"] > 0
+    assert summary["overhead"]["schedule"] == ["off", "on", "on", "off"]
+    assert summary["overhead"]["output_tok_s"]["off"] > 0 and summary["overhead"]["tpot_ms_median"]["on"] > 0
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert trace["traffic"]["failed"] == 0
     assert trace["summary"]["decode"]["sharing_ratio"] > 0.5  # shared system prompts: the radix cache at work

@@ -48,6 +48,10 @@ def test_dry_run_of_all_prints_every_stage_command_and_usage_errors_exit_2(tmp_p
     assert "fi_jit_setup.sh" in proc.stdout and "--variants decode_base" in proc.stdout
     assert "fi_trace.py capture" in proc.stdout and "--duration-s 20" in proc.stdout
     assert list(_table(proc.stdout)) == ["kernels", "jit", "trace", "report"]
+    assert re.search(r"^all\s+\d+$", proc.stdout, re.M)  # the whole run's seconds under the table
+    full = _run(tmp_path, free_port, "jit", "trace", "--jit-jobs", "2", "--dry-run")
+    assert "--jobs 2" in full.stdout and "--duration-s 40" in full.stdout  # full size: 40 s of trace traffic
+    assert _run(tmp_path, free_port, "jit", "--jit-jobs", "0").returncode == 2
     assert _run(tmp_path, free_port, "bogus").returncode == 2
     assert _run(tmp_path, free_port).returncode == 2
     assert "kernels" in _run(tmp_path, free_port, "--help").stdout

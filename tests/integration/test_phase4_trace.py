@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fi_trace
-from llmhost.fi import trace, trace_report
+from llmhost.fi.report import trace_section
+from llmhost.fi.trace import capture, hook
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX, REQUESTS, STEPS = 64, 8, 12
@@ -24,7 +24,7 @@ PREFIX, REQUESTS, STEPS = 64, 8, 12
 def record_like_sglang(trace_dir: Path) -> None:
     """Two 64-token system prompts cached once; 8 requests (4 per prompt) decode 12 steps; the graph batch is padded
     to 16 with length-1 dummy requests, as SGLang's CUDA-graph runner does."""
-    rec = trace.Recorder(trace.TraceSettings(trace_dir=str(trace_dir), every=1, slots=64))
+    rec = hook.Recorder(hook.TraceSettings(trace_dir=str(trace_dir), every=1, slots=64))
     free = list(range(1000, 5000))
     prefixes = [list(range(100, 100 + PREFIX)), list(range(300, 300 + PREFIX))]
     private: list[list[int]] = [[] for _ in range(REQUESTS)]
@@ -59,9 +59,10 @@ def test_analyze_cli_writes_trace_json_with_known_sharing_and_runs(tmp_path):
     windows = [w["window"] for w in doc["windows"]]
     assert windows == sorted(windows) and set(windows) <= {0, 1, 2}
     assert sum(w["batches"] for w in doc["windows"]) == STEPS  # every batch lands in exactly one window
-    html = trace_report.render_section(doc)
+    html = trace_section.render_section(doc, str(tmp_path))
     assert html.count('class="plotly-graph-div"') == 2 and "CUDA-graph decode replays" in html
-    head = trace_report.headline(doc)
+    assert "No overhead phases" in html  # this trace has no traffic.json
+    head = trace_section.headline(doc)
     assert head["decode_steps_graph"] == STEPS and head["decode_requests_mean"] == REQUESTS
 
 
@@ -72,18 +73,18 @@ def test_analyze_of_an_empty_directory_is_one_line_and_exit_1(tmp_path):
     assert "fi_trace.py capture" in proc.stderr
 
 
-def test_report_sections_without_data_name_the_command():
-    assert "fi_trace.py capture" in trace_report.render_section(None)
-    assert trace_report.headline(None)["samples"] == 0
+def test_report_section_without_data_leaves_the_placeholder_to_the_page():
+    assert trace_section.render_section(None, "/r") is None
+    assert trace_section.headline(None)["samples"] == 0
 
 
 def test_capture_server_env_puts_the_hook_first_and_keeps_the_users_settings(tmp_path):
-    env = fi_trace.hook_server_env("FOO=1 PYTHONPATH=/opt/sg LLMHOST_FI_TRACE_DIR=/old", "/ignored", tmp_path, 4)
+    env = capture.hook_server_env("FOO=1 PYTHONPATH=/opt/sg LLMHOST_FI_TRACE_DIR=/old", "/ignored", tmp_path, 4)
     pairs = dict(item.split("=", 1) for item in shlex.split(env))
     assert pairs["FOO"] == "1" and pairs["LLMHOST_FI_TRACE_DIR"] == str(tmp_path)
-    assert pairs["PYTHONPATH"].split(os.pathsep) == [str(fi_trace.HOOK_DIR), "/opt/sg"]
-    plain = dict(item.split("=", 1) for item in shlex.split(fi_trace.hook_server_env("", "/site", tmp_path, 2)))
-    assert plain["PYTHONPATH"].split(os.pathsep) == [str(fi_trace.HOOK_DIR), "/site"]
+    assert pairs["PYTHONPATH"].split(os.pathsep) == [str(capture.HOOK_DIR), "/opt/sg"]
+    plain = dict(item.split("=", 1) for item in shlex.split(capture.hook_server_env("", "/site", tmp_path, 2)))
+    assert plain["PYTHONPATH"].split(os.pathsep) == [str(capture.HOOK_DIR), "/site"]
     assert plain["LLMHOST_FI_TRACE_EVERY"] == "2"
 
 
@@ -93,7 +94,7 @@ def test_capture_help_and_bad_arguments(tmp_path):
     assert ok.returncode == 0 and "--duration-s" in ok.stdout
     bad = subprocess.run([sys.executable, "fi_trace.py", "capture", "--concurrency", "0"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--concurrency" in bad.stderr
 
 
 def test_capture_restarts_with_the_hook_env_and_stops_again_when_the_tracer_is_absent(tmp_path, free_port):
@@ -122,7 +123,7 @@ def test_capture_restarts_with_the_hook_env_and_stops_again_when_the_tracer_is_a
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert proc.stderr.strip().splitlines()[-1].startswith("fi_trace.py capture: the tracer did not load")
         launch = json.loads((tmp_path / "work" / "server" / "launch_command.json").read_text())
-        assert launch["env"]["PYTHONPATH"].split(os.pathsep) == [str(fi_trace.HOOK_DIR), str(standin)]
+        assert launch["env"]["PYTHONPATH"].split(os.pathsep) == [str(capture.HOOK_DIR), str(standin)]
         assert launch["env"]["LLMHOST_FI_TRACE_DIR"] == str(trace_dir) and launch["env"]["STANDIN_STARTUP_S"] == "1"
         assert "restoring the server without the tracer (stop)" in proc.stdout
         status = subprocess.run([str(REPO / "serve.sh"), "status"], cwd=REPO, env=env, capture_output=True,
@@ -168,3 +169,64 @@ def test_sigterm_during_a_capture_restores_the_server_without_the_tracer(tmp_pat
         serve("stop")
         subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=10)
         shutil.rmtree(tmux_dir, ignore_errors=True)
+
+
+def test_overhead_phases_stream_against_the_standin_and_switch_the_tracer_between_them(tmp_path, free_port,
+                                                                                          monkeypatch):
+    """The traffic the trace measures: a warm-up with the tracer paused, then off, on, on, off; each phase's
+    throughput and TPOT come from streamed replies (usage in the last chunk), and the overhead compares the arms."""
+    from standin import harness
+
+    from llmhost import config
+    from llmhost.fi.trace import traffic
+
+    monkeypatch.setattr(traffic, "WARMUP_S", 0.5)
+    monkeypatch.setenv("PORT", str(free_port))
+    monkeypatch.setenv("API_KEY_FILE", "")
+    monkeypatch.setenv("LLMHOST_CONFIG", "")
+    cfg = config.load()
+    opts = traffic.CaptureOptions(trace_dir=tmp_path, out_dir=tmp_path, duration_s=2.0, concurrency=2, prefixes=2,
+                                  prefix_words=50, max_tokens=8, every=1, hook_timeout_s=1)
+    switched: list[bool] = []
+    with harness.launch(free_port):
+        got = traffic.run_phases(cfg, opts, switched.append)
+    assert switched == [False, False, True, True, False]  # warm-up paused, then the ABBA schedule
+    assert got["failed"] == 0 and got["ok"] == got["requests"] > 0, got["errors"]
+    assert [p["arm"] for p in got["phases"]] == ["off", "on", "on", "off"]
+    assert all(p["output_tok_s"] and p["tpot_ms_median"] is not None for p in got["phases"])
+    assert set(got["overhead"]) == {"schedule", "output_tok_s", "tpot_ms_median"}
+    assert got["overhead"]["output_tok_s"]["verdict"] in ("within noise", "tracer costs",
+                                                          "tracer arm faster (noise or drift)")
+
+
+def test_set_tracing_waits_for_the_tracers_writer_to_report_each_switch(tmp_path):
+    """The capture's switch between the overhead phases: PAUSE on or off, then the stats file must say so."""
+    import types
+
+    class Updater:
+        def call_begin_forward(self, *args):
+            return None
+
+    fake_backend = types.SimpleNamespace(FlashInferIndicesUpdaterDecode=Updater)
+    (tmp_path / "PAUSE").touch()
+    rec = hook.Recorder(hook.TraceSettings(trace_dir=str(tmp_path), flush_s=0.1))
+    assert hook.patch_backend(fake_backend, rec) == ["FlashInferIndicesUpdaterDecode"]
+    capture.set_tracing(tmp_path, False, timeout_s=5)  # started paused: already acknowledged
+    capture.set_tracing(tmp_path, True, timeout_s=5)
+    assert not (tmp_path / "PAUSE").exists() and rec.paused is False
+    capture.set_tracing(tmp_path, False, timeout_s=5)
+    assert rec.paused is True
+    (tmp_path / "STOP").touch()
+    assert capture.stop_tracing(tmp_path, timeout_s=5)
+
+
+def test_set_tracing_fails_in_one_line_when_no_tracer_answers_and_ignores_gone_writers(tmp_path):
+    import time
+
+    (tmp_path / "stats-1.json").write_text(json.dumps({"patched": ["X"], "paused": True, "updated_at": time.time()}))
+    with pytest.raises(capture.CaptureError, match="did not resume within 1s"):
+        capture.set_tracing(tmp_path, True, timeout_s=1)
+    (tmp_path / "stats-1.json").write_text(json.dumps({"patched": ["X"], "paused": False, "updated_at": time.time()}))
+    gone = {"patched": ["X"], "paused": True, "updated_at": time.time() - 60}  # a forked child that exited
+    (tmp_path / "stats-2.json").write_text(json.dumps(gone))
+    capture.set_tracing(tmp_path, True, timeout_s=1)

@@ -31,3 +31,11 @@ def test_known_gpus_resolve_to_their_datasheet_bandwidth(device_name, tb_s):
 def test_unknown_or_missing_gpu_has_no_spec():
     assert gpu_specs.lookup("Quadro K600") is None
     assert gpu_specs.lookup(None) is None
+
+
+def test_compute_peaks_give_the_roofline_its_ridge_where_known():
+    h200 = gpu_specs.lookup("NVIDIA H200")
+    # 989 TFLOP/s BF16 over 4.8 TB/s: ~206 FLOP/byte on tensor cores; 66.9 / 4.8: ~14 on CUDA cores
+    assert h200.bf16_tensor_tflops * 1e12 / (h200.peak_gb_s * 1e9) == pytest.approx(206, rel=0.01)
+    assert h200.fp32_tflops * 1e12 / (h200.peak_gb_s * 1e9) == pytest.approx(14, rel=0.01)
+    assert gpu_specs.lookup("NVIDIA L4").bf16_tensor_tflops is None  # not listed: the roofline states memory only

@@ -52,9 +52,11 @@ def test_registry_has_at_least_ten_variants_with_builders_and_a_default_set():
     assert len(jit_variants.VARIANTS) >= 10
     assert all(v.builder in jit_variants.BUILDERS for v in jit_variants.VARIANTS.values())
     assert 8 <= len(jit_variants.DEFAULT_VARIANTS) <= 10
-    # tensor-core decode reuses prefill's module, so prefill must be measured first
+    # tensor-core decode reuses prefill's module, so prefill must be measured first (and waited for)
     order = list(jit_variants.DEFAULT_VARIANTS)
     assert order.index("prefill_paged") < order.index("decode_tensor_cores")
+    assert jit_variants.VARIANTS["decode_tensor_cores"].needs == "prefill_paged"
+    assert all(v.needs is None or v.needs in jit_variants.VARIANTS for v in jit_variants.VARIANTS.values())
 
 
 def test_select_keeps_order_and_rejects_unknown_names():
@@ -138,8 +140,56 @@ def test_fi_bench_jit_refuses_a_warm_cache_in_one_line(tmp_path):
     assert listing.returncode == 0 and "decode_tensor_cores" in listing.stdout
 
 
-def _plan(tmp_path: Path, names: list[str], allow_warm: bool = False, python: str = sys.executable) -> jit.JitPlan:
+def _plan(tmp_path: Path, names: list[str], allow_warm: bool = False, python: str = sys.executable,
+          jobs: int = 1) -> jit.JitPlan:
     return jit.JitPlan(variants=tuple(names), out_dir=tmp_path / "out", cache_base=tmp_path / "cache",
                        allow_warm=allow_warm, repeat=5, timeout_s=60,
                        shape={"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128}, diff_pair=("a", "b"),
-                       python=python)
+                       python=python, jobs=jobs)
+
+
+# A worker that takes 0.4 s per cold run and logs when it starts and ends, to see lanes overlap.
+TIMED_WORKER = r'''#!{python}
+import json, os, sys, time
+args = sys.argv[sys.argv.index("-m") + 2:]
+name = args[args.index("--variant") + 1]
+cold = args[args.index("--repeat") + 1] != "0"
+with open(os.environ["LANE_LOG"], "a") as log:
+    log.write(f"start {name} {cold} {time.monotonic()}\n")
+time.sleep(0.4 if cold else 0.05)
+with open(os.environ["LANE_LOG"], "a") as log:
+    log.write(f"end {name} {cold} {time.monotonic()}\n")
+print(json.dumps({"variant": name, "setup_s": 0.1, "first_call_s": 0.4 if cold else 0.05,
+                  "new_modules": [name] if cold else [], "compile_cpu_s": 1.5 if cold else 0.0}))
+'''
+
+
+def test_lanes_run_variants_in_parallel_but_tensor_core_decode_waits_for_prefill(tmp_path):
+    worker = tmp_path / "python"
+    worker.write_text(TIMED_WORKER.replace("{python}", sys.executable))
+    worker.chmod(0o755)
+    names = ["decode_base", "prefill_paged", "decode_tensor_cores", "decode_rope"]
+    plan = _plan(tmp_path, names, python=str(worker), jobs=3)
+    doc = {"variants": []}
+    os.environ["LANE_LOG"] = str(tmp_path / "lanes.log")
+    try:
+        assert jit.measure_all(plan, doc, plan.out_dir / "jit.json") == 0
+    finally:
+        del os.environ["LANE_LOG"]
+    events = [line.split() for line in (tmp_path / "lanes.log").read_text().splitlines()]
+    when = {(kind, name, cold): float(t) for kind, name, cold, t in events}
+    assert when[("start", "decode_tensor_cores", "True")] >= when[("end", "prefill_paged", "False")]
+    assert when[("start", "decode_base", "True")] < when[("end", "prefill_paged", "True")]  # lanes overlap
+    assert [r["variant"] for r in doc["variants"]] == names  # rows in registry order, whatever finished first
+    assert max(r["lanes_busy_at_start"] for r in doc["variants"]) >= 2
+    assert all(r["compile_cpu_s"] == 1.5 for r in doc["variants"])
+
+
+def test_variants_others_reuse_start_first_and_those_that_wait_start_last():
+    names = ("decode_base", "decode_tensor_cores", "prefill_paged", "single_decode")
+    assert jit.start_order(names) == ["prefill_paged", "decode_base", "single_decode", "decode_tensor_cores"]
+    assert jit.start_order(("decode_tensor_cores", "decode_base")) == ["decode_tensor_cores", "decode_base"]
+
+
+def test_default_jobs_is_a_lane_per_four_cores_between_one_and_four():
+    assert [jit.default_jobs(n) for n in (None, 2, 8, 16, 64)] == [1, 1, 2, 4, 4]

@@ -9,16 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.fi import balance, report, sparse
+from llmhost.fi import balance, sparse
+from llmhost.fi.report import balance_section, page
+from llmhost.fi.sparse_kernels import bandwidth
 
 ENV = {"gpu_name": "NVIDIA H200", "sm_count": 132, "gpu_memory_gib": 139.8, "driver": "580.1", "cuda_runtime": "13.0",
        "torch": "2.11.0", "flashinfer": "0.6.15.post1", "sglang": "0.5.17", "git_commit": "abc123",
        "jit_cache_dir": "cache/.cache/flashinfer"}
-CEILINGS = {"gpu": "NVIDIA H200", "peak_gb_s": 4800.0, "copy_gb_s": 4100.0}
+CEILINGS = {"gpu": "NVIDIA H200", "peak_gb_s": 4800.0, "copy_gb_s": 4100.0, "bf16_tensor_tflops": 989.4,
+            "fp32_tflops": 66.9}
 
 
 def synthetic_sparse() -> dict:
-    """The default matrix with made-up but self-consistent times: random pages cost more at small page sizes."""
+    """The default matrix with made-up but self-consistent times: random pages cost more at small page sizes, FP8
+    halves the time on tensor cores (bytes-bound) and keeps it on CUDA cores (element-bound)."""
     slow = {"contiguous": 1.0, "random": 1.3, "churned": 1.1}
     cases = []
     for dtype, kv_bytes in (("bf16", 2), ("fp8", 1)):
@@ -27,34 +31,53 @@ def synthetic_sparse() -> dict:
                 for placement, factor in slow.items():
                     for path in ("cuda-core", "tensor-core"):
                         total = batch * seq_len * 2 * 8 * 128 * kv_bytes
-                        us = total / 4.0e6 * (1 + (factor - 1) / page_size) * (1.2 if path == "cuda-core" else 1)
+                        bf16_total = total * 2 // kv_bytes
+                        moved = total if path == "tensor-core" else bf16_total  # CUDA cores: time of BF16
+                        us = moved / 4.0e6 * (1 + (factor - 1) / page_size) * (1.2 if path == "cuda-core" else 1)
                         cases.append({"dtype": dtype, "page_size": page_size, "batch": batch, "seq_len": seq_len,
                                       "placement": placement, "path": path, "median_us": us, "p10_us": us * .98,
                                       "p90_us": us * 1.03, "n": 30, "total_bytes": total, "kv_bytes": total,
-                                      **sparse.bandwidth(total, us / 1e3, 4800.0, 4100.0),
+                                      "timing": "graph", "event_median_us": us + 9.0,
+                                      "event_over_precise": (us + 9.0) / us, "split_kv": False, "work_units": 512,
+                                      **bandwidth(total, us / 1e3, 4800.0, 4100.0),
+                                      "roofline": {"intensity_flop_per_byte": 4.0 / kv_bytes * 2 / 2,
+                                                   "binding": "memory", "memory_bound_us": total / 4.8e6,
+                                                   "compute_bound_us": 1.0, "pct_of_bound": total / 4.8e6 / us * 100,
+                                                   "achieved_tflops": 1.0, "kv_elements_per_ns": 1.0},
                                       "mean_run_pages": 1.0, "samples_ms": [us / 1e3] * 3})
     sparse.add_ratios(cases)
     return {"schema": 1, "created_at": "2026-01-01T00:00:00+00:00", "env": ENV, "ceilings": CEILINGS,
-            "cases": cases, "checks": [{"check": "torch reference", "ok": True}], "errors": {}}
+            "cases": cases, "errors": {},
+            "checks": [{"check": "torch reference", "ok": True, "detects_drop": True},
+                       {"check": "contiguous == torch reference", "ok": True, "detects_drop": False},
+                       {"check": "scattered == contiguous", "ok": True, "bitwise_equal": True}]}
+
+
+def balance_group(batch: int, dist: str, gain: float) -> list[dict]:
+    """The planner splits below batch 64 (off = gain x slower); above it declines and a forced split costs 10%."""
+    base = {"batch": batch, "distribution": dist, "max_len": 1000, "imbalance": gain, "p10_us": 1.0, "p90_us": 1.0,
+            "n": 30, "kv_chunk_tokens": 256, "samples_ms": [0.1]}
+    splits = batch < 64
+    rows = [{**base, "split": "auto", "split_kv": splits, "work_units": 33 if splits else batch * 8,
+             "median_us": 100.0, "plan_us": 40.0 + batch, "plan_us_per_layer": (40.0 + batch) / 36},
+            {**base, "split": "graph", "split_kv": splits, "work_units": 33, "median_us": 104.0,
+             "fast_plan_us": 15.0 + batch / 8}]
+    rows.append({**base, "split": "off", "split_kv": False, "median_us": 100.0 * gain} if splits else
+                {**base, "split": "forced", "split_kv": True, "median_us": 110.0})
+    return [{**r, "kernel_us_per_forward": r["median_us"] * 36} for r in rows]
 
 
 def synthetic_balance() -> dict:
-    cases = []
-    for batch in (4, 16, 64, 128):
-        for dist, gain in (("uniform", 1.0), ("one-long", 3.0), ("zipf", 1.8)):
-            for split, us in (("on", 100.0), ("off", 100.0 * (gain if batch < 64 else 1.0))):
-                cases.append({"batch": batch, "distribution": dist, "split": split, "max_len": 1000,
-                              "imbalance": gain, "median_us": us, "p10_us": us, "p90_us": us, "n": 30,
-                              "plan_us": 40.0 + batch, "plan_us_per_layer": (40.0 + batch) / 36,
-                              "kernel_us_per_forward": us * 36, "samples_ms": [us / 1e3]})
+    cases = [row for batch in (4, 16, 64, 128) for dist, gain in (("uniform", 1.0), ("one-long", 3.0), ("zipf", 1.8))
+             for row in balance_group(batch, dist, gain)]
     return {"schema": 1, "created_at": "2026-01-01T00:00:00+00:00", "env": ENV, "ceilings": CEILINGS,
-            "split_control": {"method": "disable_split_kv", "note": "plan(disable_split_kv=True)"},
+            "split_control": {"off": "disable_split_kv", "forced": "fixed_split_size", "note": "off/forced"},
             "path": "tensor-core", "planning": balance.PLANNING_NOTE, "num_layers": 36, "cases": cases,
-            "checks": [], "speedup_by_distribution": balance.speedups(cases)}
+            "checks": [], "timing": "graph", "errors": {}, "speedup_by_distribution": balance.speedups(cases)}
 
 
 def test_report_without_any_data_says_how_to_produce_each_section(tmp_path):
-    written = report.build(tmp_path)
+    written = page.build(tmp_path)
     html = written["html"].read_text()
     for command in ("fi_bench.py sparse", "fi_bench.py balance", "fi_bench.py jit", "fi_trace.py"):
         assert command in html
@@ -66,28 +89,36 @@ def test_report_without_any_data_says_how_to_produce_each_section(tmp_path):
 def test_report_with_synthetic_data_has_sections_figures_and_headline(tmp_path):
     (tmp_path / "sparse.json").write_text(json.dumps(synthetic_sparse()))
     (tmp_path / "balance.json").write_text(json.dumps(synthetic_balance()))
-    written = report.build(tmp_path)
+    written = page.build(tmp_path)
     html = written["html"].read_text()
     assert len(re.findall(r"plotly\.js v\d", html)) == 1  # plotly.js inlined exactly once
-    for question in ("Does scattering KV pages slow decode down?", "How much faster is decode with an FP8 KV cache?",
-                     "When does split-KV pay off?", "What does plan() cost next to the kernel time it schedules?"):
+    for question in ("Does scattering KV pages slow decode down?", "Why each kernel stops where it does",
+                     "When does split-KV pay off", "What does planning cost next to the kernel it schedules?"):
         assert question in html
     assert "NVIDIA H200" in html and "0.6.15.post1" in html  # environment card
     assert html.index("<svg") < html.index("plotly-graph-div")  # the diagram comes before the charts
     head = json.loads(written["summary"].read_text())
-    assert set(head["sparse"]) >= {"decode_gb_s_best", "decode_pct_peak_best", "scattered_over_contiguous_time",
-                                   "fp8_over_bf16_speedup"}
     assert head["sparse"]["fp8_over_bf16_speedup"]["tensor-core"] == pytest.approx(2.0)
+    assert head["sparse"]["fp8_over_bf16_speedup"]["cuda-core"] == pytest.approx(1.0)
+    assert head["sparse"]["fp8_limit"] == {"cuda-core": "elements", "tensor-core": "bytes"}
     assert head["sparse"]["scattered_over_contiguous_time"]["page 1"]["random"] == pytest.approx(1.3)
     assert head["sparse"]["scattered_over_contiguous_time"]["page 64"]["random"] == pytest.approx(1 + 0.3 / 64)
+    assert head["sparse"]["timing"]["method"] == "graph" and head["sparse"]["timing"]["compared"] == 144
+    assert head["sparse"]["checks_bitwise"] == 1 and head["sparse"]["reference_checks_blind_to_a_dropped_token"] == 1
     assert head["balance"]["split_kv_best"] == {"one-long": pytest.approx(3.0), "uniform": 1.0,
                                                 "zipf": pytest.approx(1.8)}
+    assert set(head["balance"]["split_kv_speedup"]["zipf"]) == {"batch 4", "batch 16"}  # only where it split
+    assert head["balance"]["forced_split_speedup_where_declined"]["zipf"]["batch 128"] == pytest.approx(100 / 110)
+    assert head["balance"]["planner_splits"]["uniform"] == {"4": "split, 33 units", "16": "split, 33 units",
+                                                            "64": "no split", "128": "no split"}
     assert head["balance"]["plan_us_per_layer"] == pytest.approx(head["balance"]["plan_us_per_call"] / 36)
+    assert head["balance"]["sglang_graph_decode_pays"] == "fast_decode_plan"
+    assert head["balance"]["fast_plan_us_per_call"] < head["balance"]["plan_us_per_call"]
 
 
 def test_sparse_headline_bandwidth_by_hand():
     # 64 x 4096 tokens, bf16: 2 x 8 x 128 x 2 B = 4 KiB per token -> 1 GiB read in 250 us = 4295 GB/s
-    got = sparse.bandwidth(64 * 4096 * 4096, 0.25, 4800.0, 4000.0)
+    got = bandwidth(64 * 4096 * 4096, 0.25, 4800.0, 4000.0)
     assert got["gb_s"] == pytest.approx(4294.97, rel=1e-5)
     assert got["pct_peak"] == pytest.approx(89.48, rel=1e-3)
     assert got["pct_copy"] == pytest.approx(107.37, rel=1e-3)
@@ -95,47 +126,49 @@ def test_sparse_headline_bandwidth_by_hand():
 
 def test_an_unreadable_results_file_is_one_line_naming_the_command(tmp_path):
     (tmp_path / "balance.json").write_text("{not json")
-    with pytest.raises(report.ReportError, match="fi_bench.py balance"):
-        report.build(tmp_path)
+    with pytest.raises(page.ReportError, match="fi_bench.py balance"):
+        page.build(tmp_path)
 
 
-def test_split_speedup_is_time_off_over_time_on():
-    cases = [{"distribution": "zipf", "batch": 4, "split": "on", "median_us": 50.0},
-             {"distribution": "zipf", "batch": 4, "split": "off", "median_us": 150.0}]
+def test_split_speedup_is_base_time_over_split_time():
+    cases = [{"distribution": "zipf", "batch": 4, "split": "auto", "median_us": 50.0},
+             {"distribution": "zipf", "batch": 4, "split": "off", "median_us": 150.0},
+             {"distribution": "zipf", "batch": 64, "split": "auto", "median_us": 100.0},
+             {"distribution": "zipf", "batch": 64, "split": "forced", "median_us": 125.0}]
     assert balance.speedups(cases) == {"zipf": {"4": 3.0}}
+    assert balance.speedups(cases, "auto", "forced") == {"zipf": {"64": 0.8}}
 
 
-def test_split_control_prefers_disable_split_kv_and_says_when_neither_exists():
-    assert balance.split_control({"disable_split_kv", "fixed_split_size"})["method"] == "disable_split_kv"
-    assert balance.split_control({"fixed_split_size"})["method"] == "fixed_split_size"
-    assert balance.split_control({"indptr"})["method"] is None
-
-
-def test_plan_parameters_look_through_a_kwargs_forwarder():
-    class Wrapper:  # the shape of FlashInfer 0.6.x: plan(*args, **kwargs) -> _plan_impl(..., disable_split_kv)
-        def plan(self, indptr, *deprecated, **kwargs): ...
-
-        def _plan_impl(self, indptr, *, fixed_split_size=None, disable_split_kv=False): ...
-
-    assert {"disable_split_kv", "fixed_split_size"} <= balance.plan_parameters(Wrapper().plan)
-
-
-@pytest.mark.parametrize("stage", sorted(report.PRODUCE))
+@pytest.mark.parametrize("stage", sorted(page.PRODUCE))
 def test_each_produce_command_names_a_real_subcommand(stage):
-    repo = Path(report.__file__).resolve().parents[2]
-    script, subcommand = re.search(r"python3 (\S+\.py) (\S+)", report.PRODUCE[stage]).groups()
+    repo = Path(page.__file__).resolve().parents[3]
+    script, subcommand = re.search(r"python3 (\S+\.py) (\S+)", page.PRODUCE[stage]).groups()
     usage = subprocess.run([sys.executable, str(repo / script), "--help"], capture_output=True, text=True,
                            cwd=repo, timeout=60).stdout
     choices = re.search(r"\{([a-z,]+)\}", usage).group(1).split(",")
-    assert subcommand in choices, f"{stage}: {report.PRODUCE[stage]!r} (choices {choices})"
+    assert subcommand in choices, f"{stage}: {page.PRODUCE[stage]!r} (choices {choices})"
 
 
-def test_the_balance_section_says_where_the_planner_stops_splitting():
+def test_the_balance_section_says_where_the_planner_stops_splitting_and_what_sglang_pays():
     """FlashInfer's planner allows 2 x SMs / KV heads work units: 33 on an H200 with Qwen3-4B's 8 KV heads."""
     doc = {**synthetic_balance(), "sm_count": 132, "num_kv_heads": 8}
-    note = report.planner_cap_note(doc)
-    assert "2 x 132 SMs / 8 KV heads = 33 work units" in note and "batch of about 34" in note
-    assert "fast_decode_plan" in note
-    older = report.planner_cap_note(synthetic_balance())  # a balance.json written before the fields existed
+    note = balance_section.planner_note(doc)
+    assert "2 x 132 SMs / 8 KV heads = 33 work units" in note
+    assert "fast_decode_plan per step" in note
+    older = balance_section.planner_note(synthetic_balance())  # a balance.json written before the fields existed
     assert "2 x SMs / KV heads work units" in older
-    assert "batch of about 34" in report.balance_section(doc, Path("/nonexistent"))
+    html = balance_section.render_section(doc, "/nonexistent")
+    assert "split, 33 units" in html and "no split" in html and "fast_decode_plan us" in html
+
+
+def test_without_plotly_the_page_keeps_every_table_and_says_why_the_charts_are_missing(tmp_path, monkeypatch):
+    """The GPU host's server Python has no plotly: the report stage must still build the page there."""
+    from llmhost.fi.report import figures
+
+    monkeypatch.setattr(figures, "has_plotly", lambda: False)
+    (tmp_path / "sparse.json").write_text(json.dumps(synthetic_sparse()))
+    (tmp_path / "balance.json").write_text(json.dumps(synthetic_balance()))
+    html = page.build(tmp_path)["html"].read_text()
+    assert "plotly-graph-div" not in html and html.count("Charts left out") == 2
+    assert "Why each kernel stops where it does" in html and "fast_decode_plan us" in html
+    assert len(html) < 1_000_000  # no plotly.js inlined

@@ -1,11 +1,13 @@
-"""trace_analysis on hand-made page tables with known sharing and run lengths, and on shards the tracer wrote."""
+"""llmhost.fi.trace.analysis on hand-made page tables with known sharing and run lengths, and on shards the tracer wrote."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
-from llmhost.fi import trace, trace_analysis
-from llmhost.fi.trace_analysis import batch_metrics
+from llmhost.fi.trace import analysis, hook
+from llmhost.fi.trace.analysis import batch_metrics
 
 
 def test_two_requests_sharing_a_four_page_prefix_have_known_ratios_and_runs():
@@ -50,8 +52,8 @@ def test_page_size_maps_token_slots_to_pages():
 
 
 def _recorder(tmp_path, every=1, slots=4):
-    settings = trace.TraceSettings(trace_dir=str(tmp_path), every=every, slots=slots, max_bytes=4096)
-    return trace.Recorder(settings)
+    settings = hook.TraceSettings(trace_dir=str(tmp_path), every=every, slots=slots, max_bytes=4096)
+    return hook.Recorder(settings)
 
 
 def _meta(mode="decode", graph=True, fast=True):
@@ -68,8 +70,8 @@ def test_recorded_shards_round_trip_into_trace_json_fields(tmp_path):
     rec.observe(_meta(graph=False, fast=False), arrays)
     assert rec.drain() == 4
     rec.flush()
-    samples, stats = trace_analysis.load_trace(tmp_path)
-    result = trace_analysis.analyze(samples, stats)
+    samples, stats = analysis.load_trace(tmp_path)
+    result = analysis.analyze(samples, stats)
     assert result["samples"] == 4
     assert result["graph_proof"]["decode_steps_graph"] == 3 and result["graph_proof"]["decode_steps_eager"] == 1
     assert result["summary"]["decode"]["sharing_ratio"] == pytest.approx(8 / 12)
@@ -103,5 +105,40 @@ def test_oversized_sample_is_truncated_and_marked(tmp_path):
 
 
 def test_empty_trace_dir_is_a_one_line_error(tmp_path):
-    with pytest.raises(trace_analysis.TraceFormatError, match="fi_trace.py capture"):
-        trace_analysis.load_trace(tmp_path)
+    with pytest.raises(analysis.TraceFormatError, match="fi_trace.py capture"):
+        analysis.load_trace(tmp_path)
+
+
+def test_a_paused_tracer_calls_straight_through_and_reports_the_state(tmp_path):
+    """The "tracer off" arm of the overhead measurement: while PAUSE exists nothing is counted or copied."""
+    (tmp_path / "PAUSE").touch()
+    rec = hook.Recorder(hook.TraceSettings(trace_dir=str(tmp_path), every=1))
+
+    class Updater:
+        def call_begin_forward(self, wrapper, req_pool_indices):
+            return "planned"
+
+    traced = hook._wrap(Updater.call_begin_forward, "decode", rec)
+    assert traced(Updater(), None, [0]) == "planned" and not rec.counters and rec.stats()["paused"] is True
+    (tmp_path / "PAUSE").unlink()
+    rec.paused = False  # what the writer thread sets at its next look (every flush)
+    assert traced(Updater(), None, [0]) == "planned"
+    assert rec.counters["errors"] == 1  # the observer ran (and this fake updater lacks the arrays it reads)
+
+
+def test_a_forked_child_gets_its_own_writer_so_a_paused_tracer_still_reports(tmp_path):
+    import os
+    import time
+
+    (tmp_path / "PAUSE").touch()
+    rec = hook.Recorder(hook.TraceSettings(trace_dir=str(tmp_path), every=1, flush_s=0.1))
+    rec.start()
+    child = os.fork()
+    if child == 0:  # the child never calls observe(): only the at-fork writer can write its stats
+        deadline = time.monotonic() + 10
+        while not (tmp_path / f"stats-{os.getpid()}.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os._exit(0)
+    os.waitpid(child, 0)
+    stats = tmp_path / f"stats-{child}.json"
+    assert stats.exists() and json.loads(stats.read_text())["paused"] is True

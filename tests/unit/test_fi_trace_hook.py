@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.fi import trace_analysis
+from llmhost.fi.trace import analysis
 
 REPO = Path(__file__).resolve().parents[2]
-HOOK_DIR = REPO / "llmhost" / "fi" / "hook"
+HOOK_DIR = REPO / "llmhost" / "fi" / "trace" / "sitehook"
 
 FAKE_BACKEND = '''
 import functools
@@ -127,8 +127,8 @@ def test_hook_counts_graph_replays_and_eager_steps_and_writes_shards(tmp_path):
     assert stats["patched"] == ["FlashInferIndicesUpdaterDecode", "FlashInferIndicesUpdaterPrefill"]
     assert stats["counters"]["decode_capture"] == 1
     assert stats["counters"]["decode_graph"] == 5 and stats["counters"]["decode_eager"] == 2
-    samples, all_stats = trace_analysis.load_trace(out)
-    result = trace_analysis.analyze(samples, all_stats)
+    samples, all_stats = analysis.load_trace(out)
+    result = analysis.analyze(samples, all_stats)
     assert result["graph_proof"]["sampled_graph"] == 5 and result["graph_proof"]["sampled_eager"] == 2
     assert result["summary"]["decode"]["sharing_ratio"] == pytest.approx(8 / 12)
     assert result["summary"]["decode"]["mean_run_len"] == pytest.approx(3.0)

@@ -1,4 +1,4 @@
-"""In-server tracer of FlashInfer's paged-KV page tables (loaded into SGLang only via llmhost/fi/hook).
+"""In-server tracer of FlashInfer's paged-KV page tables (loaded into SGLang only via llmhost/fi/trace/sitehook).
 
 What it records, every Nth attention-metadata step: kv_indptr, kv_indices, kv_last_page_len, req_pool_indices (and
 qo_indptr for prefill), batch size, forward mode, whether the step was a CUDA-graph replay, and a timestamp.
@@ -13,7 +13,10 @@ compressed .npz shards + a stats JSON. No free buffer = the sample is dropped an
 Settings (environment of the server): LLMHOST_FI_TRACE_DIR (required; output dir), LLMHOST_FI_TRACE_EVERY (sample
 every Nth step per mode, default 4), LLMHOST_FI_TRACE_MAX_BYTES (staging bytes per sample, default 4 MiB; longer
 index arrays are truncated and marked), LLMHOST_FI_TRACE_SLOTS (staging buffers, default 8). Creating
-<dir>/STOP stops sampling and flushes. Files: <dir>/shard-<pid>-<n>.npz, <dir>/stats-<pid>.json.
+<dir>/STOP stops sampling and flushes. While <dir>/PAUSE exists the patched function calls straight through (one
+attribute test per step: nothing counted, nothing copied) — the "tracer off" arm of the overhead measurement; the
+writer thread looks for the file every flush (2 s) and reports the state as "paused" in the stats file.
+Files: <dir>/shard-<pid>-<n>.npz, <dir>/stats-<pid>.json.
 """
 from __future__ import annotations
 
@@ -133,6 +136,7 @@ class Recorder:
         self.errors: list[str] = []
         self.patched: list[str] = []
         self.active = True
+        self.paused = (self.dir / "PAUSE").exists()
         self._stager: Stager | None = None
         self._lock = threading.Lock()
         self._pending: queue.Queue = queue.Queue()
@@ -182,10 +186,21 @@ class Recorder:
     # ---- writer thread
     def start(self) -> None:
         if self._thread is None or self._thread_pid != os.getpid():
+            if self._thread is None:  # once per recorder: a forked child gets its own writer at once
+                os.register_at_fork(after_in_child=self._after_fork)
             self._thread_pid = os.getpid()
             self._thread = threading.Thread(target=self._run, name="llmhost-fi-trace", daemon=True)
             self._thread.start()
             atexit.register(self.close)
+
+    def _after_fork(self) -> None:
+        """In a forked child: fresh locks and queue (the parent's may have been held at the fork), a new writer.
+        Without it a paused tracer — which never reaches observe() — would never write the child's stats."""
+        self._lock = threading.Lock()
+        self._pending = queue.Queue()
+        if self._stager is not None:
+            self._stager._lock = threading.Lock()
+        self.start()
 
     def close(self) -> None:
         """At interpreter exit: collect what is staged and write it (a SIGKILL loses at most flush_s of samples)."""
@@ -210,6 +225,7 @@ class Recorder:
                 self.drain(self.settings.flush_s)
                 if (self.dir / "STOP").exists() and self.active:
                     self.active = False
+                self.paused = (self.dir / "PAUSE").exists()
                 if len(self._shard) >= self.settings.shard_samples or time.monotonic() - last_flush >= \
                         self.settings.flush_s:
                     self.flush()
@@ -247,7 +263,7 @@ class Recorder:
         with self._lock:
             counters = dict(self.counters)
         return {"pid": os.getpid(), "settings": asdict(self.settings), "counters": counters, "shards": self._shard_no,
-                "patched": self.patched, "errors": self.errors[:5], "stopped": not self.active,
+                "patched": self.patched, "errors": self.errors[:5], "stopped": not self.active, "paused": self.paused,
                 "updated_at": time.time()}
 
 
@@ -308,6 +324,8 @@ def _wrap(original: Callable, mode: str, recorder: Recorder) -> Callable:
 
     @functools.wraps(original)
     def call_begin_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if recorder.paused:  # the "tracer off" arm: the original call and one attribute test, nothing else
+            return original(self, *args, **kwargs)
         result = original(self, *args, **kwargs)
         try:
             bound = signature.bind(self, *args, **kwargs).arguments

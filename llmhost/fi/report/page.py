@@ -2,33 +2,34 @@
 
 Reads sparse.json, balance.json, jit.json and trace.json from the results directory (any may be missing) and never
 touches a GPU or a server, so it can be rebuilt anywhere. The page opens with an environment card and a headline
-table; each section explains its mechanism with an inline SVG diagram above the measured charts and tables; a
-section without data says which command produces it. plotly.js is inlined once (offline). The jit and trace
-sections come from llmhost.fi.jit_report / llmhost.fi.trace_report (render_section, headline) when present.
+table; each section (one module per stage: sparse_section, balance_section, jit_section, trace_section) explains its
+mechanism with an inline SVG diagram above the measured charts and tables; a section without data says which
+command produces it. plotly.js is inlined once (offline).
 
     .venv/bin/python fi_bench.py report --out-dir results/fi
 """
 from __future__ import annotations
 
 import datetime as dt
-import importlib
-import importlib.util
 import json
 from html import escape
 from pathlib import Path
-from typing import Any
 
-from llmhost.fi import balance, diagrams, env, sparse
-from llmhost.fi import report_figures as figures
+from llmhost.fi import balance, env, sparse
+from llmhost.fi.report import balance_section, diagrams, jit_section, sparse_section, trace_section
+from llmhost.fi.report import figures
 
 STAGES = ("sparse", "balance", "jit", "trace")
 PRODUCE = {  # the exact command that writes each stage's JSON (defaults: MODEL_DIR / RESULTS_DIR from config.env)
-    "sparse": "python3 fi_bench.py sparse --out-dir {out}",
-    "balance": "python3 fi_bench.py balance --out-dir {out}",
+    "sparse": sparse_section.COMMAND,
+    "balance": balance_section.COMMAND,
     "jit": "./fi_jit_setup.sh, then python3 fi_bench.py jit --out-dir {out}",
     "trace": "python3 fi_trace.py capture --out-dir {out}  (restarts ./serve.sh with the tracer, then restores it)",
 }
-EXTERNAL = {"jit": "llmhost.fi.jit_report", "trace": "llmhost.fi.trace_report"}
+SECTIONS = {"sparse": sparse_section.render_section, "balance": balance_section.render_section,
+            "jit": jit_section.render_section, "trace": trace_section.render_section}
+HEADLINES = {"sparse": sparse.headline, "balance": balance.headline, "jit": jit_section.headline,
+             "trace": trace_section.headline}
 
 
 class ReportError(RuntimeError):
@@ -47,34 +48,23 @@ def load(out_dir: Path) -> dict[str, dict | None]:
     return docs
 
 
-def external(stage: str) -> Any | None:
-    """The other engineer's section module, when it exists in this checkout."""
-    name = EXTERNAL[stage]
-    return importlib.import_module(name) if importlib.util.find_spec(name) else None
-
-
 def summary(docs: dict[str, dict | None]) -> dict:
     """fi_summary.json: the headline numbers of every stage that has data (None for the others)."""
-    out: dict[str, Any] = {"schema": 1, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                           "sparse": sparse.headline(docs["sparse"]) if docs["sparse"] else None,
-                           "balance": balance.headline(docs["balance"]) if docs["balance"] else None}
-    for stage in EXTERNAL:
-        module = external(stage)
-        out[stage] = module.headline(docs[stage]) if module and docs[stage] else None
+    out: dict = {"schema": 1, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    for stage in STAGES:
+        doc = docs[stage]
+        out[stage] = HEADLINES[stage](doc) if doc else None
     first = next((d for d in docs.values() if d), None)
     out["env"] = first.get("env") if first else None
     return out
 
 
 def build(out_dir: Path) -> dict[str, Path]:
-    """Write fi_summary.json (always) and fi_report.html (needs plotly); returns their paths."""
+    """Write fi_summary.json and fi_report.html (charts only where plotly is installed); returns their paths."""
     docs = load(out_dir)
     summary_path, html_path = out_dir / "fi_summary.json", out_dir / "fi_report.html"
     head = summary(docs)
     env.write_json_atomic(summary_path, head)
-    if importlib.util.find_spec("plotly") is None:
-        raise ReportError(f"{summary_path} written, but the HTML needs plotly: run "
-                          f".venv/bin/python fi_bench.py report --out-dir {out_dir} (the toolkit venv)")
     html = render(docs, head, out_dir)
     tmp = html_path.with_name(f".{html_path.name}.tmp")
     tmp.write_text(html)
@@ -83,14 +73,14 @@ def build(out_dir: Path) -> dict[str, Path]:
 
 
 def render(docs: dict[str, dict | None], head: dict, out_dir: Path) -> str:
-    """The whole page: environment card, headline table, then one section per stage."""
-    from plotly.offline import get_plotlyjs
+    """The whole page: environment card, headline table, then one section per stage (or its placeholder)."""
+    sections = [SECTIONS[stage](docs[stage], str(out_dir)) or placeholder(stage, out_dir) for stage in STAGES]
+    plotly_js = ""
+    if figures.has_plotly():
+        from plotly.offline import get_plotlyjs
 
-    sections = [sparse_section(docs["sparse"], out_dir), balance_section(docs["balance"], out_dir)]
-    for stage in EXTERNAL:
-        module = external(stage)
-        sections.append(module.render_section(docs[stage]) if module else placeholder(stage, out_dir))
-    return PAGE.format(plotly=get_plotlyjs(), env=env_card(docs), headline=headline_table(head),
+        plotly_js = get_plotlyjs()
+    return PAGE.format(plotly=plotly_js, env=env_card(docs), headline=headline_table(head),
                        sections="\n".join(sections))
 
 
@@ -140,57 +130,6 @@ def placeholder(stage: str, out_dir: Path) -> str:
     return (f'<section id="{stage}"><h2>{stage}</h2>{svg}<p>This section shows {escape(what)}</p>'
             f'<p class="todo">No data yet. Produce it with: <code>{escape(PRODUCE[stage].format(out=out_dir))}'
             f"</code>, then rebuild this page.</p></section>")
-
-
-def sparse_section(doc: dict | None, out_dir: Path) -> str:
-    if not doc or not doc.get("cases"):
-        return placeholder("sparse", out_dir)
-    checks = doc.get("checks", [])
-    failed = [c for c in checks if not c.get("ok")]
-    errors = "".join(f"<p class='bad'>{escape(k)} not measured: {escape(v)}</p>"
-                     for k, v in (doc.get("errors") or {}).items())
-    errors += "".join(f"<p class='bad'>check failed: {escape(c.get('error', str(c)))}</p>" for c in failed[:10])
-    return (
-        '<section id="sparse"><h2>Paged KV: does page size or placement slow decode down?</h2>'
-        f"{diagrams.paged_kv()}"
-        "<p>Each case decodes one step of one layer for a batch with equal total tokens, calling FlashInfer as "
-        "SGLang does. <b>contiguous</b> puts each request's pages in order, <b>random</b> scatters them over the "
-        "whole pool, <b>churned</b> replays SGLang's allocator after background traffic (prompts in the holes "
-        "evictions leave, decode tokens interleaved across the batch).</p>"
-        f"<p>Correctness: {len(checks) - len(failed)} of {len(checks)} checks passed (torch float32 reference; "
-        f"scattered output equal to contiguous) before any timing.</p>{errors}"
-        + figures.sparse_figures(doc) + figures.sparse_table(doc)
-        + "<p>First plan() + run() of each kernel (module load from the JIT cache, or a compile):</p>"
-        + figures.table(["KV dtype / path", "seconds"], sorted((doc.get("first_call_s") or {}).items()))
-        + "</section>")
-
-
-def planner_cap_note(doc: dict) -> str:
-    """Why split-KV 'on' equals 'off' for big batches, and what the plan() timing covers (FlashInfer 0.6.x source:
-    the decode planner allows at most 2 x SMs / KV heads work units, else it does not split)."""
-    sm, kv = doc.get("sm_count"), doc.get("num_kv_heads")
-    cap = (f"2 x {sm} SMs / {kv} KV heads = {2 * sm // kv} work units on this GPU, so from a batch of about "
-           f"{2 * sm // kv + 1} requests on") if sm and kv else "2 x SMs / KV heads work units, so for larger batches"
-    return (f"Reading the bars: FlashInfer's planner splits only while the split work fits {cap} split-KV 'on' "
-            "runs the same kernel as 'off' — a bar near 1 there means no split was made, not that splitting could "
-            "not help a skewed batch. plan() is timed on the eager path (page tables copied back from the GPU); "
-            "SGLang's CUDA-graph decode steps use fast_decode_plan with host-side indptr, which skips those copies, "
-            "so the plan() bars overstate its per-step cost there.")
-
-
-def balance_section(doc: dict | None, out_dir: Path) -> str:
-    if not doc or not doc.get("cases"):
-        return placeholder("balance", out_dir)
-    control = doc.get("split_control") or {}
-    return (
-        '<section id="balance"><h2>Split-KV and planning: when does splitting pay, what does plan() cost?</h2>'
-        f"{diagrams.split_kv()}"
-        f"<p>Split-KV switched off with: <code>{escape(str(control.get('method')))}</code> "
-        f"({escape(control.get('note', ''))}); kernel path: {escape(doc.get('path', ''))}. "
-        f"Planning: {escape(doc.get('planning', ''))}, so plan() is paid once per decode step and its per-layer "
-        f"share is plan / {doc.get('num_layers')} layers.</p>"
-        f"<p>{escape(planner_cap_note(doc))}</p>"
-        + figures.balance_figures(doc) + figures.balance_table(doc) + "</section>")
 
 
 PAGE = """<!doctype html>

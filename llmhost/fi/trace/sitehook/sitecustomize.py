@@ -1,10 +1,10 @@
-"""Opt-in loader of llmhost's FlashInfer page-table tracer (llmhost/fi/trace.py) into the SGLang server.
+"""Opt-in loader of llmhost's FlashInfer page-table tracer (llmhost/fi/trace/hook.py) into the SGLang server.
 
 Python imports the first `sitecustomize` on sys.path at start-up, in every process, including the scheduler
 processes SGLang spawns. Putting this directory first on the server's PYTHONPATH is therefore the one way to run
 code inside those processes without editing SGLang:
 
-    SERVER_ENV="PYTHONPATH=<repo>/llmhost/fi/hook:$PYTHONPATH LLMHOST_FI_TRACE_DIR=<dir>" ./serve.sh restart
+    SERVER_ENV="PYTHONPATH=<repo>/llmhost/fi/trace/sitehook:$PYTHONPATH LLMHOST_FI_TRACE_DIR=<dir>" ./serve.sh restart
     (fi_trace.py capture does exactly this, then restores the server without it)
 
 Without LLMHOST_FI_TRACE_DIR this file does nothing but hand over to the sitecustomize it shadows (e.g. the
@@ -31,12 +31,14 @@ def _chain_shadowed() -> None:
 
 
 def _activate() -> None:
-    repo_root = os.path.dirname(os.path.dirname(os.path.dirname(_HOOK_DIR)))
+    repo_root = _HOOK_DIR
+    for _ in range(4):  # <repo>/llmhost/fi/trace/sitehook
+        repo_root = os.path.dirname(repo_root)
     if repo_root not in sys.path:
         sys.path.append(repo_root)  # appended: never shadows the server's own packages
-    from llmhost.fi import trace
+    from llmhost.fi.trace import hook
 
-    trace.install_from_env()
+    hook.install_from_env()
 
 
 _chain_shadowed()

@@ -1,7 +1,7 @@
 """The JIT section of fi_report.html and its fi_summary.json numbers, from jit.json (`fi_bench.py jit`).
 
-render_section(doc) -> HTML fragment (intro, diagram, plotly divs without plotly.js, tables, the source diff);
-headline(doc) -> dict. Both accept None (no jit.json yet) and then say which command produces the data.
+render_section(doc, out_dir) -> HTML fragment (intro, diagram, plotly divs without plotly.js, tables, the source
+diff), or None without data (the page shows its placeholder); headline(doc) -> dict.
 """
 from __future__ import annotations
 
@@ -9,18 +9,10 @@ import statistics
 from html import escape
 from typing import Any
 
-from llmhost.fi import diagrams
-from llmhost.fi import report_figures as figures
+from llmhost.fi.report import diagrams, figures
+from llmhost.fi.report.figures import plot_html
 
 COMMAND = "./fi_jit_setup.sh, then (with the environment it prints) $PY fi_bench.py jit"
-
-
-def plot_html(fig: Any, how: str) -> str:
-    """A plotly figure as a div (plotly.js is included once by the page) and the sentence saying how to read it."""
-    import plotly.io as pio
-
-    fig.update_layout(template="plotly_white", margin={"t": 70, "l": 60, "r": 20, "b": 50})
-    return pio.to_html(fig, include_plotlyjs=False, full_html=False) + f'<p class="how">{escape(how)}</p>'
 
 
 def _ok(doc: dict) -> list[dict]:
@@ -39,8 +31,10 @@ def headline(doc: dict | None) -> dict[str, Any]:
             "compile_s_max": worst.get("compile_s"), "slowest_variant": worst["variant"],
             "compile_s_total": sum(r.get("compile_s") or 0 for r in rows),
             "cached_first_call_s_median": statistics.median(r["first_call_cached_s"] for r in rows),
+            "compile_cpu_s_total": sum(r.get("compile_cpu_s") or 0 for r in rows),
             "modules_built": sum(len(r.get("new_modules", [])) for r in rows),
-            "cpu_cores": (doc.get("probe") or {}).get("cpu_cores")}
+            "cpu_cores": (doc.get("probe") or {}).get("cpu_cores"), "parallel_jobs": doc.get("jobs"),
+            "stage_wall_s": doc.get("wall_s")}
 
 
 def figure(doc: dict) -> str:
@@ -65,16 +59,17 @@ def table(doc: dict) -> str:
     rows = []
     for r in doc.get("variants", []):
         if not r.get("ok"):
-            rows.append([r["variant"], r.get("error", "failed"), "-", "-", "-", "-", "-", "-", "-"])
+            rows.append([r["variant"], r.get("error", "failed"), "-", "-", "-", "-", "-", "-", "-", "-", "-"])
             continue
         compile_s, steady_ms = r.get("compile_s"), r.get("steady_median_ms")
         # how many steady kernel runs one compile costs: the scale of "first request" vs "every request"
         runs = compile_s * 1000 / steady_ms if r.get("new_modules") and compile_s and steady_ms else None
         rows.append([r["variant"], r.get("what", ""), ", ".join(r.get("new_modules") or ["none (reused)"]),
                      r.get("setup_s"), r.get("first_call_cold_s"), r.get("first_call_cached_s"), compile_s,
-                     steady_ms, runs])
+                     r.get("compile_cpu_s"), r.get("lanes_busy_at_start"), steady_ms, runs])
     return figures.table(["variant", "what differs", "modules built", "setup s", "first call cold s",
-                          "first call cached s", "compile s", "steady run ms", "compile = N runs"], rows)
+                          "first call cached s", "compile s (wall)", "compiler CPU s", "lanes busy",
+                          "steady run ms", "compile = N runs"], rows)
 
 
 def diff_block(doc: dict) -> str:
@@ -89,22 +84,23 @@ def diff_block(doc: dict) -> str:
             "</pre></details>")
 
 
-def render_section(doc: dict | None) -> str:
-    """The report's JIT section (placeholder with the producing command when doc is None or empty)."""
+def render_section(doc: dict | None, out_dir: str) -> str | None:
+    """The report's JIT section, or None without a measured variant."""
+    if not doc or not _ok(doc):
+        return None
     head = ('<section id="jit"><h2>JIT: what does a cold FlashInfer cache cost at server start?</h2>'
             + diagrams.jit())
-    if not doc or not _ok(doc):
-        return (head + "<p class='todo'>No JIT measurement yet. It would show, per attention variant, the data "
-                "setup, the compile a cold cache pays on first use, the cached load every later start pays, and "
-                f"the steady kernel time. Produce it with: <code>{escape(COMMAND)}</code></p></section>")
     probe = doc.get("probe") or {}
     warm = ("<p class='bad'>Measured over a WARM cache (--allow-warm): first calls are cache hits, not compiles."
             "</p>" if doc.get("warm") else "")
     intro = (f"<p>Each variant ran twice in fresh processes on a private JIT cache ({escape(str(doc.get('cache_base')))}"
              f"): cold (generate + compile + load + first run), then cached (load + first run). compile = cold first "
-             f"call - cached first call. Build parallelism: {probe.get('cpu_cores')} CPU cores, MAX_JOBS="
+             f"call - cached first call; compiler CPU s = CPU time of ninja/nvcc, which does not depend on what else "
+             f"ran. Variants ran {doc.get('jobs') or 1} at a time (the stage took {figures.fmt(doc.get('wall_s'))} s): "
+             f"wall compile times include the sharing of cores with the other lanes (column 'lanes busy'); "
+             f"--jobs 1 times each alone. Build parallelism: {probe.get('cpu_cores')} CPU cores, MAX_JOBS="
              f"{escape(str(probe.get('max_jobs') or 'unset (ninja: cores + 2)'))}, FLASHINFER_NVCC_THREADS="
              f"{escape(str(probe.get('flashinfer_nvcc_threads') or '1 (default)'))}, CUDA archs "
              f"{escape(', '.join(probe.get('cuda_archs', [])))}. SGLang decodes Qwen3-4B (GQA group 4) on tensor "
              "cores, which is FlashInfer's prefill kernel: its decode needs no decode module at all.</p>")
-    return head + warm + intro + figure(doc) + table(doc) + diff_block(doc) + "</section>"
+    return head + warm + intro + figures.charts(figure, doc) + table(doc) + diff_block(doc) + "</section>"

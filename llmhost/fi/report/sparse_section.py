@@ -1,0 +1,145 @@
+"""The paged-KV decode section of fi_report.html, from sparse.json (`fi_bench.py sparse`): placement cost, bandwidth
+against the ceilings, FP8 vs BF16 and why (the roofline lines), the timers compared, all cases.
+"""
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from llmhost.fi import roofline
+from llmhost.fi.report import diagrams
+from llmhost.fi.report.figures import charts, fmt, plot_html, table
+
+COMMAND = "python3 fi_bench.py sparse --out-dir {out}"
+
+
+def render_section(doc: dict | None, out_dir: str) -> str | None:
+    """The section, or None when there is no data (the page then shows its placeholder)."""
+    if not doc or not doc.get("cases"):
+        return None
+    found = doc.get("checks", [])
+    failed = [c for c in found if not c.get("ok")]
+    bitwise = sum(1 for c in found if c.get("bitwise_equal"))
+    blind = [c for c in found if "detects_drop" in c and not c["detects_drop"]]
+    errors = "".join(f"<p class='bad'>{escape(k)} not measured: {escape(v)}</p>"
+                     for k, v in (doc.get("errors") or {}).items())
+    errors += "".join(f"<p class='bad'>check failed: {escape(c.get('error', str(c)))}</p>" for c in failed[:10])
+    return (
+        '<section id="sparse"><h2>Paged KV: does page size or placement slow decode down?</h2>'
+        f"{diagrams.paged_kv()}"
+        "<p>Each case decodes one step of one layer for a batch with equal total tokens, calling FlashInfer as "
+        "SGLang does. <b>contiguous</b> puts each request's pages in order, <b>random</b> scatters them over the "
+        "whole pool, <b>churned</b> replays SGLang's allocator after background traffic (prompts in the holes "
+        "evictions leave, decode tokens interleaved across the batch).</p>"
+        f"<p>Correctness, before any timing: {len(found) - len(failed)} of {len(found)} checks passed. Contiguous "
+        "cases match a float32 reference within 1% of each request's output norm — a tolerance that a dropped or "
+        "duplicated token of a 300-token request fails (the small-batch checks show the margin); "
+        f"{len(blind)} reference check(s) on 16K-token requests could not have seen one token (reported, not "
+        f"hidden). {bitwise} scattered cases are bit-identical to their contiguous case under the same plan.</p>"
+        f"{errors}{timing_block(doc)}{charts(figures, doc)}{roofline_block(doc)}{cases_table(doc)}"
+        "<p>First plan() + run() of each kernel (module load from the JIT cache, or a compile):</p>"
+        + table(["KV dtype / path", "seconds"], sorted((doc.get("first_call_s") or {}).items()))
+        + "</section>")
+
+
+def timing_block(doc: dict) -> str:
+    """Which timer the numbers come from, and the event timer next to it, case by case (worst gaps first)."""
+    cases = [c for c in doc["cases"] if c.get("event_over_precise")]
+    method = (doc["cases"][0].get("timing") or "?") if doc["cases"] else "?"
+    text = (f"<p>Times are from the <b>{escape(method)}</b> timer: FlashInfer's bench_gpu_time_with_cudagraph "
+            "replays 10 captured calls per measurement, so the Python launch of wrapper.run() is not timed "
+            "(CUPTI would be used where cupti-python is installed; the GPU host has none). Beside it, each case was "
+            "also timed with a CUDA-event pair around an eager call after a read-only L2 flush; the ratio "
+            "event / graph is mostly the launch gap that timer includes (the GPU waits while Python prepares the "
+            "launch), plus the few MB of q, o and page table the graph timer finds in L2.</p>")
+    if not cases:
+        return text
+    worst = sorted(cases, key=lambda c: -abs(c["event_over_precise"] - 1))[:8]
+    rows = [[_label(c), c["median_us"], c["event_median_us"], c["event_median_us"] - c["median_us"],
+             c["event_over_precise"]] for c in worst]
+    return text + table(["case (largest gaps)", f"{method} us", "event us", "difference us", "event / " + method],
+                        rows)
+
+
+def roofline_block(doc: dict) -> str:
+    """Per kernel: intensity, achieved vs the memory bound, element rate; then the FP8/BF16 pair evidence."""
+    ceilings = doc.get("ceilings") or {}
+    rows = []
+    for kernel in sorted({(c["dtype"], c["path"]) for c in doc["cases"]}):
+        group = [c for c in doc["cases"] if (c["dtype"], c["path"]) == kernel and c.get("roofline")]
+        if group:
+            best = max(group, key=lambda c: c["gb_s"])
+            line = best["roofline"]
+            rows.append([" ".join(kernel), line["intensity_flop_per_byte"], line["binding"], line["memory_bound_us"],
+                         line["compute_bound_us"], best["median_us"], line["pct_of_bound"],
+                         line["achieved_tflops"], line["kv_elements_per_ns"], _label(best)])
+    evidence = roofline.per_element_evidence(doc["cases"])
+    pairs = [[path, e["pairs"], e["bytes_ratio"], e["time_ratio"], e["bf16_pct_peak_median"],
+              e["fp8_pct_peak_median"], e["verdict"]] for path, e in evidence.items()]
+    return ("<h3>Why each kernel stops where it does (roofline, best case per kernel)</h3>"
+            f"<p>Bounds on this GPU: {fmt(ceilings.get('peak_gb_s'))} GB/s HBM, "
+            f"{fmt(ceilings.get('bf16_tensor_tflops'))} TFLOP/s BF16 tensor cores, {fmt(ceilings.get('fp32_tflops'))}"
+            " TFLOP/s FP32 CUDA cores. Decode does 4 x tokens x query heads x head_dim FLOPs over its bytes: with "
+            "GQA group 4 that is 4 FLOP/byte for BF16 and 8 for FP8, far below either compute ridge, so the "
+            "bound is always memory. A kernel far below that bound is limited by something per element.</p>"
+            + table(["kernel", "FLOP/byte", "binding bound", "memory bound us", "compute bound us", "measured us",
+                     "% of bound", "TFLOP/s", "KV elements/ns", "case"], rows)
+            + "<p>FP8 against BF16 at the same tokens (medians over all matching cases): FP8 halves the bytes "
+              "(ratio 0.5). If time followed bytes, time ratio would be 0.5; a time ratio near 1 means both dtypes "
+              "process KV elements at the same rate — the per-element work (load, dequantise to BF16, multiply) "
+              "binds, and FP8's GB/s is then about half of BF16's on the same path (compare the % peak "
+              "columns).</p>"
+            + table(["path", "pairs", "bytes FP8/BF16", "time FP8/BF16", "BF16 % peak", "FP8 % peak", "what binds"],
+                    pairs))
+
+
+def figures(doc: dict) -> str:
+    import plotly.express as px
+
+    df = _frame(doc)
+    parts = []
+    scattered = df[df["placement"] != "contiguous"]
+    if not scattered.empty:
+        fig = px.bar(scattered, x="page size", y="vs_contiguous", color="placement", barmode="group",
+                     facet_row="kernel", facet_col="batch shape", height=220 * df["kernel"].nunique() + 120,
+                     title="Does scattering KV pages slow decode down?", labels={"vs_contiguous": "time / contiguous"})
+        fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
+        parts.append(plot_html(fig, "Each bar is a decode step's time divided by the same batch stored contiguously "
+                                    "(1 = no cost); rows are KV dtype and kernel path, columns batch shapes."))
+    if df["pct_peak"].notna().any():
+        fig = px.line(df, x="page size", y="pct_peak", color="kernel", line_dash="placement", markers=True,
+                      facet_col="batch shape", height=420, labels={"pct_peak": "% of peak HBM bandwidth"},
+                      title="How close to the memory-bandwidth ceiling does decode get?")
+        ceil = doc.get("ceilings") or {}
+        if ceil.get("copy_gb_s") and ceil.get("peak_gb_s"):
+            fig.add_hline(y=100 * ceil["copy_gb_s"] / ceil["peak_gb_s"], line_dash="dot", line_color="#b00",
+                          annotation_text="device-to-device copy (read + write)", annotation_position="bottom right")
+        parts.append(plot_html(fig, "Bytes a decode step must move (K/V of every token, q, o, page table) over its "
+                                    "median time, as % of the datasheet peak; the dotted line is what a plain copy "
+                                    "(read + write bytes) reaches on this GPU. Decode only reads, so it can match "
+                                    "that line."))
+    return "".join(parts)
+
+
+def _frame(doc: dict) -> Any:
+    import pandas as pd
+
+    df = pd.DataFrame([{k: v for k, v in c.items() if k not in ("samples_ms", "roofline")} for c in doc["cases"]])
+    df["kernel"] = df["dtype"] + " · " + df["path"]
+    df["batch shape"] = df["batch"].astype(str) + "x" + df["seq_len"].astype(str)
+    df["page size"] = df["page_size"].astype(str)
+    return df
+
+
+def _label(c: dict) -> str:
+    return f"{c['dtype']} {c['path']} {c['batch']}x{c['seq_len']} page {c['page_size']} {c['placement']}"
+
+
+def cases_table(doc: dict) -> str:
+    rows = [[c["dtype"], c["path"], f"{c['batch']}x{c['seq_len']}", c["page_size"], c["placement"], c["median_us"],
+             c["p10_us"], c["p90_us"], c.get("event_median_us"), c["gb_s"], c["pct_peak"], c["pct_copy"],
+             c.get("vs_contiguous"), c.get("split_kv"), c.get("work_units"), (c.get("roofline") or {}).get("pct_of_bound"),
+             c["mean_run_pages"]] for c in doc["cases"]]
+    header = ["KV dtype", "path", "batch", "page", "placement", "median us", "p10 us", "p90 us", "event us", "GB/s",
+              "% peak", "% copy", "vs contiguous", "split", "work units", "% of bound", "mean run (pages)"]
+    return f"<details><summary>All {len(rows)} cases</summary>{table(header, rows)}</details>"
