@@ -41,7 +41,7 @@ def gpu_setup(model_dir: Path, method: str) -> tuple[shapes.AttentionShape, dict
 
     name = torch.cuda.get_device_name(0)
     spec = gpu_specs.lookup(name)
-    copy = gpu_specs.measure_copy_gb_s(method)
+    copy = gpu_specs.measure_copy_gb_s()
     ceilings = {"gpu": name, "peak_gb_s": spec.peak_gb_s if spec else None,
                 "bf16_tensor_tflops": spec.bf16_tensor_tflops if spec else None,
                 "fp32_tflops": spec.fp32_tflops if spec else None,
