@@ -156,7 +156,7 @@ def _toolcalls(rng: np.random.Generator, arms: list[dict]) -> list[dict]:
     return lines
 
 
-def _manifest(run_id: str, arms: list[dict], plan: list[dict], seed: int) -> dict:
+def manifest_of(run_id: str, arms: list[dict], plan: list[dict], seed: int) -> dict:
     return {"schema": 1, "run_id": run_id, "created_at": "2026-11-29T12:00:00Z",
             "command": ["run_bench.py", "--repeat", "2", "--api-key-file", "<redacted>"],
             "git_commit": "84522b1", "versions": {"sglang": "0.5.17", "flashinfer": "0.6.15.post1",
@@ -217,7 +217,7 @@ def make_run(root: Path, *, run_id: str = "20261129-120000", seed: int = 0, arms
                   "ready_s": 74.8}
         (run / "servers").mkdir(parents=True, exist_ok=True)
         (run / "servers" / f"{arm['name']}.json").write_text(json.dumps(server))
-    (run / "manifest.json").write_text(json.dumps(_manifest(run_id, arms, plan, seed), indent=1))
+    (run / "manifest.json").write_text(json.dumps(manifest_of(run_id, arms, plan, seed), indent=1))
     return run
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from fixtures_bench import make_run
+from fixtures_bench import make_run, manifest_of
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -196,7 +196,8 @@ def tmp(tmp_path_factory) -> Path:
     (root / "res" / "bench").write_text("")
     (root / "loose-key").write_text("k3y\n")
     (root / "loose-key").chmod(0o644)
-    for name, manifest in (("damaged", b"\xff{"), ("empty-run", json.dumps({"schema": 1, "arms": [], "plan": []}))):
+    empty = manifest_of("20261129-130000", [], [], 0)  # a valid manifest, no points recorded
+    for name, manifest in (("damaged", b"\xff{"), ("empty-run", json.dumps(empty))):
         (root / name).mkdir()
         (root / name / "manifest.json").write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
     make_run(root, n=8, repeats=1)  # a good run, for --compare
