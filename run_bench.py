@@ -10,11 +10,17 @@ flush; telemetry (/metrics + GPU) is sampled every second on the same clock as t
     ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"
-    ./run_bench.py --resume results/bench/20260101-120000   # after a crash or kill: only what is missing
+    ./run_bench.py --resume results/bench/20260101-120000   # after a crash, kill or stop: missing + failed points
+    ./run_bench.py --resume results/bench/20260101-120000 --only-missing   # failed points stay failed
 
 Writes $RESULTS_DIR/bench/<run_id>/ (manifest.json, points.jsonl, requests/, telemetry.jsonl, toolcalls.jsonl,
 servers/, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
 The last stdout line is one JSON document: {"run_dir", "points_ok", "points_failed", ...}.
+
+Faults: one run per server at a time (a second is refused, exit 75, naming the first: $WORK_DIR/server/bench.lock);
+./serve.sh stop during a run ends it with one line and leaves the server stopped; a dead server is restarted once
+per point; a write failure (disk full) ends the run with one line naming the path and the free space; a point
+killed at its time limit keeps its finished requests; a failed point names the server log's error when there is one.
 """
 from __future__ import annotations
 
@@ -22,17 +28,19 @@ import argparse
 import dataclasses
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
-from llmhost.bench import points, records, runner, store, telemetry
+from llmhost.bench import points, records, runlock, runner, store, telemetry
 from llmhost.bench.runner import BenchError, arm_overhead_s, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 SLO_DEFAULTS = slo_rule.DEFAULTS  # recorded in the manifest; the dashboard can override
 TAG_MAX = 64  # a run id is YYYYmmdd-HHMMSS-TAG, one path component
+EXIT_BUSY = 75  # another run holds the server (EX_TEMPFAIL, as ./serve.sh uses for its own lock)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +53,7 @@ class Options:
     seed: int
     tag: str
     resume: Path | None
+    only_missing: bool
     dry_run: bool
     slo: dict[str, float]
     argv: list[str]
@@ -63,8 +72,10 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--repeat", type=int, default=1, help="repeats of every point (default: 1)")
     parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed for bench_serving, >= 0 (default: 1)")
     parser.add_argument("--tag", default="", help=f"suffix of the run id (letters, digits, - and _; at most {TAG_MAX})")
-    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a killed run; plan and seed "
-                        "come from its manifest, points already recorded are kept")
+    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a killed or stopped run; plan and seed "
+                        "come from its manifest, points ok are kept, failed ones tried again")
+    parser.add_argument("--only-missing", action="store_true", help="with --resume: run only points never "
+                        "finished; a point that failed its retry stays failed (default: failed points are retried)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
     parser.add_argument("--slo-ttft-ms", type=float, default=SLO_DEFAULTS["ttft_ms"],
                         help="SLO recorded with the run: time to first token, ms (default: 1000)")
@@ -80,7 +91,7 @@ def parse_args(argv: list[str]) -> Options:
     names = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     slo = {k: getattr(args, f"slo_{k}") for k in SLO_DEFAULTS}
     return Options(names, args.arm, workloads, args.quick, args.repeat, args.seed, args.tag, args.resume,
-                   args.dry_run, slo, list(argv))
+                   args.only_missing, args.dry_run, slo, list(argv))
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:
@@ -102,6 +113,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         return f"--arms {args.arms!r} names no arm (built in: {', '.join(arms_mod.REGISTRY)})"
     if args.resume:
         return resume_problem(args)
+    if args.only_missing:
+        return "--only-missing goes with --resume RUN_DIR (it says which points a resume runs again)"
     return None
 
 
@@ -211,35 +224,84 @@ def main(argv: list[str] | None = None) -> int:
     if opts.dry_run:
         return 0
     module, help_text, env = ready
-    # --- the run directory: a new one (manifest first) or the resumed one ---
+    # --- one run per server at a time: refused before anything is created or restarted, the owner named ---
+    lock = runlock.RunLock(cfg.state_dir)
+    try:
+        lock.acquire(["run_bench.py", *opts.argv])
+    except runlock.RunBusy as exc:
+        print(f"[bench] error: {exc}", file=sys.stderr)
+        return EXIT_BUSY
+    with lock:
+        # --- the run directory: a new one (manifest first) or the resumed one ---
+        try:
+            run = open_store(run, opts, cfg, arms, plan, seed, help_text)
+        except files.WriteError as exc:  # nothing half-written is left: an empty new run directory is removed
+            print(f"[bench] error: {exc} — free space or fix permissions, then run again", file=sys.stderr)
+            return 1
+        lock.record_owner(["run_bench.py", *opts.argv], run.root)
+        print(f"[bench] run directory {run.root} ({len(plan)} points, {len(arms)} arms, load generator {module})")
+        if opts.resume:  # what --resume will do, before it does it
+            for line in store.resume_lines(run, plan, opts.only_missing):
+                print(f"[bench] {line}", flush=True)
+        sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key())
+        bench = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), only_missing=opts.only_missing)
+        return execute(bench, arms, plan, quick)
+
+
+def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
+               plan: list[points.Point], seed: int, help_text: str) -> store.RunStore:
+    """The resumed run, or a new one with its manifest written first; WriteError (one line) when that fails,
+    and then a new run's directory is removed again (it holds nothing)."""
+    fresh = run is None
     if run is None:
         run = store.RunStore.create(cfg.results_path, opts.tag)
-        run.write_manifest(manifest(run, opts, cfg, arms, plan, seed))
-    files.write_text_atomic(run.raw_dir() / "bench_help.txt", help_text)
-    print(f"[bench] run directory {run.root} ({len(plan)} points, {len(arms)} arms, load generator {module})")
-    # --- telemetry on, arms, telemetry off ---
-    sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key()).start()
-    done_before = run.done_points()
-    b = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), done=len(done_before),
-              est_left_s=sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
-              + arm_overhead_s(quick) * len({p.arm for p in plan if p.point_id not in done_before}))
+    try:
+        if fresh:
+            run.write_manifest(manifest(run, opts, cfg, arms, plan, seed))
+        files.write_text_atomic(run.raw_dir() / "bench_help.txt", help_text)
+    except files.WriteError:
+        if fresh:
+            shutil.rmtree(run.root, ignore_errors=True)  # created a moment ago by this run: nothing recorded in it
+        raise
+    return run
+
+
+def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> int:
+    """Telemetry on, every arm, telemetry off; the closing lines; the exit code."""
+    run = b.store
+    b.sampler.start()
+    done_before = run.done_points(b.only_missing)
+    b.done = len(done_before)
+    b.est_left_s = (sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
+                    + arm_overhead_s(quick) * len({p.arm for p in plan if p.point_id not in done_before}))
     runner.interrupt_on_sigterm()
+    resume = f"./run_bench.py --resume {run.root}"
     try:
         runner.run_arms(b, arms, plan, quick)
     except KeyboardInterrupt:
-        print(f"[bench] interrupted — continue with ./run_bench.py --resume {run.root}", file=sys.stderr)
+        print(f"[bench] interrupted — continue with {resume}", file=sys.stderr)
         return 130
-    except files.WriteError as exc:  # disk full, permissions: what was recorded so far is intact
-        print(f"[bench] error: {exc} — fix that, then ./run_bench.py --resume {run.root}", file=sys.stderr)
+    except runner.UserStopped as exc:  # the user's stop wins: the server stays down
+        print(f"[bench] the server was stopped with ./serve.sh stop at {exc} — the run ends here and leaves it "
+              f"stopped; continue later with {resume} (it starts the server again)", file=sys.stderr)
+        return 1
+    except OSError as exc:  # disk full, permissions: what was recorded so far is intact
+        problem = files.as_write_error(exc, run.root)
+        if problem is None:
+            raise
+        print(f"[bench] error: {problem} — fix that, then {resume}", file=sys.stderr)
         return 1
     finally:
-        sampler.stop()
+        b.sampler.stop()
+    gaps = b.sampler.gap_warning()
+    if gaps:
+        print(f"[bench] warning: {gaps}", file=sys.stderr)
     latest = run.latest_attempts()
     ok = sum(1 for p in plan if p.point_id in latest and latest[p.point_id].status == "ok")
     print(json.dumps({"run_dir": str(run.root), "run_id": run.run_id, "points_planned": len(plan), "points_ok": ok,
-                      "points_failed": len(plan) - ok, "telemetry_ticks": sampler.ticks}))
+                      "points_failed": len(plan) - ok, "telemetry_ticks": b.sampler.ticks,
+                      "telemetry_gaps": len(b.sampler.gaps)}))
     return 0 if ok == len(plan) else 1
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

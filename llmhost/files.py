@@ -6,6 +6,7 @@ A failed write (disk full, permissions) raises WriteError, whose message names t
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -22,7 +23,8 @@ class WriteError(OSError):
     """A write that failed for an environmental reason; str() is the one line to show the user."""
 
 
-def _write_error(path: Path, err: OSError) -> WriteError:
+def write_error(path: Path, err: OSError) -> WriteError:
+    """`err` as a WriteError whose one line names the path, the reason and the free space there."""
     try:
         free = shutil.disk_usage(path.parent if path.parent.exists() else Path("/")).free
         room = f"{free / 2**20:.0f} MiB free there"
@@ -32,6 +34,19 @@ def _write_error(path: Path, err: OSError) -> WriteError:
     error = WriteError(f"cannot write {path}: {reason} ({room})")
     error.errno = err.errno
     return error
+
+
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def as_write_error(err: OSError, fallback: Path) -> WriteError | None:
+    """An OSError from writing (disk full, quota, file too large, read-only, permissions) as a WriteError naming
+    its file (or `fallback`); None for any other OSError, which is a bug and keeps its traceback."""
+    if isinstance(err, WriteError):
+        return err
+    if err.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    return write_error(Path(err.filename) if err.filename else fallback, err)
 
 
 def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
@@ -66,7 +81,7 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None
         os.replace(tmp, path)
         tmp = None
     except OSError as err:
-        raise _write_error(path, err) from err
+        raise write_error(path, err) from err
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
@@ -136,6 +151,18 @@ def _parse(line: str) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
+def has_torn_tail(path: Path) -> bool:
+    """Whether `path` ends in an unterminated line (a crash mid-append); reads one byte, so it suits big files."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.seek(0, os.SEEK_END) == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 def jsonl_text(rows: list[dict[str, Any]]) -> str:
     """Rows as JSONL: one JSON object per line, each line ended (NaN refused: it is not JSON)."""
     return "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
@@ -168,4 +195,4 @@ def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
                 out.flush()
                 os.fsync(out.fileno())
         except OSError as err:
-            raise _write_error(path, err) from err
+            raise write_error(path, err) from err

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import math
 import os
 import re
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 from llmhost import files
 from llmhost.bench.arms import Arm
@@ -155,6 +157,9 @@ def find_loadgen(python: str, env: dict[str, str]) -> tuple[str, str]:
                        f"--help: {why}) — run ./setup_host.sh or point SGLANG_PYTHON at the Python that has sglang")
 
 
+TIMED_OUT = 124  # run_loadgen's exit code for a load generator killed at its time limit (timeout(1)'s)
+
+
 def run_loadgen(python: str, module: str, argv: list[str], *, starts_file: Path, log_file: Path,
                 env: dict[str, str], limit_s: float) -> tuple[int, str]:
     """Run one bench_serving subprocess (its own process group) -> (exit code, one-line error or '')."""
@@ -170,7 +175,7 @@ def run_loadgen(python: str, module: str, argv: list[str], *, starts_file: Path,
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the group we started: bench_serving and nothing else
             proc.wait()
-            return 124, f"load generator exceeded {limit_s:.0f}s"
+            return TIMED_OUT, f"load generator exceeded {limit_s:.0f}s"
         except BaseException:
             # Ctrl-C reaches only our own session: without this the load generator kept loading the server after
             # run_bench.py exited (and into the first point of a --resume).
@@ -274,6 +279,19 @@ def die_with_parent() -> None:
     if os.getppid() != int(parent):  # the parent died before the request took effect
         os._exit(1)
 
+def completed_file(starts_file: Path) -> Path:
+    """Where the wrapper appends each request as it finishes (llmhost.bench.salvage reads it after a kill)."""
+    return starts_file.with_suffix(".completed.jsonl")
+
+
+def completed_row(record: list[float], out: object) -> dict[str, object]:
+    """One finished request: its [seq, start_s, latency_s] and bench_serving's RequestFuncOutput fields."""
+    return {"seq": record[0], "start_s": record[1], "latency_s": record[2], "ok": bool(getattr(out, "success", 0)),
+            "error": str(getattr(out, "error", "") or ""), "ttft_s": float(getattr(out, "ttft", 0.0) or 0.0),
+            "itl_s": [float(x) for x in getattr(out, "itl", []) or []],
+            "prompt_len": int(getattr(out, "prompt_len", 0) or 0), "output_len": int(getattr(out, "output_len", 0) or 0)}
+
+
 def loadgen_main(argv: list[str]) -> int:
     """`python -m llmhost.bench.points MODULE STARTS_FILE -- ARGS`: run MODULE's CLI recording [seq, start_s, latency_s]."""
     if len(argv) < 3 or argv[2] != "--":
@@ -292,6 +310,7 @@ def loadgen_main(argv: list[str]) -> int:
     offset_s = time.time() - time.perf_counter()  # one clock: bench_serving stamps perf_counter, we store unix s
     seq = itertools.count()
     records: list[list[float]] = []
+    done: list[TextIO] = []
 
     class NumberedInput(mod.RequestFuncInput):  # type: ignore[name-defined,misc]
         def __init__(self, *args: object, **kwargs: object) -> None:
@@ -302,6 +321,9 @@ def loadgen_main(argv: list[str]) -> int:
         async def wrapper(request_func_input, *args, **kwargs):  # noqa: ANN001, ANN202
             out = await func(request_func_input, *args, **kwargs)
             records.append([getattr(request_func_input, "llmhost_seq", -1), out.start_time + offset_s, out.latency])
+            for sink in done:  # line by line as requests finish: a point killed at its limit keeps them
+                sink.write(json.dumps(completed_row(records[-1], out)) + "\n")
+                sink.flush()
             return out
         return wrapper
 
@@ -309,7 +331,9 @@ def loadgen_main(argv: list[str]) -> int:
     for name, func in list(mod.ASYNC_REQUEST_FUNCS.items()):
         mod.ASYNC_REQUEST_FUNCS[name] = timed(func)
     try:
-        mod.cli_main()
+        with open(completed_file(Path(starts_file)), "a", encoding="utf-8") as completed:
+            done.append(completed)
+            mod.cli_main()
     finally:
         files.write_json_atomic(Path(starts_file), records)
     return 0

@@ -211,7 +211,7 @@ class RequestRecord(Record):
 @dataclasses.dataclass(frozen=True, slots=True)
 class TelemetrySample(Record):
     t: float  # unix seconds, one stamp per sampler tick
-    source: Literal["metrics", "gpu"]
+    source: Literal["metrics", "gpu", "gap"]  # gap: GAP_NAME, value = seconds whose samples could not be written
     name: str
     labels: dict[str, str]
     value: float

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import config
-from llmhost.bench import points, store, telemetry, toolcalls
-from llmhost.bench.records import PointRecord, ServerRecord, ToolCallCase, ToolCallSkipped
+from llmhost.bench import points, salvage, store, telemetry, toolcalls
+from llmhost.bench.records import PointRecord, PointSummary, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
-from llmhost.serve import lifecycle
+from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
 from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -41,6 +41,10 @@ class BenchError(Exception):
     """A problem that stops the run; the message is one line naming it and the next step."""
 
 
+class UserStopped(Exception):
+    """./serve.sh stop ran during the run: the run ends and never restarts the server; str() = when (UTC)."""
+
+
 @dataclasses.dataclass(slots=True)
 class Bench:
     """What every step of a run needs (mutable run state: progress counters, the point telemetry is tagged with)."""
@@ -55,6 +59,8 @@ class Bench:
     done: int = 0
     est_left_s: float = 0.0
     est_spent_s: float = 0.0
+    only_missing: bool = False  # --resume --only-missing: a point that failed its retry is not tried again
+    started_at: float = dataclasses.field(default_factory=time.time)  # a ./serve.sh stop after this is the user's
     t0: float = dataclasses.field(default_factory=time.monotonic)
 
     def eta(self) -> str:
@@ -99,10 +105,14 @@ def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
     started = time.time()
     try:
         with open(b.store.raw_dir() / f"serve-{arm.name}.log", "a") as log:
-            ready = lifecycle.restart(b.cfg, extra_args=flags, settings=settings, console=Console(log, log))
+            ready = lifecycle.restart(b.cfg, extra_args=flags, settings=settings, console=Console(log, log),
+                                      unless_stopped_since=b.started_at)
+    except lifecycle.StoppedByUser as exc:
+        raise UserStopped(exc.when) from None
     except ServerBusy as exc:  # waited lifecycle.BUSY_WAIT_S for another start/stop/restart
         return f"server busy, arm {arm.name} not started: {exc}"
     except ServeError as exc:
+        check_user_stop(b)  # a stop while it was starting: the user's word, not a failed start
         return f"server restart failed for arm {arm.name}: {exc}"
     reply = server_client(b.cfg).server_info()
     try:
@@ -153,56 +163,91 @@ def check_tools(b: Bench, arm: arms_mod.Arm) -> None:
 # --- one point: flush, (warm), measure, parse ----------------------------------------------------------------------
 
 def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
-    """Run one attempt of a point; returns its points.jsonl record (failures are data)."""
+    """Run one attempt of a point; returns its points.jsonl record (failures are data, named with the server
+    log's cause when it has one)."""
     b.sampler.point_id = point.point_id
     started = time.time()
-    raw = b.store.raw_dir()
-    stem = raw / f"{point.point_id}.a{attempt}.{int(started)}"  # unique: an orphan of a killed run may still write
-    workload = WORKLOADS[point.workload]
-    common = dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
-                  seed=b.seed)
-    flushed = server_client(b.cfg).flush_cache(wait_s=120)  # 200 only once SGLang emptied the tree
-    error = "" if flushed else "prefix cache flush failed (HTTP 400 for 120 s or no answer)"
+    stem = b.store.raw_dir() / f"{point.point_id}.a{attempt}.{int(started)}"  # unique: an orphan may still write
+    log_offset = serverlog.size(b.cfg.state_dir / "server.log")
+    flush = server_client(b.cfg).flush_cache(wait_s=120)  # 200 only once SGLang emptied the tree
+    error = "" if flush else f"prefix cache flush failed: {flush.detail}"
     summary, rel = None, ""
-    if flushed and point.pattern == "warm":
-        code, warm_error = points.run_loadgen(
-            b.cfg.sglang_python, b.module, points.bench_argv(point, workload, output_file=Path(f"{stem}.warm.jsonl"),
-                                                             measured=False, **common),
-            starts_file=Path(f"{stem}.warm.starts"), log_file=Path(f"{stem}.log"), env=b.env,
-            limit_s=points.timeout_s(point))
-        store.redact_jsonl(Path(f"{stem}.warm.jsonl"))
-        error = f"warm pass failed: {warm_error}" if code else ""  # measuring now would publish cold as warm
-    if flushed and not error:
-        argv = points.bench_argv(point, workload, output_file=Path(f"{stem}.jsonl"), **common)
-        code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=Path(f"{stem}.starts"),
-                                         log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
-        if not code:
-            try:
-                details = points.read_details(Path(f"{stem}.jsonl"))
-                starts = json.loads(Path(f"{stem}.starts").read_text())
-                rows = points.request_rows(details, starts, started)
-                summary = points.summarize(details, rows, point.request_rate)
-                rel = b.store.write_requests(point.point_id, rows)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
-        store.redact_jsonl(Path(f"{stem}.jsonl"))  # bench_serving copies /server_info, API key included, into it
-        if not error and summary and summary.completed == 0:  # bench_serving exits 0 even when all requests failed
-            first = next((r.error for r in rows if r.error), "no error text")
-            error = f"every request failed ({first})"[:300]
-        if not error and not server_alive(b.cfg):
-            error = "the server stopped answering /health during the point"
+    if flush and point.pattern == "warm":
+        error = warm_pass(b, point, stem)
+    if flush and not error:
+        summary, rel, error = measure(b, point, stem, started)
+    if error:
+        cause = serverlog.error_cause(b.cfg.state_dir / "server.log", log_offset)
+        error = f"{error} — server log: {cause}"[:400] if cause else error
     record = PointRecord.of(point, attempt=attempt, status="failed" if error else "ok", error=error or None,
                             started_at=started, ended_at=time.time(),
-                            cache_flushed=flushed and point.pattern != "warm", summary=summary,
+                            cache_flushed=bool(flush) and point.pattern != "warm", summary=summary,
                             requests_file=rel or f"requests/{point.point_id}.jsonl")
     b.sampler.point_id = None
     return record
 
 
-def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, first_attempt: int) -> bool:
-    """Attempts until ok or failed on the retry; a dead server is restarted before the retry. Returns ok."""
-    for attempt in range(first_attempt, 3):
-        b.progress(f"{point.point_id}: running{' (retry)' if attempt > 1 else ''}")
+def loadgen_kwargs(b: Bench) -> dict[str, object]:
+    return dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
+                seed=b.seed)
+
+
+def warm_pass(b: Bench, point: points.Point, stem: Path) -> str:
+    """The untimed pass of a warm point over the very prompts it measures; '' or the error (measuring after a
+    failed warm pass would publish cold as warm)."""
+    argv = points.bench_argv(point, WORKLOADS[point.workload], output_file=Path(f"{stem}.warm.jsonl"),
+                             measured=False, **loadgen_kwargs(b))
+    code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=Path(f"{stem}.warm.starts"),
+                                     log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
+    store.redact_jsonl(Path(f"{stem}.warm.jsonl"))
+    return f"warm pass failed: {error}" if code else ""
+
+
+def measure(b: Bench, point: points.Point, stem: Path, started: float) -> tuple[PointSummary | None, str, str]:
+    """The measured load-generator run -> (summary, requests file, error or ''). A run killed at its time limit
+    keeps the requests that finished before the kill (llmhost.bench.salvage); the point is still failed."""
+    argv = points.bench_argv(point, WORKLOADS[point.workload], output_file=Path(f"{stem}.jsonl"), **loadgen_kwargs(b))
+    starts = Path(f"{stem}.starts")
+    code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=starts,
+                                     log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
+    summary, rel, rows = None, "", []
+    if not code:
+        try:
+            details = points.read_details(Path(f"{stem}.jsonl"))
+            rows = points.request_rows(details, json.loads(starts.read_text()), started)
+            summary = points.summarize(details, rows, point.request_rate)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # reading only: a failed write ends the run
+            error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
+    elif code == points.TIMED_OUT:
+        rows = salvage.completed_requests(points.completed_file(starts), salvage.warmup_requests(argv))
+        summary = salvage.summarize(rows, point.request_rate) if rows else None
+        error += f"; the {len(rows)} requests that finished before the kill are kept" if rows else ""
+    if summary is not None:
+        rel = b.store.write_requests(point.point_id, rows)
+    store.redact_jsonl(Path(f"{stem}.jsonl"))  # bench_serving copies /server_info, API key included, into it
+    if not error and summary and summary.completed == 0:  # bench_serving exits 0 even when all requests failed
+        first = next((r.error for r in rows if r.error), "no error text")
+        error = f"every request failed ({first})"[:300]
+    if not error and not server_alive(b.cfg):
+        error = "the server stopped answering /health during the point"
+    return summary, rel, error
+
+
+def attempt_range(last: PointRecord | None) -> range:
+    """The attempts a point gets in this pass: a try and its retry. Attempts come in such pairs, so a point
+    whose try failed just before a kill (odd attempt) gets only its retry, and a --resume of a point that failed
+    its retry (even attempt) gets a fresh pair."""
+    if last is None:
+        return range(1, 3)
+    return range(last.attempt + 1, last.attempt + (2 if last.attempt % 2 else 3))
+
+
+def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecord | None) -> bool:
+    """Attempts until ok or failed on the retry; a dead server is restarted before the retry, unless the user
+    stopped it (UserStopped then ends the run). Returns ok."""
+    attempts = attempt_range(last)
+    for attempt in attempts:
+        b.progress(f"{point.point_id}: running{' (retry)' if attempt % 2 == 0 else ''}")
         record = attempt_point(b, point, attempt)
         b.store.append_point(record)
         s = record.summary
@@ -214,14 +259,23 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, first_attempt: i
                        f"({s.completed} done, {s.failed} failed, {s.output_throughput:.0f} tok/s){note}")
             return True
         print(f"[bench] {point.point_id} attempt {attempt} failed: {record.error}", flush=True)
-        if attempt == 1 and not server_alive(b.cfg):
+        if attempt != attempts[-1] and not server_alive(b.cfg):
+            check_user_stop(b)
             print(f"[bench] the server is not answering — restarting arm {arm.name} before the retry", flush=True)
             error = restart_server(b, arm)
             if error:
                 print(f"[bench] {error}", flush=True)
+    check_user_stop(b)  # a stop during the last attempt: say so now, not at the next arm
     b.done += 1
     b.spend(points.estimate_s(point))
     return False
+
+
+def check_user_stop(b: Bench) -> None:
+    """UserStopped when ./serve.sh stop ran since this run began and the server is down."""
+    when = lifecycle.stopped_by_user(b.cfg, b.started_at)
+    if when and not lifecycle.running(b.cfg):
+        raise UserStopped(when)
 
 
 # --- the run: arm by arm ----------------------------------------------------------------------------------
@@ -229,7 +283,7 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, first_attempt: i
 def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> None:
     """Arm by arm: fresh server, warm pass, tool calls, then every point not yet recorded."""
     attempts = b.store.latest_attempts()
-    done = b.store.done_points()
+    done = b.store.done_points(b.only_missing)
     for arm in arms:
         todo = [p for p in plan if p.arm == arm.name and p.point_id not in done]
         if not todo:
@@ -251,4 +305,4 @@ def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick
         if arm.name not in b.store.toolcall_arms():
             check_tools(b, arm)
         for p in todo:
-            run_point(b, arm, p, attempts[p.point_id].attempt + 1 if p.point_id in attempts else 1)
+            run_point(b, arm, p, attempts.get(p.point_id))

@@ -62,6 +62,7 @@ class RunStore:
 
     def __init__(self, root: Path):
         self.root = root
+        self.is_latest = False  # set once `latest` points here (a run that recorded nothing leaves it alone)
         self.points_path = root / "points.jsonl"
         self.telemetry_path = root / "telemetry.jsonl"
         self.toolcalls_path = root / "toolcalls.jsonl"
@@ -80,9 +81,7 @@ class RunStore:
             except FileExistsError:
                 n += 1
                 root = bench / f"{run_id}.{n}"
-        store = cls(root)
-        store.point_latest()
-        return store
+        return cls(root)  # `latest` moves to it with its first point record, not before
 
     @property
     def run_id(self) -> str:
@@ -107,7 +106,10 @@ class RunStore:
 
     def raw_dir(self) -> Path:
         path = self.root / "raw"
-        path.mkdir(exist_ok=True)
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError as err:
+            raise files.write_error(path, err) from err
         return path
 
     def write_requests(self, point_id: str, rows: list[RequestRecord]) -> str:
@@ -117,7 +119,11 @@ class RunStore:
         return rel
 
     def append_point(self, record: PointRecord) -> None:
+        """Append one attempt; the first one recorded moves `latest` here."""
         records.append_records(self.points_path, [record])
+        if not self.is_latest:
+            self.point_latest()
+            self.is_latest = True
 
     def append_telemetry(self, samples: list[TelemetrySample]) -> None:
         records.append_records(self.telemetry_path, samples)
@@ -128,14 +134,42 @@ class RunStore:
     def write_server(self, record: ServerRecord) -> None:
         files.write_json_atomic(self.root / "servers" / f"{record.arm}.json", record.to_dict())
 
+    def read_points(self) -> records.Loaded[PointRecord]:
+        """Every recorded attempt, and one line per kind of damage skipped (a torn last line: a crash mid-write)."""
+        return records.read_records(self.points_path, PointRecord.from_dict, shown_as="points.jsonl")
+
     def latest_attempts(self) -> dict[str, PointRecord]:
         """point_id -> its latest recorded attempt (a damaged line is skipped: that point runs again)."""
-        return {r.point_id: r for r in records.read_records(self.points_path, PointRecord.from_dict).records}
+        return {r.point_id: r for r in self.read_points().records}
 
-    def done_points(self) -> set[str]:
-        """Points needing no more work: latest attempt ok, or failed on its retry (attempt >= 2)."""
-        return {pid for pid, r in self.latest_attempts().items() if r.status == "ok" or r.attempt >= 2}
+    def done_points(self, only_missing: bool = False) -> set[str]:
+        """Points needing no more work: latest attempt ok. only_missing (the old --resume): also those that
+        failed on their retry (attempt >= 2), so only points never finished run again."""
+        return {pid for pid, r in self.latest_attempts().items()
+                if r.status == "ok" or (only_missing and r.attempt >= 2)}
 
     def toolcall_arms(self) -> set[str]:
         """Arms whose tool-call check is already recorded (resume does not repeat it)."""
         return {r.arm for r in records.read_records(self.toolcalls_path, records.toolcall_from_dict).records}
+
+
+def resume_lines(run: RunStore, plan: list[records.Point], only_missing: bool) -> list[str]:
+    """What `--resume` will do, said before it does it: points kept, retried, run for the first time, and the
+    damage it found (a torn last line is skipped by readers and closed off before the next record)."""
+    loaded = run.read_points()
+    latest = {r.point_id: r for r in loaded.records}
+    ok = [p.point_id for p in plan if p.point_id in latest and latest[p.point_id].status == "ok"]
+    failed = [p.point_id for p in plan if p.point_id in latest and latest[p.point_id].status != "ok"]
+    missing = len(plan) - len(ok) - len(failed)
+    retried = [pid for pid in failed if not (only_missing and latest[pid].attempt >= 2)]
+    kept_failed = len(failed) - len(retried)
+    lines = [f"resume: {len(ok)} of {len(plan)} points ok (kept), {len(retried)} failed (tried again"
+             f"{': ' + ', '.join(retried[:3]) + (' ...' if len(retried) > 3 else '') if retried else ''}), "
+             f"{missing} not yet run"
+             + (f", {kept_failed} failed on their retry (kept failed: --only-missing)" if kept_failed else "")]
+    lines += [f"warning: {w}" for w in loaded.warnings]
+    for path in (run.telemetry_path, run.toolcalls_path):
+        if files.has_torn_tail(path):
+            lines.append(f"warning: {path.name}: a torn last line (a crash mid-write) is skipped by readers and "
+                         "closed off before the next record")
+    return lines

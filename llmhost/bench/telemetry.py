@@ -6,9 +6,12 @@ Each tick stamps one `time.time()` (the clock the per-request start times use) o
     source "gpu":     name "gpu_util_pct" | "gpu_mem_used_gb" | "gpu_power_w" | "gpu_sm_clock_mhz", labels {"gpu": "0"}
 Only the live-state series below are kept (the full exposition is ~390 samples, ~100 MB an hour at 1 Hz).
 GPU counters come from NVML (nvidia-ml-py) and fall back to `nvidia-smi`; without either, only metrics are written.
+A write that fails (disk full for a moment) does not stop sampling: the next write that works adds a source "gap"
+sample (name telemetry_gap_s, value = seconds lost, labels {"error": ...}), and run_bench.py ends with a warning.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import subprocess
@@ -99,6 +102,18 @@ def gpu_reader() -> Callable[[float, str | None], list[TelemetrySample]]:
     return smi
 
 
+GAP_NAME = "telemetry_gap_s"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Gap:
+    """Unix seconds [start, end) whose samples could not be written, and why."""
+
+    start: float
+    end: float
+    error: str
+
+
 class Sampler:
     """Background thread: every interval_s, scrape /metrics + GPU and hand the rows to `sink`."""
 
@@ -110,6 +125,8 @@ class Sampler:
         self.ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self.gaps: list[Gap] = []  # closed gaps: telemetry that could not be written
+        self._gap_open: tuple[float, str] | None = None  # (start, error) while writes fail
         self._gpu: Callable[[float, str | None], list[TelemetrySample]] = lambda t, p: []
 
     def start(self) -> "Sampler":
@@ -136,11 +153,36 @@ class Sampler:
     def _loop(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
-            try:
-                self.sink(self.sample_once())
-            except WriteError as exc:  # disk full: one line here; the run itself stops at its next record
-                print(f"[bench] telemetry stopped: {exc}", file=sys.stderr, flush=True)
-                return
+            self._write(self.sample_once())
             self.ticks += 1
             next_t += self.interval_s  # fixed ticks: a slow scrape does not push the schedule back
             self._stop.wait(max(0.0, next_t - time.monotonic()))
+        if self._gap_open is not None:  # still failing at the end: the gap is known, if not written
+            self.gaps.append(Gap(self._gap_open[0], time.time(), self._gap_open[1]))
+
+    def _write(self, rows: list[TelemetrySample]) -> None:
+        """Hand rows to the sink; a write failure (disk full for a moment) opens a gap instead of ending the thread,
+        and the first write that works again records the gap as a sample, so the hole is data, not a mystery."""
+        now = time.time()
+        if self._gap_open is not None:
+            start, error = self._gap_open
+            rows = [TelemetrySample(start, "gap", GAP_NAME, {"error": error[:200]}, now - start, None), *rows]
+        try:
+            self.sink(rows)
+        except WriteError as exc:
+            if self._gap_open is None:
+                print(f"[bench] warning: telemetry not written ({exc}) — sampling on; the gap is recorded",
+                      file=sys.stderr, flush=True)
+                self._gap_open = (now, str(exc))
+            return
+        if self._gap_open is not None:
+            self.gaps.append(Gap(self._gap_open[0], now, self._gap_open[1]))
+            self._gap_open = None
+
+    def gap_warning(self) -> str | None:
+        """The closing warning of a run whose telemetry has holes; None when it has none."""
+        if not self.gaps:
+            return None
+        lost_s = sum(g.end - g.start for g in self.gaps)
+        return (f"telemetry has {len(self.gaps)} gap(s), {lost_s:.0f} s not recorded (first: {self.gaps[0].error}) "
+                "— the points' own request data is complete")

@@ -156,6 +156,15 @@ def _latest_points(path: Path, warnings: list[str]) -> list[PointRecord]:
     return list({p.point_id: p for p in loaded.records}.values())
 
 
+def _gap_warnings(samples: list[TelemetrySample]) -> list[str]:
+    """Telemetry the sampler could not write (a full disk for a while): a hole in the timelines, said once."""
+    gaps = [t for t in samples if t.source == "gap"]
+    if not gaps:
+        return []
+    return [f"telemetry.jsonl: {len(gaps)} gap(s), {sum(g.value for g in gaps):.0f} s of samples not written "
+            f"(first: {gaps[0].labels.get('error', 'no reason recorded')})"]
+
+
 def load_run(path: Path) -> Run:
     """Everything the report needs from one run directory (follows the `latest` symlink)."""
     path = Path(path).resolve()
@@ -173,7 +182,7 @@ def load_run(path: Path) -> Run:
         requests[point.point_id] = requests_from_records(loaded.records)
     telemetry = read_records(path / "telemetry.jsonl", TelemetrySample.from_dict, "telemetry.jsonl")
     toolcalls = read_records(path / "toolcalls.jsonl", toolcall_from_dict, "toolcalls.jsonl")
-    warnings += telemetry.warnings + toolcalls.warnings
+    warnings += telemetry.warnings + toolcalls.warnings + _gap_warnings(telemetry.records)
     servers = _servers(path, warnings)
     return Run(path=path, manifest=manifest, slo=_slo(manifest.slo), points=tuple(points), requests=requests,
                telemetry=tuple(telemetry.records), toolcalls=tuple(toolcalls.records), servers=servers,

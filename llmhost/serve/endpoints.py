@@ -15,7 +15,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Literal
 
 from llmhost.config import Config
 
@@ -38,6 +38,18 @@ class Reply:
     def describe(self) -> str:
         """'503' or the reason no answer came, for one-line messages."""
         return str(self.status) if self.status else self.text
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flush:
+    """How a prefix-cache flush ended: `state` flushed, busy (HTTP 400: requests ran), down (connection refused)
+    or failed (another answer, or none); `detail` is the one-line reason ('' once flushed)."""
+
+    state: Literal["flushed", "busy", "down", "failed"]
+    detail: str
+
+    def __bool__(self) -> bool:
+        return self.state == "flushed"
 
 
 class ServerClient:
@@ -72,19 +84,26 @@ class ServerClient:
     def model_info(self, timeout: float = 10.0) -> Reply:
         return self.get("/model_info", timeout)
 
-    def flush_cache(self, wait_s: float = 30.0, timeout: float = 10.0) -> bool:
-        """Empty SGLang's prefix (radix) cache; True once flushed.
+    def flush_cache(self, wait_s: float = 30.0, timeout: float = 10.0) -> "Flush":
+        """Empty SGLang's prefix (radix) cache; the Flush says flushed, busy, down or failed (truthy once flushed).
 
-        SGLang 0.5.17 answers 400 "Flush cache failed." while any request is running or queued, so this retries
-        every 0.5 s for up to wait_s (in-flight requests of a previous benchmark point drain first).
+        SGLang 0.5.17 answers 400 "Flush cache failed." while any request is running or queued, so a busy server
+        is asked again every 0.5 s for up to wait_s (in-flight requests of a previous point drain first). A refused
+        connection is a server that is not there: no amount of waiting helps, so it is answered at once.
         """
         deadline = time.monotonic() + wait_s
         while True:
-            status = self.post("/flush_cache", None, timeout).status
-            if status == 200:
-                return True
-            if status not in (400, 0) or time.monotonic() >= deadline:
-                return False
+            reply = self.post("/flush_cache", None, timeout)
+            if reply.ok:
+                return Flush("flushed", "")
+            if reply.status == 0 and "Refused" in reply.text:
+                return Flush("down", f"server down ({reply.text})")
+            if reply.status not in (400, 0):
+                return Flush("failed", f"HTTP {reply.status}: {reply.text[:120]}")
+            if time.monotonic() >= deadline:
+                busy = f"HTTP 400 for {wait_s:.0f} s (requests still running)" if reply.status else reply.text
+                return Flush("busy" if reply.status else "failed", f"server busy: {busy}" if reply.status
+                             else f"no answer for {wait_s:.0f} s ({busy})")
             time.sleep(0.5)
 
     # ---- the transport

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from llmhost import files
 from llmhost.config import REPO_ROOT, Config
 from llmhost.serve import gpu, process, tmux
 from llmhost.serve.checks import check_launch, check_settings
@@ -34,10 +35,20 @@ from llmhost.serve.spec import build_spec, with_settings, write_launch_files
 BUSY_WAIT_S = 180.0
 STOP_TIMEOUT_S = 60.0  # SIGTERM grace before SIGKILL: SGLang's scheduler processes exit within seconds
 GPU_RELEASE_TIMEOUT_S = 120.0
+USER_STOP_MARK = "stopped_by_user"  # in the state dir: unix time of the last ./serve.sh stop (stop() only)
 
 
 class StartFailed(ServeError):
     """The server did not become ready (crashed, timed out, or a stranger holds the port)."""
+
+
+class StoppedByUser(ServeError):
+    """A restart refused because the user stopped the server (./serve.sh stop) after the caller began: the
+    user's stop wins over a benchmark's wish to carry on. `when` is the stop's time (UTC)."""
+
+    def __init__(self, when: str):
+        super().__init__(f"the server was stopped with ./serve.sh stop at {when}")
+        self.when = when
 
 
 class Interrupted(KeyboardInterrupt):
@@ -75,10 +86,24 @@ def start(cfg: Config, extra_args: Sequence[str] = (), settings: Mapping[str, st
 
 
 def restart(cfg: Config, extra_args: Sequence[str] = (), settings: Mapping[str, str] | None = None, *,
-            console: Console = Console(), busy_wait_s: float = BUSY_WAIT_S) -> ReadyInfo:
-    """Stop ours, wait for its GPU memory to be freed, start with these flags and settings, wait until ready."""
+            console: Console = Console(), busy_wait_s: float = BUSY_WAIT_S,
+            unless_stopped_since: float | None = None) -> ReadyInfo:
+    """Stop ours, wait for its GPU memory to be freed, start with these flags and settings, wait until ready.
+
+    unless_stopped_since (unix s): StoppedByUser instead, when ./serve.sh stop ran after that instant; checked
+    under the lock, so a stop that held the lock while this waited for it is seen."""
     cfg = with_settings(cfg, settings or {})
-    return _launch_then_wait(cfg, extra_args, console, busy_wait_s, restart=True)
+    return _launch_then_wait(cfg, extra_args, console, busy_wait_s, restart=True, stopped_since=unless_stopped_since)
+
+
+def stopped_by_user(cfg: Config, since: float) -> str | None:
+    """When (UTC) ./serve.sh stop last stopped the server, if that was after `since` (unix s); else None.
+    The mark is written by stop() only, and removed by every launch."""
+    try:
+        stopped = float((cfg.state_dir / USER_STOP_MARK).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.strftime("%H:%M:%S UTC", time.gmtime(stopped)) if stopped > since else None
 
 
 def stop(cfg: Config, *, console: Console = Console(), busy_wait_s: float = BUSY_WAIT_S) -> None:
@@ -86,14 +111,18 @@ def stop(cfg: Config, *, console: Console = Console(), busy_wait_s: float = BUSY
     with ServeLock(cfg.state_dir) as lock:
         lock.acquire(busy_wait_s)
         _stop_locked(cfg, console)
+        files.write_text_atomic(cfg.state_dir / USER_STOP_MARK, f"{time.time():.3f}\n")
 
 
 def _launch_then_wait(cfg: Config, extra_args: Sequence[str], console: Console, busy_wait_s: float,
-                      restart: bool) -> ReadyInfo:
+                      restart: bool, stopped_since: float | None = None) -> ReadyInfo:
     check_settings(cfg)
     tmux.require()
     with ServeLock(cfg.state_dir) as lock:
         lock.acquire(busy_wait_s)
+        when = None if stopped_since is None else stopped_by_user(cfg, stopped_since)
+        if when:
+            raise StoppedByUser(when)
         if restart:
             _release_gpu(_stop_locked(cfg, console), console)
         pgid, ready = _launch_or_join(cfg, extra_args, console)
@@ -156,6 +185,7 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
     """Check, record the command and environment, start the tmux pane; returns the pane's process group."""
     state, session = cfg.state_dir, cfg.tmux_session
     process.clear_state(state)
+    (state / USER_STOP_MARK).unlink(missing_ok=True)  # a launch ends the user's stop
     if tmux.is_ours(session, state):
         console.warn(f"removing the leftover tmux session {session} (no server of ours runs in it)")
         tmux.kill(session)

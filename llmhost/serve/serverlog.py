@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -80,3 +81,33 @@ def tail(log: Path, lines: int = 30) -> str:
     except OSError:
         return f"(no log at {log})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+EXCEPTION_LINE = re.compile(r"\b\w+(Error|Exception): ")  # the last line of a Python traceback
+ERROR_WORDS = re.compile(r"error|exception|out of memory|killed|sigquit|fatal", re.IGNORECASE)
+
+
+def size(log: Path) -> int:
+    """The log's size now (0 when absent): the offset from which a later error_cause looks."""
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def error_cause(log: Path, since: int) -> str:
+    """The server-side cause of a failure, from what the log gained since byte `since`: the last exception line
+    (a crash's `RuntimeError: CUDA error: ...`), else the last line naming an error; '' when there is none. A log
+    shorter than `since` was rotated by a restart and is read from its start."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(since if size(log) >= since else 0)
+            text = handle.read()[-256 * 1024:].decode(errors="replace").replace("\r", "\n")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for pattern in (EXCEPTION_LINE, ERROR_WORDS):
+        found = [ln for ln in lines if pattern.search(ln)]
+        if found:
+            return found[-1][:200]
+    return ""
