@@ -25,8 +25,11 @@ def _points(run: store.RunStore) -> list[PointRecord]:
 
 class FakeBench:
     def __init__(self, root):
+        from types import SimpleNamespace
+
         self.store = store.RunStore.create(root)
-        self.cfg = None
+        self.cfg = SimpleNamespace(state_dir=root / "state")
+        self.started_at = time.time()
         self.done, self.lines = 0, []
 
     def progress(self, text: str) -> None:
@@ -60,20 +63,43 @@ def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(tmp_path,
     monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, next(results)))
     monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
     monkeypatch.setattr(runner, "restart_server", lambda b, arm: calls.__setitem__("restart", calls["restart"] + 1) or "")
-    ok = runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=1)
+    ok = runner.run_point(bench, arms.REGISTRY["baseline"], point, last=None)
     lines = _points(bench.store)
     assert [r.status for r in lines] == final and [r.attempt for r in lines] == list(range(1, len(final) + 1))
     assert ok == (final[-1] == "ok") and calls["restart"] == restarts and bench.done == 1
-    assert bench.store.done_points() == {point.point_id}
+    assert bench.store.done_points(only_missing=True) == {point.point_id}
+    assert bench.store.done_points() == ({point.point_id} if final[-1] == "ok" else set())
 
 
-def test_a_resumed_point_that_already_failed_once_gets_only_its_retry(tmp_path, monkeypatch):
+@pytest.mark.parametrize("last_attempt,attempts", [(1, [2]), (2, [3, 4]), (3, [4]), (4, [5, 6])])
+def test_a_resumed_point_gets_its_retry_or_after_a_failed_retry_a_fresh_pair(tmp_path, monkeypatch, last_attempt,
+                                                                              attempts):
     bench = FakeBench(tmp_path)
     point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
     monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, False))
     monkeypatch.setattr(runner, "server_alive", lambda cfg: True)
-    assert runner.run_point(bench, arms.REGISTRY["baseline"], point, first_attempt=2) is False
-    assert [r.attempt for r in _points(bench.store)] == [2]
+    last = _record(point, last_attempt, False)
+    assert runner.run_point(bench, arms.REGISTRY["baseline"], point, last=last) is False
+    assert [r.attempt for r in _points(bench.store)] == attempts
+
+
+def test_a_server_the_user_stopped_is_not_restarted_and_ends_the_run(tmp_path, monkeypatch):
+    from llmhost.serve import lifecycle
+
+    bench = FakeBench(tmp_path)
+    point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
+    restarts = []
+    monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, False))
+    monkeypatch.setattr(runner, "server_alive", lambda cfg: False)
+    monkeypatch.setattr(runner, "restart_server", lambda b, arm: restarts.append(arm) or "")
+    bench.cfg.state_dir.mkdir()
+    (bench.cfg.state_dir / lifecycle.USER_STOP_MARK).write_text(f"{time.time() + 1}\n")  # what stop() writes
+    with pytest.raises(runner.UserStopped) as stopped:
+        runner.run_point(bench, arms.REGISTRY["baseline"], point, last=None)
+    assert restarts == [] and str(stopped.value).endswith("UTC")
+    assert [r.attempt for r in _points(bench.store)] == [1]  # the attempt it was in is recorded, failed
+    (bench.cfg.state_dir / lifecycle.USER_STOP_MARK).write_text(f"{time.time() - 60}\n")  # a stop before the run
+    assert runner.run_point(bench, arms.REGISTRY["baseline"], point, last=_record(point, 1, False)) is False
 
 
 def test_eta_and_durations_read_like_the_progress_lines():
@@ -154,7 +180,7 @@ def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
     from llmhost.serve.endpoints import ServerClient
 
     cfg = SimpleNamespace(sglang_python=sys.executable, base_url="http://127.0.0.1:1", model_dir="/m",
-                          served_model_name="qwen3-4b", api_key=lambda: "sk-secret")
+                          served_model_name="qwen3-4b", api_key=lambda: "sk-secret", state_dir=tmp_path / "state")
     bench = SimpleNamespace(store=store.RunStore.create(tmp_path), cfg=cfg, sampler=SimpleNamespace(point_id=None),
                             seed=1, module="sglang.benchmark.serving", env={})
 
@@ -208,6 +234,7 @@ def test_a_full_disk_mid_run_ends_with_one_line_naming_the_resume(tmp_path, caps
 
     help_text = (captures / "bench_serving_help.txt").read_text()
     monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("WORK_DIR", str(tmp_path / "work"))
     monkeypatch.setattr(points, "find_loadgen", lambda python, env: ("sglang.benchmark.serving", help_text))
     monkeypatch.setattr(provenance, "package_versions", lambda python: {})  # no server venv here
     monkeypatch.setattr(telemetry.Sampler, "start", lambda self: self)
@@ -222,3 +249,83 @@ def test_a_full_disk_mid_run_ends_with_one_line_naming_the_resume(tmp_path, caps
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("[bench] error: cannot write points.jsonl: No space left on device")
     assert f"--resume {tmp_path / 'bench'}" in last and "Traceback" not in last
+
+
+def test_a_flush_against_a_stopped_server_says_down_at_once_not_http_400(tmp_path, monkeypatch):
+    from standin.harness import free_port
+
+    from llmhost.serve.endpoints import ServerClient
+
+    real_flush = ServerClient.flush_cache
+    bench = _fake_attempt_env(tmp_path, monkeypatch, _details([""]))
+    monkeypatch.setattr(ServerClient, "flush_cache", real_flush)  # the real flush, at a port nothing listens on
+    bench.cfg.base_url = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
+    assert time.monotonic() - started < 10  # not the 120 s a busy server gets
+    assert record.status == "failed" and "server down (ConnectionRefusedError" in record.error
+    assert "HTTP 400" not in record.error and record.cache_flushed is False
+
+
+def test_a_point_killed_at_its_limit_keeps_the_requests_that_finished(tmp_path, monkeypatch):
+    bench = _fake_attempt_env(tmp_path, monkeypatch, _details([""]))
+
+    def hung_loadgen(python, module, argv, *, starts_file, log_file, env, limit_s):
+        done = [{"seq": i, "start_s": 100.0 + i, "latency_s": 0.5, "ok": i != 2, "error": "" if i != 2 else "reset",
+                 "ttft_s": 0.05, "itl_s": [0.01] * 3, "prompt_len": 8, "output_len": 4} for i in range(4)]
+        lines = [json.dumps(row) for row in done]  # seq 0 is the warm-up request
+        points.completed_file(Path(starts_file)).write_text("\n".join(lines) + '\n{"seq": 4, "sta')  # torn by the kill
+        return points.TIMED_OUT, f"load generator exceeded {limit_s:.0f}s"
+
+    monkeypatch.setattr(points, "run_loadgen", hung_loadgen)
+    record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 16, 1), 1)
+    assert record.status == "failed" and "exceeded" in record.error and "3 requests that finished" in record.error
+    assert record.summary.completed == 2 and record.summary.failed == 1
+    rows = records.read_records(bench.store.root / record.requests_file, RequestRecord.from_dict).records
+    assert [r.start_s for r in rows] == [101.0, 102.0, 103.0] and rows[0].itl_ms == (10.0, 10.0, 10.0)
+
+
+def test_a_failed_point_names_the_crash_the_server_logged_during_it(tmp_path, monkeypatch):
+    bench = _fake_attempt_env(tmp_path, monkeypatch, _details([""]))
+    log = bench.cfg.state_dir / "server.log"
+    log.parent.mkdir()
+    log.write_text("RuntimeError: an old crash, before this point\nfired up\n")
+
+    def crashing_loadgen(python, module, argv, *, starts_file, log_file, env, limit_s):
+        with log.open("a") as out:  # what SGLang's scheduler writes when it dies (the stand-in copies it)
+            out.write("Scheduler hit an exception: Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                      "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                      "Received sigquit from a child process. It usually means the child failed.\n")
+        return 1, "load generator exited 1: All requests failed"
+
+    monkeypatch.setattr(points, "run_loadgen", crashing_loadgen)
+    record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
+    assert record.error == ("load generator exited 1: All requests failed — server log: RuntimeError: CUDA error: "
+                            "an illegal memory access was encountered")
+
+
+def test_telemetry_that_cannot_be_written_for_a_while_is_a_gap_not_the_end_of_sampling(monkeypatch, capsys):
+    from llmhost import files
+    from llmhost.bench import telemetry
+    from standin.harness import free_port
+
+    written, failures = [], iter([True, True, True])
+
+    def sink(rows):
+        if next(failures, False):
+            raise files.WriteError("cannot write telemetry.jsonl: No space left on device (0 MiB free there)")
+        written.extend(rows)
+
+    sampler = telemetry.Sampler(f"http://127.0.0.1:{free_port()}", sink, interval_s=0.05)
+    monkeypatch.setattr(telemetry, "gpu_reader", lambda: lambda t, p: [records.TelemetrySample(t, "gpu", "gpu_util_pct",
+                                                                                                 {"gpu": "0"}, 1.0, p)])
+    sampler.start()
+    deadline = time.monotonic() + 20
+    while len(written) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sampler.stop()
+    gaps = [r for r in written if r.source == "gap"]
+    assert len(gaps) == 1 and gaps[0].name == telemetry.GAP_NAME and gaps[0].value > 0
+    assert "No space left" in gaps[0].labels["error"] and sampler.ticks >= 4 and len(sampler.gaps) == 1
+    assert "telemetry has 1 gap(s)" in sampler.gap_warning()
+    assert capsys.readouterr().err.count("telemetry not written") == 1  # said once, not every second

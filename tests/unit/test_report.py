@@ -185,6 +185,19 @@ def test_figures_follow_a_reordered_manifest(tmp_path: Path) -> None:
     assert {r["arm"] for r in ctx.baseline} == {"baseline"}  # compared against the new baseline, fp8-kv
 
 
+def test_a_telemetry_gap_is_a_warning_and_not_a_series(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, n=8, repeats=1, toolcalls=False, torn=False)
+    gap = {"t": 1.0, "source": "gap", "name": "telemetry_gap_s", "value": 12.4, "point_id": None,
+           "labels": {"error": "cannot write telemetry.jsonl: No space left on device (0 MiB free there)"}}
+    with (run_dir / "telemetry.jsonl").open("a") as out:
+        out.write(json.dumps(gap) + "\n")
+    run = load.load_run(run_dir)
+    assert run.warnings == ("telemetry.jsonl: 1 gap(s), 12 s of samples not written (first: cannot write "
+                            "telemetry.jsonl: No space left on device (0 MiB free there))",)
+    ctx = figures.Context(run, [], [], [], SLO)
+    assert "telemetry_gap_s" not in set(timeline.frame(ctx, "gpu")["name"])  # a hole, not a series
+
+
 def test_missing_telemetry_says_how_to_produce_it(tmp_path: Path) -> None:
     run = load.load_run(make_run(tmp_path, n=8, repeats=1, telemetry=False, toolcalls=False))
     ctx = figures.Context(run, [], [], [], SLO)

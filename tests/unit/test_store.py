@@ -16,13 +16,16 @@ def test_run_ids_are_utc_stamps_with_an_optional_tag():
     assert store.new_run_id("fp8", now=86400 + 61) == "19700102-000101-fp8"
 
 
-def test_create_makes_a_fresh_directory_and_points_latest_at_it(tmp_path):
+def test_create_makes_a_fresh_directory_and_latest_follows_the_first_record(tmp_path):
     first = store.RunStore.create(tmp_path, "a")
+    first.append_point(_attempt("x", 1, "ok"))
     second = store.RunStore.create(tmp_path, "a")
     assert first.root != second.root and first.root.is_dir() and second.root.is_dir()
-    latest = tmp_path / "bench" / "latest"
-    assert latest.is_symlink() and os.readlink(latest) == second.run_id
     assert re.fullmatch(r"\d{8}-\d{6}-a(\.\d+)?", second.run_id)
+    latest = tmp_path / "bench" / "latest"
+    assert os.readlink(latest) == first.run_id  # the second run has recorded nothing yet: latest stays
+    second.append_point(_attempt("x", 1, "failed"))
+    assert latest.is_symlink() and os.readlink(latest) == second.run_id
 
 
 def _attempt(point_id: str, attempt: int, status: str) -> PointRecord:
@@ -32,13 +35,31 @@ def _attempt(point_id: str, attempt: int, status: str) -> PointRecord:
                           requests_file=f"requests/{point_id}.jsonl")
 
 
-def test_done_points_are_ok_or_failed_on_the_retry(tmp_path):
+def test_done_points_are_the_ok_ones_and_only_missing_keeps_failed_retries_done(tmp_path):
     run = store.RunStore.create(tmp_path)
     for pid, attempt, status in [("a", 1, "ok"), ("b", 1, "failed"), ("c", 1, "failed"), ("c", 2, "failed"),
                                  ("d", 1, "failed"), ("d", 2, "ok")]:
         run.append_point(_attempt(pid, attempt, status))
-    assert run.done_points() == {"a", "c", "d"}
+    assert run.done_points() == {"a", "d"}  # c failed twice: a --resume tries it again
+    assert run.done_points(only_missing=True) == {"a", "c", "d"}  # the old rule
     assert run.latest_attempts()["b"].attempt == 1
+
+
+def test_resume_says_what_it_will_do_and_names_torn_lines(tmp_path):
+    run = store.RunStore.create(tmp_path)
+    plan = [dataclasses.replace(points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), point_id=pid)
+            for pid in "abcd"]
+    for pid, attempt, status in [("a", 1, "ok"), ("b", 1, "failed"), ("c", 1, "failed"), ("c", 2, "failed")]:
+        run.append_point(_attempt(pid, attempt, status))
+    with open(run.points_path, "a") as out:
+        out.write('{"point_id": "d", "att')
+    run.telemetry_path.write_text('{"t": 1.0, "source": "metrics", "na')
+    lines = store.resume_lines(run, plan, only_missing=False)
+    assert lines[0] == "resume: 1 of 4 points ok (kept), 2 failed (tried again: b, c), 1 not yet run"
+    assert any("points.jsonl: a torn last line" in line for line in lines[1:])
+    assert any("telemetry.jsonl: a torn last line" in line for line in lines[1:])
+    strict = store.resume_lines(run, plan, only_missing=True)[0]
+    assert "1 failed (tried again: b)" in strict and "1 failed on their retry (kept failed: --only-missing)" in strict
 
 
 def test_a_damaged_points_line_costs_only_its_point_on_resume(tmp_path):
