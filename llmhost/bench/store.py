@@ -163,9 +163,8 @@ def resume_lines(run: RunStore, plan: list[records.Point], only_missing: bool) -
     missing = len(plan) - len(ok) - len(failed)
     retried = [pid for pid in failed if not (only_missing and latest[pid].attempt >= 2)]
     kept_failed = len(failed) - len(retried)
-    lines = [f"resume: {len(ok)} of {len(plan)} points ok (kept), {len(retried)} failed (tried again"
-             f"{': ' + ', '.join(retried[:3]) + (' ...' if len(retried) > 3 else '') if retried else ''}), "
-             f"{missing} not yet run"
+    again = f" (tried again: {', '.join(retried[:3])}{' ...' if len(retried) > 3 else ''})" if retried else ""
+    lines = [f"resume: {len(ok)} of {len(plan)} points ok (kept), {len(retried)} failed{again}, {missing} not yet run"
              + (f", {kept_failed} failed on their retry (kept failed: --only-missing)" if kept_failed else "")]
     lines += [f"warning: {w}" for w in loaded.warnings]
     for path in (run.telemetry_path, run.toolcalls_path):

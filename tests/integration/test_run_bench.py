@@ -4,54 +4,23 @@ against the results contract, SIGKILL mid-run + --resume, --dry-run, and bad inp
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from llmhost import files
-from standin.harness import free_port
-
-REPO = Path(__file__).resolve().parents[2]
-STANDIN = REPO / "tests" / "standin"
-BENCH = [sys.executable, str(REPO / "run_bench.py")]
+from benchrun import BENCH, REPO, bench
+from benchrun import rows as _rows
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
 
 
 @pytest.fixture
-def env(tmp_path):
-    """An isolated toolkit setup: own WORK_DIR, results, port, tmux socket; the stand-in as server and load generator."""
-    tmux_dir = Path(tempfile.mkdtemp(prefix="tmb", dir="/tmp"))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    port = free_port()
-    env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
-           "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",
-           "PORT": str(port), "DASHBOARD_PORT": str(free_port()), "TMUX_SESSION": f"b{os.getpid()}{port}",
-           "SERVER_ENV": f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=0.5 STANDIN_ITL_MS=1 STANDIN_PREFILL_US_PER_TOKEN=5",
-           "API_KEY_FILE": "", "READY_TIMEOUT_S": "60", "SERVER_EXTRA_ARGS": "", "LOAD_FORMAT": "dummy",
-           "LLMHOST_CONFIG": "", "BENCH_USER_ARMS": "",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(STANDIN), os.environ.get("PYTHONPATH", "")) if p)}
-    env.pop("TMUX", None)
-    yield env
-    subprocess.run([str(REPO / "serve.sh"), "stop"], env=env, cwd=REPO, capture_output=True, timeout=90)
-    subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=10)
-    shutil.rmtree(tmux_dir, ignore_errors=True)
-
-
-def _rows(path: Path) -> list[dict]:
-    return files.read_jsonl(path).rows
-
-
-def bench(env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*BENCH, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+def env(bench_env):
+    return bench_env
 
 
 def test_a_two_arm_quick_run_writes_the_results_contract(env):

@@ -1,0 +1,48 @@
+"""run_bench.py as a subprocess against the SGLang stand-in: an isolated toolkit setup and the helpers the
+benchmark integration tests share (the `bench_env` fixture in conftest.py is `isolated_env`)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from llmhost import files
+from standin.harness import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "tests" / "standin"
+BENCH = [sys.executable, str(REPO / "run_bench.py")]
+
+
+def isolated_env(tmp_path: Path, server_env: str = "") -> Iterator[dict[str, str]]:
+    """Own WORK_DIR, results, port, tmux socket; the stand-in as server (with `server_env` added to its
+    SERVER_ENV) and as load generator. Stops the server and the tmux server afterwards."""
+    tmux_dir = Path(tempfile.mkdtemp(prefix="tmb", dir="/tmp"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    port = free_port()
+    server = f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=0.5 STANDIN_ITL_MS=1 STANDIN_PREFILL_US_PER_TOKEN=5 {server_env}"
+    env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
+           "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",
+           "PORT": str(port), "DASHBOARD_PORT": str(free_port()), "TMUX_SESSION": f"b{os.getpid()}{port}",
+           "SERVER_ENV": server.strip(), "API_KEY_FILE": "", "READY_TIMEOUT_S": "60", "SERVER_EXTRA_ARGS": "",
+           "LOAD_FORMAT": "dummy", "LLMHOST_CONFIG": "", "BENCH_USER_ARMS": "",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(STANDIN), os.environ.get("PYTHONPATH", "")) if p)}
+    env.pop("TMUX", None)
+    yield env
+    subprocess.run([str(REPO / "serve.sh"), "stop"], env=env, cwd=REPO, capture_output=True, timeout=90)
+    subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=10)
+    shutil.rmtree(tmux_dir, ignore_errors=True)
+
+
+def rows(path: Path) -> list[dict]:
+    return files.read_jsonl(path).rows
+
+
+def bench(env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*BENCH, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
