@@ -272,9 +272,9 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
 
 
 def check_user_stop(b: Bench) -> None:
-    """UserStopped when ./serve.sh stop ran since this run began and the server is down."""
+    """UserStopped when ./serve.sh stop ran since this run began (a later start removes its mark)."""
     when = lifecycle.stopped_by_user(b.cfg, b.started_at)
-    if when and not lifecycle.running(b.cfg):
+    if when:
         raise UserStopped(when)
 
 

@@ -110,8 +110,9 @@ def stop(cfg: Config, *, console: Console = Console(), busy_wait_s: float = BUSY
     """Stop only what start launched (the recorded process group) and its tagged tmux session."""
     with ServeLock(cfg.state_dir) as lock:
         lock.acquire(busy_wait_s)
-        _stop_locked(cfg, console)
+        # Marked before the first signal: whoever sees the server die can already tell it was on purpose.
         files.write_text_atomic(cfg.state_dir / USER_STOP_MARK, f"{time.time():.3f}\n")
+        _stop_locked(cfg, console)
 
 
 def _launch_then_wait(cfg: Config, extra_args: Sequence[str], console: Console, busy_wait_s: float,
