@@ -72,8 +72,8 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--repeat", type=int, default=1, help="repeats of every point (default: 1)")
     parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed for bench_serving, >= 0 (default: 1)")
     parser.add_argument("--tag", default="", help=f"suffix of the run id (letters, digits, - and _; at most {TAG_MAX})")
-    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a killed or stopped run; plan and seed "
-                        "come from its manifest, points ok are kept, failed ones tried again")
+    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a killed or stopped run; plan and "
+                        "seed come from its manifest, points ok are kept, failed ones tried again")
     parser.add_argument("--only-missing", action="store_true", help="with --resume: run only points never "
                         "finished; a point that failed its retry stays failed (default: failed points are retried)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")

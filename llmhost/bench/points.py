@@ -289,7 +289,8 @@ def completed_row(record: list[float], out: object) -> dict[str, object]:
     return {"seq": record[0], "start_s": record[1], "latency_s": record[2], "ok": bool(getattr(out, "success", 0)),
             "error": str(getattr(out, "error", "") or ""), "ttft_s": float(getattr(out, "ttft", 0.0) or 0.0),
             "itl_s": [float(x) for x in getattr(out, "itl", []) or []],
-            "prompt_len": int(getattr(out, "prompt_len", 0) or 0), "output_len": int(getattr(out, "output_len", 0) or 0)}
+            "prompt_len": int(getattr(out, "prompt_len", 0) or 0),
+            "output_len": int(getattr(out, "output_len", 0) or 0)}
 
 
 def loadgen_main(argv: list[str]) -> int:
