@@ -7,7 +7,8 @@ and by the benchmark runner, which restarts the server with an arm's flags as da
 Outcomes are distinct: a ReadyInfo (our process group serves a generation), ServerBusy (another start/stop/restart
 of this WORK_DIR holds the lock, even after waiting busy_wait_s), StartFailed (the server did not come up: crash,
 timeout, a stranger on the port; its log tail is shown), ServeError (a setting or the host is not fit to start).
-Writes $WORK_DIR/server/ (see llmhost/serve/process.py and spec.py) and runs the server in tmux.
+Writes $WORK_DIR/server/ (see llmhost/serve/process.py and spec.py) and runs the server in tmux; stop() also
+leaves a `stopped_by_user` mark (removed by the next launch), so a benchmark run can tell your stop from a crash.
 """
 from __future__ import annotations
 

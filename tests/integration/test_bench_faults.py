@@ -111,6 +111,7 @@ def test_serve_stop_mid_point_ends_the_run_in_one_line_and_resume_retries_the_po
     assert "[bench] resume: 0 of 1 points ok (kept), 1 failed (tried again: baseline.chat.qps.r8.r1), 0 not yet " \
            "run" in again.stdout
     assert [(r["attempt"], r["status"]) for r in rows(run / "points.jsonl")] == [(1, "failed"), (2, "ok")]
+    assert not (Path(slow_env["WORK_DIR"]) / "server" / "stopped_by_user").exists()  # the start ended the stop
 
 
 def test_a_full_disk_ends_with_one_line_naming_the_file_and_leaves_no_litter(bench_env):
