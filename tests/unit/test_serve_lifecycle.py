@@ -40,8 +40,19 @@ def test_a_lock_released_while_waiting_lets_the_call_through(cfg, capsys):
     assert "no server of ours is running" in capsys.readouterr().out
 
 
-def test_the_runner_tells_a_busy_server_from_one_that_did_not_start(tmp_path, monkeypatch, cfg):
-    bench = type("B", (), {"cfg": cfg, "store": store.RunStore.create(tmp_path / "run")})()
+def test_a_stop_marks_itself_and_a_later_restart_that_must_respect_it_refuses(cfg, capsys):
+    before = time.time() - 1
+    lifecycle.stop(cfg, busy_wait_s=0)
+    assert lifecycle.stopped_by_user(cfg, before).endswith("UTC")
+    assert lifecycle.stopped_by_user(cfg, time.time() + 1) is None  # a stop older than the caller is not its
+    with pytest.raises(lifecycle.StoppedByUser, match="stopped with ./serve.sh stop at"):
+        lifecycle.restart(cfg, unless_stopped_since=before, busy_wait_s=0)
+    assert not process.read_state(cfg.state_dir)  # refused before it launched anything
+
+
+def test_the_runner_tells_a_busy_server_from_one_that_did_not_start_and_from_a_users_stop(tmp_path, monkeypatch,
+                                                                                           cfg):
+    bench = type("B", (), {"cfg": cfg, "store": store.RunStore.create(tmp_path / "run"), "started_at": 0.0})()
     arm = arms.parse_user_arm("chunk=--chunked-prefill-size 4096 --page-size 16")
     seen = {}
 
@@ -58,6 +69,13 @@ def test_the_runner_tells_a_busy_server_from_one_that_did_not_start(tmp_path, mo
 
     monkeypatch.setattr(lifecycle, "restart", down)
     assert runner.restart_server(bench, arm).startswith("server restart failed for arm chunk: the server")
+
+    def stopped(cfg, **kw):
+        raise lifecycle.StoppedByUser("12:00:00 UTC")
+
+    monkeypatch.setattr(lifecycle, "restart", stopped)
+    with pytest.raises(runner.UserStopped, match="12:00:00 UTC"):
+        runner.restart_server(bench, arm)
 
 
 def test_the_launch_environment_is_this_shells_minus_secrets_and_the_shims_pythonpath():
