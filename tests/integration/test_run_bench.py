@@ -128,6 +128,7 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
     (["--workloads", "chat,video"], 2, "unknown workload video"),
     (["--repeat", "0"], 2, "--repeat"),
     (["--resume", "/nonexistent/run"], 2, "no manifest.json"),
+    (["--only-missing"], 2, "--only-missing goes with --resume"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
     proc = bench(env, *args, timeout=60)
