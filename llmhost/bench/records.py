@@ -206,6 +206,7 @@ class RequestRecord(Record):
     ttft_ms: float | None  # None: failed, or no text token arrived (a tool-call-only stream)
     itl_ms: tuple[float, ...]  # every gap between streamed chunks (empty for a failed request)
     e2e_ms: float
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache (None: not recorded)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
