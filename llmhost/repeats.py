@@ -135,15 +135,17 @@ def percentile_ci(repeats: Sequence[np.ndarray], pct: float, *, n_boot: int = N_
     reps = [x for x in reps if x.size]
     if not reps:
         return stats.Interval(math.nan, math.nan, math.nan, 0)
-    value = float(np.percentile(np.concatenate(reps), pct))
+    pool = np.concatenate(reps)
+    value = float(np.percentile(pool, pct))
+    floor = 0.0 if pool.min() >= 0 else -math.inf  # a latency's CI stops at 0 (t intervals of few repeats do not)
     if sum(x.size for x in reps) < 2:
         return stats.Interval(value, math.nan, math.nan, len(reps))
     rng = np.random.default_rng(seed)
     within = _within_se(reps, pct, n_boot, rng)
     if len(reps) == 1:
-        return stats.Interval(value, value - Z975 * within, value + Z975 * within, 1)
+        return stats.Interval(value, max(floor, value - Z975 * within), value + Z975 * within, 1)
     half = max(stats.t975(len(reps) - 1) * _between_se(reps, pct, n_boot, rng), Z975 * within)
-    return stats.Interval(value, value - half, value + half, len(reps))
+    return stats.Interval(value, max(floor, value - half), value + half, len(reps))
 
 
 def per_repeat(values_by_repeat: Mapping[int, np.ndarray], pct: float) -> dict[int, float]:

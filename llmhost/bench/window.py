@@ -193,8 +193,8 @@ def check_steady(window: Window, start_s: np.ndarray, ttft_ms: np.ndarray, ok: n
     mid = window.t_start + window.duration_s / 2.0
     drift, lo, hi = ttft_drift(ttft[inside & (start < mid)], ttft[inside & (start >= mid)], seed)
     reasons = []
-    if math.isnan(drift):
-        reasons.append("a window half has no successful request")
+    if math.isnan(lo):  # a half without a successful request, or with one only: nothing to compare
+        reasons.append("too few successful requests in a window half to check its TTFT")
     elif abs(drift) > 100 * TTFT_DRIFT_TOL and not (lo <= 0.0 <= hi):
         reasons.append(f"TTFT p50 drifted {drift:+.0f}% [{lo:+.0f}, {hi:+.0f}] from the window's first half to its "
                        f"second (tolerance ±{100 * TTFT_DRIFT_TOL:.0f}%)")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import files, stats
-from llmhost.report import figures, kpis, page, tables, timeline
+from llmhost.report import figures, kpis, page, steady, steady_page, tables, timeline
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 
@@ -39,8 +39,13 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> 
     rows = tables.summary_rows(groups, slo, seed)
     ctx = figures.Context(run, groups, rows, tables.baseline_rows(run, groups, slo, seed), slo)
     colors = {a.name: (a.label, a.color) for a in run.arms}
+    windows = steady.window_groups(run, groups, seed)
+    steady_rows = steady.steady_rows(groups, windows, slo, seed)
+    paired, unsteady = steady.paired_rows(run, groups, windows), steady.not_steady_rows(groups, windows)
     sections = [("overview", "Overview", env_card(run, slo) + page.cards(kpis.build_cards(run, rows, slo), colors)),
-                ("baseline", "Settings vs baseline", baseline_html(ctx))]
+                ("baseline", "Settings vs baseline", baseline_html(ctx)),
+                ("steady", "Steady state and repeats", steady_page.section_html(run, steady_rows, paired, unsteady,
+                                                                                 slo))]
     for anchor, title, keys in SECTION_CHARTS:
         sections.append((anchor, title, "".join(page.chart(CHARTS[k](ctx)) for k in keys)))
     sections.append(("tools", "Tool calls", toolcalls_html(run)))
@@ -52,7 +57,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> 
               "(stored results only; rebuild any time with other SLOs: ./make_dashboard.py RUN_DIR --slo-ttft-ms …)"
               "</p>")
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
-            "baseline": ctx.baseline}
+            "baseline": ctx.baseline, "steady": steady_rows, "paired": paired, "not_steady": unsteady}
     return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)
 
 
