@@ -19,11 +19,13 @@ far less than n independent draws; pooling the requests of all repeats and boots
   - within repeats: each repeat's window cut into BLOCKS contiguous time blocks, blocks drawn with replacement,
     repeats kept: the standard error from the noise inside the runs, wave correlation included;
   - CI = pooled percentile ± max(t(0.975, R-1) × between-repeat error, 1.96 × within-run error). The between-repeat
-    error already holds the within-run noise, so the two are not added (adding them covered the truth 99-100% of
-    the time, simulated); the within-run half-width is a floor for the few repeats that agree by chance. A plain percentile interval of the
-    two-stage bootstrap covered only 82-89% with a run-level effect and 3-5 repeats; this rule covered 93-96%
-    (tests/unit/test_repeats.py). With one repeat there is no between-run spread to measure: the CI is the
-    within-run one with z = 1.96 and says so (`n` = 1).
+    error already holds the within-run noise, so the two are not added (adding them covered the truth 97-100% of
+    the time, simulated); the within-run half-width is a floor for the few repeats that agree by chance. A plain
+    percentile interval of the two-stage bootstrap covered only 82-89% with a run-level effect and 3-5 repeats.
+    This rule, simulated with lockstep waves and a run-level effect (300 trials each): p50 and p99, 2 repeats
+    95-99%, 3 repeats 95-97%, 5 repeats 93-96% — except p99 from 5 × 192 samples with a run effect, 90% (below the
+    1,000 samples stats.needed_samples asks of a p99). tests/unit/test_paired.py keeps 3 repeats in 93-97%.
+    With one repeat there is no between-run spread to measure: the CI is the within-run one with z = 1.96 (`n` = 1).
 * A verdict "better"/"worse" only when the difference's CI excludes 0; an SLO is "met" only when the CI's
   conservative bound meets it (the lower bound of a higher-is-better metric, the upper bound of a latency),
   "missed" when the other bound misses it, else "undecided".

@@ -120,7 +120,9 @@ def baseline_html(ctx: figures.Context) -> str:
              "same point (goodput in percentage points, the rest in %), the 95% CI of that change (latencies, "
              "goodput: bootstrap over requests; throughput: Welch t over repeats), and a verdict — \"within noise\" "
              "when the CI includes 0, \"no CI\" when a side has too little data for one (throughput: a single "
-             "repeat; run with --repeat 3), \"no data\" when a side's point failed.</p>")
+             "repeat; run with --repeat 3), \"no data\" when a side's point failed. The latency CIs here pool "
+             "every request, transients included, and treat them as independent; the paired, steady-window view "
+             "in <a href='#steady'>Steady state and repeats</a> does not.</p>")
     base_rows = [r for r in ctx.rows if base and r["arm"] == base.name]
     if base and base_rows and not any(r["points_ok"] for r in base_rows):
         errors = "; ".join(sorted({r["point_errors"] for r in base_rows if r["point_errors"]})) or "no error text"
@@ -218,7 +220,11 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
         "that completed with TTFT ≤ "
         f"{slo.ttft_ms:g} ms and TPOT ((end-to-end − TTFT) / (output tokens − 1), as bench_serving) ≤ {slo.itl_ms:g} ms; a load meets the SLO "
         f"when ≥ {slo.pct:g}% are good. Capacity = highest load with it and every lower load meeting the SLO. "
-        "ITL percentiles pool every token gap (bench_serving's definition).</p>")
+        "ITL percentiles pool every token gap (bench_serving's definition).</p>"
+        "<p class=read>Steady state and repeats: each repeat is windowed (llmhost/bench/window.py) and measured on "
+        "its own; means and percentiles get CIs across repeats (Student t; a percentile's from resampling repeats "
+        "and contiguous time blocks, never single requests), arms are compared paired by repeat index (same seed), "
+        "and the formulas with their simulated coverage are in llmhost/repeats.py.</p>")
     return "".join(parts)
 
 

@@ -74,7 +74,8 @@ def paired_forest(run: Run, rows: list[dict[str, Any]]) -> Chart:
                 x=[r[f"{m}_delta_pct"] for r in mine], y=[f"{r['workload']} · {r['pattern']} · {r['load']}"
                                                           for r in mine],
                 mode="markers", marker={"color": color, "size": 8}, name=label, legendgroup=arm,
-                showlegend=col == 1, error_x=_bars(*([r[f"{m}_{s}_pct"] for r in mine] for s in ("delta", "lo", "hi")))),
+                showlegend=col == 1,
+                error_x=_bars(*([r[f"{m}_{s}_pct"] for r in mine] for s in ("delta", "lo", "hi")))),
                 row=1, col=col)
         fig.add_vline(x=0, line={"color": "#888", "dash": "dot"}, row=1, col=col)
         fig.update_xaxes(title_text="change vs baseline, %", row=1, col=col)
@@ -113,7 +114,8 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         cols: list[tuple[str, page.Cell]] = [("Arm", lambda r: esc(run.arm(r["arm"]).label)), ("Point", lambda r: esc(
             f"{r['workload']} · {r['pattern']} · {r['load']}"))]
         cols += [(f"{label} (Δ% [95% paired CI])", _verdict_cell(m)) for m, (label, _, _) in PAIRED.items()]
-        body += f"<details><summary>All {len(paired)} paired comparisons</summary>{page.table(cols, paired, 2)}</details>"
+        body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
+                 f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
         page.table(_steady_columns(), rows, left=4) if rows else page.missing("No point has request data yet."))
 
