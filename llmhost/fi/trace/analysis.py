@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from llmhost.stats import percentile
+
 ARRAYS = ("indptr", "last_page_len", "req_pool_indices", "qo_indptr", "indices")
 MAX_BATCH_ROWS = 4000
 
@@ -128,7 +130,7 @@ def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return float(np.sum(weight * np.array([r[key] for r in rows], dtype=float)))
 
     return {"batches": len(rows), "mean_requests": mean("requests"),
-            "p90_requests": float(np.percentile([r["requests"] for r in rows], 90)),
+            "p90_requests": percentile([r["requests"] for r in rows], 90),
             "mean_padding": mean("padding"), "mean_kv_len": mean("mean_kv_len"),
             "sharing_ratio": weighted("sharing_ratio"), "dedup_ratio": weighted("dedup_ratio"),
             "mean_run_len": weighted("mean_run_len"), "contiguous_pairs": weighted("contiguous_pairs"),
