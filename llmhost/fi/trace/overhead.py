@@ -27,7 +27,8 @@ def phase_metrics(arm: str, start: float, records: Sequence[dict]) -> dict:
     return {"arm": arm, "requests": len(records), "ok": len(ok), "duration_s": span, "output_tokens": tokens,
             "output_tok_s": tokens / span if span > 0 else None,
             "tpot_ms_median": statistics.median(tpots) if tpots else None,
-            "tpot_ms_p90": percentile(tpots, 90) if tpots else None, "ttft_ms_median": statistics.median(ttfts) if ttfts else None}
+            "tpot_ms_p90": percentile(tpots, 90) if tpots else None,
+            "ttft_ms_median": statistics.median(ttfts) if ttfts else None}
 
 
 def compare(phases: Sequence[dict]) -> dict:
