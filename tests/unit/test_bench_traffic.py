@@ -4,7 +4,6 @@ from __future__ import annotations
 import itertools
 import types
 
-
 from llmhost.bench import traffic
 
 LOAD = traffic.ChatLoad(concurrency=2, prefixes=2, prefix_words=20, max_tokens=4)
