@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmhost import config
+from llmhost import config, files
 from llmhost.fi import env
 from llmhost.fi.trace.traffic import CaptureOptions, run_phases
 from llmhost.serve import lifecycle
@@ -169,7 +169,7 @@ def capture(cfg: config.Config, opts: CaptureOptions) -> dict[str, Any]:
     described = subprocess.run([sys.executable, "-m", "llmhost.fi.env"], capture_output=True, text=True, cwd=REPO,
                                check=False)
     if described.returncode == 0:
-        (opts.trace_dir / "env.json").write_text(described.stdout)
+        files.write_text_atomic(opts.trace_dir / "env.json", described.stdout)
     was_running = lifecycle.running(cfg)
     (opts.trace_dir / "PAUSE").touch()  # the tracer starts paused: server warm-up and our warm-up are not sampled
     hooked = hook_server_env(cfg.server_env, os.environ.get("PYTHONPATH", ""), opts.trace_dir, opts.every)
