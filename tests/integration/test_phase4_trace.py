@@ -73,6 +73,17 @@ def test_analyze_of_an_empty_directory_is_one_line_and_exit_1(tmp_path):
     assert "fi_trace.py capture" in proc.stderr
 
 
+@pytest.mark.parametrize("name, content", [("stats-7.json", b"{"), ("stats-7.json", b"\xff\xfe"),
+                                           ("shard-7-00001.npz", b"PK\x03\x04 torn"), ("traffic.json", b"[")])
+def test_a_damaged_trace_file_is_one_line_naming_it_and_exit_1(tmp_path, name, content):
+    record_like_sglang(tmp_path)
+    (tmp_path / name).write_bytes(content)
+    proc = subprocess.run([sys.executable, "fi_trace.py", "analyze", "--trace-dir", str(tmp_path), "--out-dir",
+                           str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{tmp_path / name} is damaged" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_report_section_without_data_leaves_the_placeholder_to_the_page():
     assert trace_section.render_section(None, "/r") is None
     assert trace_section.headline(None)["samples"] == 0

@@ -153,10 +153,10 @@ def analyze_dir(trace_dir: Path, out_dir: Path, n_windows: int = 12) -> tuple[Pa
     result = analysis.analyze(samples, stats, n_windows)
     traffic = trace_dir / "traffic.json"
     doc = env.document({"stage": "trace", "trace_dir": str(trace_dir),
-                        "traffic": json.loads(traffic.read_text()) if traffic.exists() else None, **result})
+                        "traffic": analysis.read_json(traffic) if traffic.exists() else None, **result})
     captured_env = trace_dir / "env.json"
     if captured_env.exists():
-        doc["env"] = json.loads(captured_env.read_text())
+        doc["env"] = analysis.read_json(captured_env)
     target = out_dir / "trace.json"
     env.write_document(target, doc)
     return target, doc
