@@ -41,8 +41,11 @@ class LoadGenerator:
     def __enter__(self) -> "LoadGenerator":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # Ctrl-C or an error between points: no grace period
+            self.kill()
 
     def start(self) -> None:
         """Start the process and wait for its ready line; LoadgenError (one line) when it cannot drive points."""
