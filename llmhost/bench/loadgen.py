@@ -217,8 +217,11 @@ def serve(gen: Generator, commands: io.TextIOBase, answer: Callable[[dict], None
 
 
 def main(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m llmhost.bench.loadgen MODULE  (JSON commands on stdin; see the docstring)",
+        print("usage: python -m llmhost.bench.loadgen MODULE  (JSON commands on stdin; --help says more)",
               file=sys.stderr)
         return 2
     die_with_parent()

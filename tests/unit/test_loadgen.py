@@ -157,6 +157,11 @@ def test_bad_arguments_are_one_line_from_the_module_own_parser(monkeypatch, repo
     assert gen.parse(["--num-prompts", "3"]).num_prompts == 3
 
 
+def test_the_process_entry_explains_itself_and_refuses_other_arguments(capsys):
+    assert loadgen.main(["--help"]) == 0 and "one JSON document a line" in capsys.readouterr().out
+    assert loadgen.main([]) == 2 and loadgen.main(["a", "b"]) == 2 and "usage" in capsys.readouterr().err
+
+
 def test_an_unknown_benchmark_api_ends_with_one_line_naming_both_versions(tmp_path):
     (tmp_path / "newbench.py").write_text(
         "import sglang\nsglang.__version__ = '0.6.0'\n"
