@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for name, loaded in (("RUN_DIR", run), ("--compare", other)):
         if loaded is not None and not loaded.points:  # a page of empty charts is not a dashboard
-            why = "; ".join(loaded.warnings[:1]) or "points.jsonl is missing or empty"
+            why = "; ".join(loaded.warnings[:3]) or "points.jsonl is missing or empty"
             print(f"[dashboard] error: {name} {loaded.path} has no readable points ({why}) — finish it with "
                   f"./run_bench.py --resume {loaded.path}", file=sys.stderr)
             return 1

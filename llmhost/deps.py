@@ -56,6 +56,11 @@ def has_modules(python: str, modules: Tuple[str, ...]) -> bool:
         return False
 
 
+def first_with(modules: Tuple[str, ...], sglang_python: str) -> Optional[str]:
+    """The rule's first Python (not this one) that has every module of `modules`; None when none has."""
+    return next((python for python in candidates(sglang_python) if has_modules(python, modules)), None)
+
+
 def rerun_elsewhere(script: str, modules: Tuple[str, ...], prefix: str) -> None:
     """When a module of `modules` does not import here, exec `script` under the rule's first Python that has them
     all; return when none does (or this already is the re-run)."""
@@ -66,11 +71,10 @@ def rerun_elsewhere(script: str, modules: Tuple[str, ...], prefix: str) -> None:
         sglang_python = config.load().sglang_python
     except config.ConfigError:  # the script reports it, with its own prefix, when it loads the config
         sglang_python = ""
-    for python in candidates(sglang_python):
-        if has_modules(python, modules):
-            print(f"[{prefix}] '{gone}' is not in {sys.executable}: running with {python}", file=sys.stderr,
-                  flush=True)
-            os.execve(python, [python, os.path.abspath(script), *sys.argv[1:]], {**os.environ, REEXEC_ENV: "1"})
+    python = first_with(modules, sglang_python)
+    if python:
+        print(f"[{prefix}] '{gone}' is not in {sys.executable}: running with {python}", file=sys.stderr, flush=True)
+        os.execve(python, [python, os.path.abspath(script), *sys.argv[1:]], {**os.environ, REEXEC_ENV: "1"})
 
 
 def ensure(script: str, modules: Tuple[str, ...], prefix: str) -> None:

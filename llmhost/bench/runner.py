@@ -1,8 +1,10 @@
-"""Running a benchmark plan: arm by arm on a freshly restarted server, point by point with SGLang's load generator.
+"""Running a benchmark plan: boot by boot on a freshly restarted server, point by point with SGLang's load generator.
 
-run_bench.py builds the plan and the run directory; this module executes it: a server restart per arm with the
-arm's flags as data (llmhost.serve.lifecycle), an untimed warm pass (full runs), the tool-call check, then each
-point after a verified prefix-cache flush, retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
+run_bench.py builds the plan and the run directory; this module executes it. Consecutive arms with the same launch
+flags share one server boot; a boot is a restart with those flags as data (llmhost.serve.lifecycle), one
+load-generator process that runs all of its points in-process (llmhost.bench.loadgen_process), an untimed warm pass
+(full runs), the tool-call check of each arm, then its points in a seeded shuffle, each after a verified prefix-cache
+flush and retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import config
-from llmhost.bench import points, store, telemetry, toolcalls
-from llmhost.bench.records import PointRecord, ServerRecord, ToolCallCase, ToolCallSkipped
+from llmhost.bench import points, records, store, telemetry, toolcalls
+from llmhost.bench.loadgen_process import LoadGenerator
+from llmhost.bench.records import PointRecord, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
 from llmhost.serve import lifecycle
 from llmhost.serve.console import Console, ServeError, ServerBusy
@@ -24,7 +27,8 @@ from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 RESTART_EST_S = 130.0  # measured on an H200 (SGLang 0.5.17, warm kernel caches): 102-162 s to ready; ~7 min cold
-WARM_ARM_EST_S = 15.0  # the untimed warm pass of a full run: load-generator start + 16 short requests
+LOADGEN_START_S = 12.0  # once per boot: the benchmark module's imports + the tokenizer load (H200 host)
+WARM_ARM_EST_S = 3.0  # the untimed warm pass of a full run: 16 short requests
 
 
 def fmt_s(seconds: float) -> str:
@@ -33,8 +37,8 @@ def fmt_s(seconds: float) -> str:
 
 
 def arm_overhead_s(quick: bool) -> float:
-    """Per-arm time outside the points: the restart, plus the warm pass of a full run."""
-    return RESTART_EST_S + (0.0 if quick else WARM_ARM_EST_S)
+    """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run."""
+    return RESTART_EST_S + LOADGEN_START_S + (0.0 if quick else WARM_ARM_EST_S)
 
 
 class BenchError(Exception):
@@ -52,6 +56,7 @@ class Bench:
     env: dict[str, str]
     sampler: telemetry.Sampler
     total: int
+    loadgen: LoadGenerator | None = None  # the running boot's load generator
     done: int = 0
     est_left_s: float = 0.0
     est_spent_s: float = 0.0
@@ -92,9 +97,10 @@ def loadgen_env(cfg: config.Config) -> dict[str, str]:
 
 # --- one arm: a fresh server -------------------------------------------------------------------------------------
 
-def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
-    """A fresh server with this arm's one difference, its flags passed as data; record servers/<arm>.json.
-    Returns '' or a one-line error. Its progress goes to raw/serve-<arm>.log."""
+def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
+    """A fresh server with this arm's one difference, its flags passed as data; record servers/<arm>.json (a
+    restart after a fault adds `reason` to the record's restarts). Returns '' or a one-line error. Its progress
+    goes to raw/serve-<arm>.log."""
     flags, settings = arms_mod.server_overrides(arm)
     started = time.time()
     try:
@@ -109,10 +115,28 @@ def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
         info = reply.json() if reply.ok else {"error": f"HTTP {reply.describe()}: {reply.text[:200]}"}
     except ValueError:
         info = {"error": "not JSON"}
+    earlier = read_server(b, arm.name)
+    restarts = (*earlier.restarts, f"{utc_now(started)} {reason}") if reason and earlier else \
+        ((f"{utc_now(started)} {reason}",) if reason else ())
     b.store.write_server(ServerRecord(
         arm=arm.name, launch_command=ready.launch_command or None, server_info=redact_secrets(info),
-        ready_s=time.time() - started, started_at=ready.started_at or utc_now(started)))
+        ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts))
     return ""
+
+
+def read_server(b: Bench, arm: str) -> ServerRecord | None:
+    """servers/<arm>.json as written, or None (absent or unreadable)."""
+    try:
+        return ServerRecord.from_dict(json.loads((b.store.root / "servers" / f"{arm}.json").read_text()))
+    except (OSError, ValueError):  # RecordError is a ValueError
+        return None
+
+
+def share_boot(b: Bench, lead: arms_mod.Arm, arm: arms_mod.Arm) -> None:
+    """An arm with the lead's launch flags runs on the lead's boot: its servers/<arm>.json is the lead's."""
+    record = read_server(b, lead.name)
+    if record is not None:
+        b.store.write_server(dataclasses.replace(record, arm=arm.name, restarts=()))
 
 
 def server_client(cfg: config.Config) -> ServerClient:
@@ -129,11 +153,11 @@ def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
     raw = b.store.raw_dir()
     argv = points.bench_argv(probe, WORKLOADS["chat"], base_url=b.cfg.base_url, model_dir=b.cfg.model_dir,
                              served_model_name=b.cfg.served_model_name, seed=b.seed,
-                             output_file=raw / f"warm-{arm.name}.jsonl", measured=False)
-    code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=raw / f"warm-{arm.name}.starts",
-                                     log_file=raw / f"warm-{arm.name}.log", env=b.env, limit_s=300)
+                             output_file=raw / f"warm-{arm.name}.jsonl")
+    assert b.loadgen is not None
+    _, error = b.loadgen.run(argv, raw / f"warm-{arm.name}.requests.jsonl", limit_s=300)
     store.redact_jsonl(raw / f"warm-{arm.name}.jsonl")
-    if code:
+    if error:
         print(f"[bench] warning: warm pass of arm {arm.name} failed ({error}) — continuing", flush=True)
 
 
@@ -150,45 +174,44 @@ def check_tools(b: Bench, arm: arms_mod.Arm) -> None:
           + (f"{sum(r.ok for r in scored)}/{len(scored)} right" if scored else skipped), flush=True)
 
 
-# --- one point: flush, (warm), measure, parse ----------------------------------------------------------------------
+# --- one point: flush, (prime), measure, parse --------------------------------------------------------------------
+
+def measure(b: Bench, point: points.Point, stem: str, prime: bool = False) -> tuple[dict[str, float] | None, str]:
+    """One pass of the point through the boot's load generator -> (the module's totals, '') or (None, error).
+    Its request records land in <stem>[.prime].requests.jsonl, the module's own output in <stem>[.prime].jsonl."""
+    base = f"{stem}.prime" if prime else stem
+    argv = points.bench_argv(point, WORKLOADS[point.workload], base_url=b.cfg.base_url, model_dir=b.cfg.model_dir,
+                             served_model_name=b.cfg.served_model_name, seed=points.point_seed(b.seed, point),
+                             output_file=Path(f"{base}.jsonl"), prime=prime)
+    assert b.loadgen is not None
+    totals, error = b.loadgen.run(argv, Path(f"{base}.requests.jsonl"), limit_s=points.timeout_s(point))
+    store.redact_jsonl(Path(f"{base}.jsonl"))  # bench_serving copies /server_info, API key included, into it
+    return totals, error
+
 
 def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     """Run one attempt of a point; returns its points.jsonl record (failures are data)."""
     b.sampler.point_id = point.point_id
     started = time.time()
-    raw = b.store.raw_dir()
-    stem = raw / f"{point.point_id}.a{attempt}.{int(started)}"  # unique: an orphan of a killed run may still write
-    workload = WORKLOADS[point.workload]
-    common = dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
-                  seed=b.seed)
+    stem = str(b.store.raw_dir() / f"{point.point_id}.a{attempt}.{int(started)}")  # unique per attempt
     flushed = server_client(b.cfg).flush_cache(wait_s=120)  # 200 only once SGLang emptied the tree
     error = "" if flushed else "prefix cache flush failed (HTTP 400 for 120 s or no answer)"
     summary, rel = None, ""
     if flushed and point.pattern == "warm":
-        code, warm_error = points.run_loadgen(
-            b.cfg.sglang_python, b.module, points.bench_argv(point, workload, output_file=Path(f"{stem}.warm.jsonl"),
-                                                             measured=False, **common),
-            starts_file=Path(f"{stem}.warm.starts"), log_file=Path(f"{stem}.log"), env=b.env,
-            limit_s=points.timeout_s(point))
-        store.redact_jsonl(Path(f"{stem}.warm.jsonl"))
-        error = f"warm pass failed: {warm_error}" if code else ""  # measuring now would publish cold as warm
+        _, prime_error = measure(b, point, stem, prime=True)
+        error = f"priming pass failed: {prime_error}" if prime_error else ""  # else cold would be published as warm
     if flushed and not error:
-        argv = points.bench_argv(point, workload, output_file=Path(f"{stem}.jsonl"), **common)
-        code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=Path(f"{stem}.starts"),
-                                         log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
-        if not code:
+        totals, error = measure(b, point, stem)
+        if totals is not None:
             try:
-                details = points.read_details(Path(f"{stem}.jsonl"))
-                starts = json.loads(Path(f"{stem}.starts").read_text())
-                rows = points.request_rows(details, starts, started)
-                summary = points.summarize(details, rows, point.request_rate)
+                rows = records.read_records(Path(f"{stem}.requests.jsonl"), RequestRecord.from_dict).records
+                summary = points.summarize(totals, rows, point.request_rate)
                 rel = b.store.write_requests(point.point_id, rows)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
-        store.redact_jsonl(Path(f"{stem}.jsonl"))  # bench_serving copies /server_info, API key included, into it
-        if not error and summary and summary.completed == 0:  # bench_serving exits 0 even when all requests failed
+        if not error and summary and summary.completed == 0:  # the module returns normally when all requests failed
             first = next((r.error for r in rows if r.error), "no error text")
-            error = f"every request failed ({first})"[:300]
+            error = f"every request failed ({first.strip().splitlines()[-1] if first.strip() else first})"[:300]
         if not error and not server_alive(b.cfg):
             error = "the server stopped answering /health during the point"
     record = PointRecord.of(point, attempt=attempt, status="failed" if error else "ok", error=error or None,
@@ -216,7 +239,7 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, first_attempt: i
         print(f"[bench] {point.point_id} attempt {attempt} failed: {record.error}", flush=True)
         if attempt == 1 and not server_alive(b.cfg):
             print(f"[bench] the server is not answering — restarting arm {arm.name} before the retry", flush=True)
-            error = restart_server(b, arm)
+            error = restart_server(b, arm, reason=f"restarted after {point.point_id} attempt 1: {record.error}")
             if error:
                 print(f"[bench] {error}", flush=True)
     b.done += 1
@@ -224,31 +247,61 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, first_attempt: i
     return False
 
 
-# --- the run: arm by arm ----------------------------------------------------------------------------------
+# --- the run: boot by boot -------------------------------------------------------------------------------
+
+def boots(arms: list[arms_mod.Arm]) -> list[list[arms_mod.Arm]]:
+    """Consecutive arms with the same launch flags and settings share one server boot; a new boot (a restart)
+    only where they change."""
+    groups: list[list[arms_mod.Arm]] = []
+    for arm in arms:
+        if groups and arms_mod.server_overrides(groups[-1][0]) == arms_mod.server_overrides(arm):
+            groups[-1].append(arm)
+        else:
+            groups.append([arm])
+    return groups
+
 
 def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> None:
-    """Arm by arm: fresh server, warm pass, tool calls, then every point not yet recorded."""
+    """Boot by boot: fresh server, load generator, warm pass, tool calls, then every point not yet recorded."""
     attempts = b.store.latest_attempts()
     done = b.store.done_points()
-    for arm in arms:
-        todo = [p for p in plan if p.arm == arm.name and p.point_id not in done]
-        if not todo:
-            continue
-        b.progress(f"arm {arm.name}: restarting the server with {' '.join(arm.flags) or 'the baseline flags'}")
-        error = restart_server(b, arm)
-        b.est_left_s -= arm_overhead_s(quick)
-        if error:  # recorded as attempt-1 failures: --resume tries them again
-            print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
-            for p in todo:
-                b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
-                                                    started_at=time.time(), ended_at=time.time(), cache_flushed=False,
-                                                    summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
-                b.done += 1
-                b.spend(points.estimate_s(p))
-            continue
-        if not quick:
-            warm_arm(b, arm)
-        if arm.name not in b.store.toolcall_arms():
-            check_tools(b, arm)
+    for group in boots(arms):
+        names = {a.name for a in group}
+        todo = points.boot_order([p for p in plan if p.arm in names and p.point_id not in done], b.seed)
+        if todo:
+            run_boot(b, group, todo, {p.point_id: attempts[p.point_id].attempt + 1 for p in todo
+                                      if p.point_id in attempts}, quick)
+
+
+def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], next_attempt: dict[str, int],
+             quick: bool) -> None:
+    lead = group[0]
+    b.progress(f"arm {'+'.join(a.name for a in group)}: restarting the server with "
+               f"{' '.join(lead.flags) or 'the baseline flags'}")
+    error = restart_server(b, lead)
+    b.est_left_s -= arm_overhead_s(quick)
+    if error:  # recorded as attempt-1 failures: --resume tries them again
+        print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
         for p in todo:
-            run_point(b, arm, p, attempts[p.point_id].attempt + 1 if p.point_id in attempts else 1)
+            b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
+                                                started_at=time.time(), ended_at=time.time(), cache_flushed=False,
+                                                summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
+            b.done += 1
+            b.spend(points.estimate_s(p))
+        return
+    for arm in group[1:]:
+        share_boot(b, lead, arm)
+    by_name = {a.name: a for a in group}
+    with LoadGenerator(b.cfg.sglang_python, b.module, b.env, b.store.raw_dir() / f"loadgen-{lead.name}.log") as gen:
+        gen.start()  # LoadgenError (an SGLang whose API this toolkit does not drive) ends the run in one line
+        b.loadgen = gen
+        try:
+            if not quick:
+                warm_arm(b, lead)
+            for arm in group:
+                if arm.name not in b.store.toolcall_arms():
+                    check_tools(b, arm)
+            for p in todo:
+                run_point(b, by_name[p.arm], p, next_attempt.get(p.point_id, 1))
+        finally:
+            b.loadgen = None
