@@ -40,6 +40,7 @@ from typing import Literal
 import numpy as np
 
 from llmhost import repeats, stats
+from llmhost.bench.records import Point, RequestRecord
 
 Phase = Literal["warmup", "steady", "drain"]
 PHASES: tuple[Phase, ...] = ("warmup", "steady", "drain")
@@ -218,3 +219,20 @@ def prefix_split(ttft_ms: np.ndarray, ok: np.ndarray, prompt_tokens: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         is_hit = cached >= HIT_FRACTION * np.asarray(prompt_tokens, float)
     return PrefixSplit(ttft[known & is_hit], ttft[known & ~is_hit], int((good & ~np.isfinite(cached)).sum()))
+
+
+def window_and_check(point: Point, start_s: np.ndarray, e2e_ms: np.ndarray, output_tokens: np.ndarray,
+                     ttft_ms: np.ndarray, ok: np.ndarray, seed: int = 0) -> tuple[Window, Steadiness]:
+    """A point's window (by its load pattern) and its steadiness check; the arrays must be in send order."""
+    w = point_window(point.pattern, point.concurrency, point.request_rate, start_s, e2e_ms, output_tokens)
+    return w, check_steady(w, start_s, ttft_ms, ok, is_open_loop=point.request_rate is not None, seed=seed)
+
+
+def measure(point: Point, rows: list[RequestRecord], seed: int = 0) -> tuple[Window, Steadiness]:
+    """window_and_check on a point's request records as the runner holds them (any order; Window.phase follows
+    the records sorted by start time)."""
+    rows = sorted(rows, key=lambda r: r.start_s)
+    ttft = np.array([math.nan if r.ttft_ms is None else r.ttft_ms for r in rows], float)
+    return window_and_check(point, np.array([r.start_s for r in rows], float), np.array([r.e2e_ms for r in rows]),
+                            np.array([r.output_tokens for r in rows], float), ttft, np.array([r.ok for r in rows]),
+                            seed)

@@ -43,9 +43,7 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0) -> RepeatWindo
     """Window one repeat's requests and check its steadiness."""
     order = np.argsort(r.start_s, kind="stable")
     start, ttft, ok = r.start_s[order], r.ttft_ms[order], r.ok[order]
-    w = window.point_window(point.pattern, point.concurrency, point.request_rate, start, r.e2e_ms[order],
-                            r.output_tokens[order])
-    steady = window.check_steady(w, start, ttft, ok, is_open_loop=point.request_rate is not None, seed=seed)
+    w, steady = window.window_and_check(point, start, r.e2e_ms[order], r.output_tokens[order], ttft, ok, seed)
     by_phase = {ph: ttft[w.mask(ph) & ok] for ph in window.PHASES}
     in_window = w.mask("steady")
     prefix = window.prefix_split(ttft[in_window], ok[in_window], r.prompt_tokens[order][in_window],

@@ -110,3 +110,12 @@ def test_prefix_hits_need_most_of_the_prompt_cached_and_unrecorded_counts_are_un
     assert split.hit_ttft_ms.tolist() == [20.0, 25.0]  # 12 cached tokens (the chat template) is a miss
     assert split.miss_ttft_ms.tolist() == [300.0, 310.0]
     assert split.unknown == 1  # the failed request is neither
+
+
+def test_the_runner_can_window_its_request_records_in_any_order() -> None:
+    from llmhost.bench.records import Point, RequestRecord
+    start, e2e = closed_loop([1000.0] * 20, concurrency=4)
+    rows = [RequestRecord(float(s), True, "", 100, 10, 50.0, (9.0,) * 9, float(e)) for s, e in zip(start, e2e)]
+    point = Point("p", "baseline", "chat", "concurrency", 4, None, 20, 0)
+    w, verdict = window.measure(point, rows[::-1])
+    assert (w.t_start, w.t_end, w.count("steady")) == (1.0, 4.0, 12) and verdict.is_steady
