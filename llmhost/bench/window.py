@@ -29,7 +29,8 @@ window's first and second half must agree (a median drift both larger than the t
 and completions must keep up with arrivals (completed/arrived in the window >= KEEP_UP). A point that fails is
 flagged "not steady" and stays out of averages; its numbers are still reported.
 
-All-at-once points (burst: every request sent at t0) have no steady state: every request is warm-up.
+Points that measure a transient by design have no steady state: every request is warm-up. A burst sends every
+request at t0; a cold point measures the first requests after a cache flush.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ PHASES: tuple[Phase, ...] = ("warmup", "steady", "drain")
 TTFT_DRIFT_TOL = 0.20  # a window half's TTFT p50 may differ from the other's by 20% before it counts as drift
 KEEP_UP = 0.90  # completions in the window must be >= 90% of its arrivals (a growing queue fails)
 POISSON_WARMUP_PCT = 90.0  # warm-up of an open loop: the p90 end-to-end latency
+TRANSIENT_PATTERNS = ("burst", "cold")  # measured for their transient: never "not steady", never averaged
 HIT_FRACTION = 0.5  # a prefix hit skipped at least half of the prompt's prefill
 DRIFT_BLOCKS = 8  # contiguous time blocks per window half for the drift CI
 DRIFT_BOOT = 400
@@ -151,11 +153,13 @@ def burst_window(start_s: np.ndarray, e2e_ms: np.ndarray, output_tokens: np.ndar
 
 def point_window(pattern: str, concurrency: int | None, request_rate: float | None, start_s: np.ndarray,
                  e2e_ms: np.ndarray, output_tokens: np.ndarray) -> Window:
-    """The window of a point by how its load was offered: Poisson (a rate), closed loop (a concurrency), else all
-    at once."""
+    """The window of a point by how its load was offered: Poisson (a rate), closed loop (a concurrency), else (all
+    at once, or a transient pattern) no window."""
+    if pattern in TRANSIENT_PATTERNS:
+        return burst_window(start_s, e2e_ms, output_tokens)
     if request_rate is not None:
         return open_loop_window(start_s, e2e_ms, output_tokens)
-    if concurrency is not None and pattern != "burst":
+    if concurrency is not None:
         return closed_loop_window(start_s, e2e_ms, output_tokens, concurrency)
     return burst_window(start_s, e2e_ms, output_tokens)
 

@@ -107,12 +107,14 @@ def steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]], s
 
 
 def not_steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]]) -> list[dict[str, Any]]:
-    """Every repeat that failed its steadiness check, with the reasons."""
+    """Every repeat that failed its steadiness check, with the reasons (transient patterns are not meant to be
+    steady: their requests are all warm-up, shown as such in the steady rows)."""
     return [{"point_id": r.point.point_id, "arm": g.arm, "workload": g.workload, "pattern": g.pattern,
              "load": load_label(g.pattern, g.concurrency, g.request_rate, g.num_prompts), "repeat": r.repeat,
              "requests": len(r.window.phase), "warmup_n": r.window.count("warmup"), "drain_n": r.window.count("drain"),
              "reasons": "; ".join(r.steadiness.reasons)}
-            for g in groups for r in windows.get(g.key, []) if not r.is_steady]
+            for g in groups for r in windows.get(g.key, [])
+            if not r.is_steady and g.pattern not in window.TRANSIENT_PATTERNS]
 
 
 # Paired metrics: per steady repeat -> one number; is a higher value better?

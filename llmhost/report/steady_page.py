@@ -102,10 +102,12 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         "shown beside them. A repeat is <b>not steady</b> when its TTFT p50 drifted between the window's halves by "
         f"more than {100 * window.TTFT_DRIFT_TOL:.0f}% and beyond its CI, or (Poisson) when completions fell behind "
         f"arrivals (< {100 * window.KEEP_UP:.0f}%): it is listed below and left out of the means and CIs. "
+        f"{' and '.join(window.TRANSIENT_PATTERNS).capitalize()} points measure a transient by design: all their "
+        "requests count as warm-up. "
         "CIs are across repeats (Student t; percentiles: repeats and time blocks resampled), arm differences are "
         "paired by repeat; a verdict only when the CI excludes 0; the TTFT p99 SLO is met only when the CI's upper "
         f"bound is ≤ {slo.ttft_ms:g} ms.</p>")
-    listing = (page.table(_unsteady_columns(), unsteady, left=6) if unsteady
+    listing = (page.table(_unsteady_columns(), unsteady, left=7) if unsteady
                else "<p class=read>Every repeat with a window passed the steadiness check.</p>")
     body = (intro + page.chart(steady_vs_transient(run, rows))
             + f"<h3>Repeats that were not steady ({len(unsteady)})</h3>" + listing

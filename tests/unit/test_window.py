@@ -49,6 +49,7 @@ def test_a_point_no_larger_than_its_first_wave_has_no_window_and_is_all_warmup()
 def test_burst_points_are_all_warmup_and_the_dispatcher_follows_the_load_pattern() -> None:
     start, e2e, out = np.zeros(10), np.full(10, 50.0), np.ones(10)
     assert window.point_window("burst", None, None, start, e2e, out).count("warmup") == 10
+    assert not window.point_window("cold", 2, None, np.arange(10.0), e2e, out).has_window  # a transient by design
     s, e = closed_loop([100.0] * 30, 3)
     assert window.point_window("concurrency", 3, None, s, e, np.ones(30)).t_start == pytest.approx(0.1)
     poisson = window.point_window("qps", None, 4.0, np.arange(40) / 4.0, np.full(40, 400.0), np.ones(40))
