@@ -26,6 +26,9 @@ far less than n independent draws; pooling the requests of all repeats and boots
     95-99%, 3 repeats 95-97%, 5 repeats 93-96% — except p99 from 5 × 192 samples with a run effect, 90% (below the
     1,000 samples stats.needed_samples asks of a p99). tests/unit/test_paired.py keeps 3 repeats in 93-97%.
     With one repeat there is no between-run spread to measure: the CI is the within-run one with z = 1.96 (`n` = 1).
+* A goodput share (good / sent of a window) is a per-repeat value too: mean and Student-t CI across repeats, widened
+  to hold the Wilson interval of the pooled counts, because repeats that were all 100% good have no spread and a
+  t interval of [100, 100] would claim what 3 × 16 requests cannot show (Wilson: >= 92.6%).
 * A verdict "better"/"worse" only when the difference's CI excludes 0; an SLO is "met" only when the CI's
   conservative bound meets it (the lower bound of a higher-is-better metric, the upper bound of a latency),
   "missed" when the other bound misses it, else "undecided".
@@ -153,3 +156,16 @@ def percentile_ci(repeats: Sequence[np.ndarray], pct: float, *, n_boot: int = N_
 def per_repeat(values_by_repeat: Mapping[int, np.ndarray], pct: float) -> dict[int, float]:
     """The pct-th percentile of each repeat's samples (nan for a repeat without any): the input of paired_diff."""
     return {r: stats.percentile(x, pct) for r, x in values_by_repeat.items()}
+
+
+def goodput_ci(counts: Mapping[int, tuple[int, int]]) -> stats.Interval:
+    """Share good (0..1) of (good, sent) per repeat: mean over repeats with sent > 0, its Student-t CI widened to
+    the Wilson interval of the pooled counts (see the module docstring); `n` is the number of repeats."""
+    used = {r: (g, n) for r, (g, n) in counts.items() if n > 0}
+    if not used:
+        return stats.Interval(math.nan, math.nan, math.nan, 0)
+    t = stats.mean_ci_over_repeats([g / n for g, n in used.values()])
+    wilson = stats.wilson_ci(sum(g for g, _ in used.values()), sum(n for _, n in used.values()))
+    if not t.has_ci:
+        return stats.Interval(t.value, wilson.lo, wilson.hi, t.n)
+    return stats.Interval(t.value, max(0.0, min(t.lo, wilson.lo)), min(1.0, max(t.hi, wilson.hi)), t.n)

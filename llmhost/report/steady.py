@@ -29,6 +29,11 @@ class RepeatWindow:
     steadiness: window.Steadiness
     ttft_ms: dict[str, np.ndarray]  # phase -> TTFT
     prefix: window.PrefixSplit  # of the steady window
+    steady_sent: tuple[np.ndarray, np.ndarray, np.ndarray]  # ok, TTFT, TPOT of every request of the window
+
+    def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
+        """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
+        return int(stats.good_mask(*self.steady_sent, slo).sum()), int(self.steady_sent[0].size)
 
     @property
     def repeat(self) -> int:
@@ -48,7 +53,8 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0) -> RepeatWindo
     in_window = w.mask("steady")
     prefix = window.prefix_split(ttft[in_window], ok[in_window], r.prompt_tokens[order][in_window],
                                  r.cached_tokens[order][in_window])
-    return RepeatWindow(point, w, steady, by_phase, prefix)
+    return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
+                                                            r.itl_mean_ms[order][in_window]))
 
 
 def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, list[RepeatWindow]]:
@@ -75,6 +81,8 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
     hits = np.concatenate([r.prefix.hit_ttft_ms for r in steady]) if steady else np.array([])
     misses = np.concatenate([r.prefix.miss_ttft_ms for r in steady]) if steady else np.array([])
     (warm_p50, warm_n), (drain_p50, drain_n) = _phase_p50(reps, "warmup"), _phase_p50(reps, "drain")
+    share = repeats.goodput_ci({r.repeat: r.good_sent(slo) for r in steady})
+    good = stats.Interval(100 * share.value, 100 * share.lo, 100 * share.hi, share.n)
     return {
         "arm": g.arm, "workload": g.workload, "pattern": g.pattern, "concurrency": g.concurrency,
         "request_rate": g.request_rate, "num_prompts": g.num_prompts,
@@ -86,6 +94,8 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_ttft_p50_ms", p50), **_ci_fields("steady_ttft_p99_ms", p99),
         "steady_ttft_p99_slo": repeats.slo_verdict(p99, slo.ttft_ms, is_higher_better=False),
         "steady_ttft_p99_sufficient": stats.is_sufficient(int(sum(x.size for x in ttft)), 99.0),
+        **_ci_fields("steady_goodput_pct", good),
+        "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
         "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
         "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),

@@ -106,7 +106,8 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         "requests count as warm-up. "
         "CIs are across repeats (Student t; percentiles: repeats and time blocks resampled), arm differences are "
         "paired by repeat; a verdict only when the CI excludes 0; the TTFT p99 SLO is met only when the CI's upper "
-        f"bound is ≤ {slo.ttft_ms:g} ms.</p>")
+        f"bound is ≤ {slo.ttft_ms:g} ms, and the SLO ({slo.pct:g}% of requests good) only when the goodput CI's "
+        "lower bound is ≥ it (undecided while the CI straddles it).</p>")
     listing = (page.table(_unsteady_columns(), unsteady, left=7) if unsteady
                else "<p class=read>Every repeat with a window passed the steadiness check.</p>")
     body = (intro + page.chart(steady_vs_transient(run, rows))
@@ -142,7 +143,8 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
             ("Steady TTFT p99 ms [CI]", lambda r: with_ci(r["steady_ttft_p99_ms"], r["steady_ttft_p99_ms_lo"],
                                                           r["steady_ttft_p99_ms_hi"])
              + ("" if r["steady_ttft_p99_sufficient"] else " <span class=flag title='too few samples'>⚠</span>")),
-            ("p99 SLO", lambda r: esc(r["steady_ttft_p99_slo"])),
+            ("p99 ≤ SLO TTFT", lambda r: esc(r["steady_ttft_p99_slo"])),
+            ("Goodput % [CI]", ci("steady_goodput_pct")), ("SLO", lambda r: esc(r["steady_slo"])),
             ("Warm-up TTFT p50 ms (n)", lambda r: f"{num(r['warmup_ttft_p50_ms'])} ({r['warmup_n']})"),
             ("Drain TTFT p50 ms (n)", lambda r: f"{num(r['drain_ttft_p50_ms'])} ({r['drain_n']})"),
             ("Prefix hit / miss TTFT p50 ms (n)", lambda r: f"{num(r['hit_ttft_p50_ms'])} ({r['hit_n']}) / "

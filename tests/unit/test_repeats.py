@@ -83,3 +83,13 @@ def test_one_repeat_gets_the_within_run_ci_and_no_data_gets_none() -> None:
     assert one.n == 1 and one.lo < 49.5 < one.hi
     assert repeats.percentile_ci([np.array([]), np.array([math.nan])], 50).n == 0
     assert repeats.across_repeats({0: 1.0, 1: 3.0}).value == 2.0
+
+
+def test_goodput_of_all_good_repeats_keeps_the_wilson_doubt_and_meets_the_slo_only_from_its_lower_bound() -> None:
+    perfect = repeats.goodput_ci({0: (16, 16), 1: (16, 16), 2: (16, 16)})
+    assert perfect.value == 1.0 and perfect.lo == pytest.approx(stats.wilson_ci(48, 48).lo) and perfect.n == 3
+    pct = stats.Interval(100 * perfect.value, 100 * perfect.lo, 100 * perfect.hi, 3)
+    assert repeats.slo_verdict(pct, 99.0, is_higher_better=True) == "undecided"  # 48 of 48 cannot show 99%
+    spread = repeats.goodput_ci({0: (990, 1000), 1: (900, 1000), 2: (995, 1000), 3: (0, 0)})
+    assert spread.n == 3 and spread.lo < stats.wilson_ci(2885, 3000).lo  # the spread between repeats dominates
+    assert math.isnan(repeats.goodput_ci({0: (0, 0)}).value)

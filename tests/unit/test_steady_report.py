@@ -39,6 +39,10 @@ def test_every_repeat_is_windowed_and_its_transients_are_counted_not_dropped(run
     assert r["warmup_n"] + r["drain_n"] + r["steady_ttft_n"] == 3 * 48  # every request is in one phase
     assert r["steady_ttft_p50_ms_lo"] <= r["steady_ttft_p50_ms"] <= r["steady_ttft_p50_ms_hi"]
     assert r["steady_output_throughput_lo"] < r["steady_output_throughput"] < r["steady_output_throughput_hi"]
+    assert r["steady_goodput_pct_lo"] <= r["steady_goodput_pct"] <= r["steady_goodput_pct_hi"]
+    expected = "met" if r["steady_goodput_pct_lo"] >= SLO.pct else "missed" if r["steady_goodput_pct_hi"] < SLO.pct \
+        else "undecided"
+    assert r["steady_slo"] == expected
 
 
 def test_prefix_hits_are_faster_than_misses_and_chat_has_no_hits(built: tuple) -> None:
