@@ -54,6 +54,13 @@ def across_repeats(values: Mapping[int, float] | Sequence[float]) -> stats.Inter
     return stats.mean_ci_over_repeats(list(values.values()) if isinstance(values, Mapping) else list(values))
 
 
+def half_width_pct(ci: stats.Interval) -> float:
+    """Half the CI's width as % of its value (the adaptive-repeat target: throughput within ±3%); nan without one."""
+    if not ci.has_ci or not ci.value:
+        return math.nan
+    return 100.0 * (ci.hi - ci.lo) / 2.0 / abs(ci.value)
+
+
 def paired_diff(a: Mapping[int, float], b: Mapping[int, float]) -> stats.Difference:
     """b - a over the repeat indices both arms have a finite value for, with the paired-t 95% CI."""
     common = sorted(r for r in set(a) & set(b) if math.isfinite(a[r]) and math.isfinite(b[r]))

@@ -93,3 +93,8 @@ def test_goodput_of_all_good_repeats_keeps_the_wilson_doubt_and_meets_the_slo_on
     spread = repeats.goodput_ci({0: (990, 1000), 1: (900, 1000), 2: (995, 1000), 3: (0, 0)})
     assert spread.n == 3 and spread.lo < stats.wilson_ci(2885, 3000).lo  # the spread between repeats dominates
     assert math.isnan(repeats.goodput_ci({0: (0, 0)}).value)
+
+
+def test_half_width_is_a_share_of_the_value_and_undefined_without_a_ci() -> None:
+    assert repeats.half_width_pct(stats.Interval(200.0, 194.0, 206.0, 3)) == pytest.approx(3.0)
+    assert math.isnan(repeats.half_width_pct(stats.Interval(200.0, math.nan, math.nan, 1)))
