@@ -131,7 +131,7 @@ def pooled_percentiles(reps: Sequence[np.ndarray], counts: np.ndarray, pct: floa
 def _between_se(reps: list[np.ndarray], pct: float, n_boot: int, rng: np.random.Generator) -> float:
     """Standard error of the pooled percentile from resampling whole repeats (see the module docstring)."""
     r = len(reps)
-    counts = np.stack([np.bincount(pick, minlength=r) for pick in rng.integers(0, r, size=(n_boot, r))])
+    counts = (rng.integers(0, r, size=(n_boot, r))[:, :, None] == np.arange(r)).sum(axis=1)  # copies per repeat
     return float(pooled_percentiles(reps, counts, pct).std()) * math.sqrt(r / (r - 1))
 
 
