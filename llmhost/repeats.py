@@ -160,11 +160,6 @@ def percentile_ci(repeats: Sequence[np.ndarray], pct: float, *, n_boot: int = N_
     return stats.Interval(value, max(floor, value - half), value + half, len(reps))
 
 
-def per_repeat(values_by_repeat: Mapping[int, np.ndarray], pct: float) -> dict[int, float]:
-    """The pct-th percentile of each repeat's samples (nan for a repeat without any): the input of paired_diff."""
-    return {r: stats.percentile(x, pct) for r, x in values_by_repeat.items()}
-
-
 def goodput_ci(counts: Mapping[int, tuple[int, int]]) -> stats.Interval:
     """Share good (0..1) of (good, sent) per repeat: mean over repeats with sent > 0, its Student-t CI widened to
     the Wilson interval of the pooled counts (see the module docstring); `n` is the number of repeats."""
