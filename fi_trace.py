@@ -7,11 +7,12 @@ physical-page fragmentation, over time, for CUDA-graph and eager steps alike —
     ./fi_trace.py capture --duration-s 60 --concurrency 32 --prefixes 4
     ./fi_trace.py analyze --trace-dir ~/llmhost/fi-trace/20260101T120000Z --out-dir results/fi
 
-capture: `./serve.sh restart` with SERVER_ENV += PYTHONPATH=llmhost/fi/trace/sitehook:... LLMHOST_FI_TRACE_DIR=<dir>
-(the hook is inert without that variable), waits until every scheduler process reports the patch, warms the prefix
-cache, then sends --duration-s of traffic in four phases with the tracer off, on, on, off (same server boot) to
-measure its cost, creates <trace dir>/STOP, then restarts the server without the hook (or stops it, if it was not
-running before). Writes <trace dir>/{shard-*.npz, stats-*.json, traffic.json, env.json} and <out-dir>/trace.json
+capture: restarts the server (llmhost.serve.lifecycle, what ./serve.sh restart runs) with SERVER_ENV +=
+PYTHONPATH=llmhost/fi/trace/sitehook:... LLMHOST_FI_TRACE_DIR=<dir> (the hook is inert without that variable),
+waits until every scheduler process reports the patch, warms the prefix cache, then sends --duration-s of traffic
+in four phases with the tracer off, on, on, off (same server boot) to measure its cost, creates <trace dir>/STOP,
+then restarts the server without the hook (or stops it, if it was not running before). Writes <trace dir>/
+{shard-*.npz, stats-*.json, traffic.json, env.json} and <out-dir>/trace.json
 (default out-dir: $RESULTS_DIR/fi). The last stdout line is one JSON document. Exit: 0 ok, 1 failed, 2 usage,
 130 interrupted (the server is restored first).
 """

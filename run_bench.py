@@ -3,13 +3,17 @@
 
 Each arm (baseline FlashInfer, prefix cache off, FP8 KV, page size 16, Triton attention, your own) differs from the
 baseline by one launch flag and runs on a freshly restarted server (llmhost.serve.lifecycle, what ./serve.sh
-restart runs). Each point is one `python -m sglang.benchmark.serving` subprocess after a verified prefix-cache
-flush; telemetry (/metrics + GPU) is sampled every second on the same clock as the per-request start times.
+restart runs); consecutive arms with the same flags share a boot. One load-generator process per boot imports
+SGLang's own benchmark module (sglang.benchmark.serving) once and runs every point of the boot in-process, each after
+a verified prefix-cache flush, in a seeded shuffle; repeat k uses seed SEED + k - 1 on every arm (paired). Each
+request is recorded with its start/end time, TTFT (first token of any kind), ITLs and cached tokens; telemetry
+(/metrics + GPU) is sampled every second on the same clock.
 
     ./run_bench.py --dry-run                 # the plan, with a time estimate; checks what a run needs, runs nothing
     ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"
+    ./run_bench.py --arms baseline --workloads chat --concurrency 1,16,64,128 --rates 2,8 --duration-s 60
     ./run_bench.py --resume results/bench/20260101-120000   # after a crash, kill or stop: missing + failed points
     ./run_bench.py --resume results/bench/20260101-120000 --only-missing   # failed points stay failed
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import shutil
 import sys
@@ -50,6 +55,7 @@ class Options:
     workloads: list[str]
     quick: bool
     repeat: int
+    loads: points.Loads
     seed: int
     tag: str
     resume: Path | None
@@ -70,7 +76,14 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
                         "Poisson points on the baseline (~13 min on an H200 with 5 arms: 5 restarts of ~130 s + 7 points)")
     parser.add_argument("--repeat", type=int, default=1, help="repeats of every point (default: 1)")
-    parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed for bench_serving, >= 0 (default: 1)")
+    parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed of repeat 1, >= 0; repeat k "
+                        "uses SEED + k - 1, the same on every arm (default: 1)")
+    parser.add_argument("--concurrency", metavar="N,N,...", help="closed-loop concurrency levels that replace the "
+                        "plan's, per workload with concurrency points (e.g. 1,16,64,128; default: the plan's)")
+    parser.add_argument("--rates", metavar="R,R,...", help="Poisson request rates, req/s, that replace the plan's, "
+                        "per workload with rate points (e.g. 2,8,16; default: the plan's)")
+    parser.add_argument("--duration-s", type=float, help="size each concurrency and rate point to last about this "
+                        "many seconds on an H200 (default: the plan's request counts)")
     parser.add_argument("--tag", default="", help=f"suffix of the run id (letters, digits, - and _; at most {TAG_MAX})")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a killed or stopped run; plan and "
                         "seed come from its manifest, points ok are kept, failed ones tried again")
@@ -90,14 +103,39 @@ def parse_args(argv: list[str]) -> Options:
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     names = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     slo = {k: getattr(args, f"slo_{k}") for k in SLO_DEFAULTS}
-    return Options(names, args.arm, workloads, args.quick, args.repeat, args.seed, args.tag, args.resume,
+    loads = points.Loads(concurrency=levels(args.concurrency, int), rates=levels(args.rates, float),
+                         duration_s=args.duration_s)
+    return Options(names, args.arm, workloads, args.quick, args.repeat, loads, args.seed, args.tag, args.resume,
                    args.only_missing, args.dry_run, slo, list(argv))
+
+
+def levels(text: str | None, kind: type) -> tuple | None:
+    """'1,16,64' -> (1, 16, 64) in the given type; None when the flag was not given (usage_problem checked it)."""
+    return None if text is None else tuple(kind(x) for x in text.split(",") if x.strip())
+
+
+def levels_problem(flag: str, text: str | None, kind: type) -> str | None:
+    if text is None:
+        return None
+    try:
+        values = levels(text, kind)
+    except ValueError:
+        values = ()
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        example = "1,16,64" if kind is int else "2,8,16"
+        return f"{flag} {text!r}: give positive {'whole numbers' if kind is int else 'numbers'} like {example}"
+    return None
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:
     """The first argument that cannot work, as one line; None when all can. Nothing is read but the manifest."""
     if args.repeat < 1:
         return "--repeat must be >= 1"
+    problem = levels_problem("--concurrency", args.concurrency, int) or levels_problem("--rates", args.rates, float)
+    if problem:
+        return problem
+    if args.duration_s is not None and not (math.isfinite(args.duration_s) and args.duration_s >= 1):
+        return f"--duration-s must be >= 1 second (got {args.duration_s:g})"
     if args.seed < 0:  # bench_serving seeds numpy with it: a negative seed fails every point
         return f"--seed must be >= 0 (got {args.seed})"
     if args.tag and not re.fullmatch(rf"[A-Za-z0-9_-]{{1,{TAG_MAX}}}", args.tag):
@@ -121,7 +159,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
 def resume_problem(args: argparse.Namespace) -> str | None:
     """--resume takes arms, plan, seed and tag from the run's manifest, checked as make_dashboard.py checks it."""
     given = [flag for flag, value in (("--arms", args.arms), ("--arm", args.arm), ("--quick", args.quick),
-                                      ("--tag", args.tag)) if value]
+                                      ("--tag", args.tag), ("--concurrency", args.concurrency),
+                                      ("--rates", args.rates), ("--duration-s", args.duration_s)) if value]
     if given:
         return f"--resume continues the run's own plan: drop {', '.join(given)}"
     if not (args.resume / "manifest.json").is_file():
@@ -133,7 +172,7 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], restart_s: float) -> None:
+def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], boots: int, restart_s: float) -> None:
     """The dry-run table: every point with its load and estimate, then the total."""
     print(f"[bench] plan: {len(plan)} points over {len(arms)} arms ({', '.join(a.name for a in arms)})")
     print(f"{'#':>4}  {'point_id':<48} {'pattern':<11} {'conc':>5} {'rate':>6} {'prompts':>7} {'est':>7}")
@@ -141,8 +180,9 @@ def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], restart_s: fl
         rate = f"{p.request_rate:g}" if p.request_rate else "inf"
         print(f"{i:>4}  {p.point_id:<48} {p.pattern:<11} {p.concurrency or '-':>5} {rate:>6} {p.num_prompts:>7} "
               f"{fmt_s(points.estimate_s(p)):>7}")
-    total = sum(map(points.estimate_s, plan)) + restart_s * len(arms)
-    print(f"[bench] estimate: {fmt_s(total)} on an H200 ({len(arms)} arms x ~{restart_s:.0f}s restart/warm-up + points)")
+    total = sum(map(points.estimate_s, plan)) + restart_s * boots
+    print(f"[bench] estimate: {fmt_s(total)} on an H200 ({boots} server boots x ~{restart_s:.0f}s restart/load "
+          "generator/warm-up + points)")
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -160,7 +200,7 @@ def open_run(opts: Options, cfg: config.Config) -> tuple[store.RunStore, list[ar
         arms = arms_mod.select(opts.arms, opts.user_arms, arms_mod.config_arm_specs(cfg.bench_user_arms))
     except arms_mod.ArmError as exc:
         raise BenchError(f"{exc} — see ./run_bench.py --help") from None
-    plan = points.build_plan(arms, opts.workloads, opts.quick, opts.repeat)
+    plan = points.build_plan(arms, opts.workloads, opts.quick, opts.repeat, opts.loads)
     if not plan:  # --quick has agent and chat points only
         raise BenchError(f"no points: {'--quick' if opts.quick else 'the sweep'} has none for workloads "
                          f"{','.join(opts.workloads)} — add agent or chat to --workloads, or drop --quick")
@@ -214,9 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     ready = preflight(cfg, plan, seed, new_run=run is None)
     if opts.dry_run:
         active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
-        print_plan(plan, active, arm_overhead_s(quick))
+        boots = len(runner.boots(active))
+        print_plan(plan, active, boots, arm_overhead_s(quick))
         print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
-                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * len(active)),
+                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * boots),
                           "problem": ready if isinstance(ready, str) else None}))
     if isinstance(ready, str):
         print(f"[bench] error: {ready}", file=sys.stderr)
@@ -267,13 +308,14 @@ def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, ar
 
 
 def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> int:
-    """Telemetry on, every arm, telemetry off; the closing lines; the exit code."""
+    """Telemetry on, every boot, telemetry off; the closing lines; the exit code."""
     run = b.store
     b.sampler.start()
     done_before = run.done_points(b.only_missing)
+    left = {p.arm for p in plan if p.point_id not in done_before}
     b.done = len(done_before)
     b.est_left_s = (sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
-                    + arm_overhead_s(quick) * len({p.arm for p in plan if p.point_id not in done_before}))
+                    + arm_overhead_s(quick) * len(runner.boots([a for a in arms if a.name in left])))
     runner.interrupt_on_sigterm()
     resume = f"./run_bench.py --resume {run.root}"
     try:
@@ -290,6 +332,9 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
         if problem is None:
             raise
         print(f"[bench] error: {problem} — fix that, then {resume}", file=sys.stderr)
+        return 1
+    except points.LoadgenError as exc:  # the installed SGLang's benchmark API is not the one this toolkit drives
+        print(f"[bench] error: {exc}", file=sys.stderr)
         return 1
     finally:
         b.sampler.stop()

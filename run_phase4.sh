@@ -29,15 +29,9 @@ source "$REPO_DIR/lib.sh"
 QUICK_JIT_VARIANTS=decode_base,decode_softcap,decode_fp8_kv,prefill_paged,decode_tensor_cores
 usage() { print_usage "$SELF"; }
 
-# The first of .venv/bin/python, SGLANG_PYTHON, python3 that imports every module named.
-python_with() {
-  local candidate
-  for candidate in "$REPO_DIR/.venv/bin/python" "$SGLANG_PYTHON" python3; do
-    command -v "$candidate" >/dev/null 2>&1 || continue
-    "$candidate" -c "import $(IFS=,; echo "$*")" >/dev/null 2>&1 && { echo "$candidate"; return 0; }
-  done
-  echo "$SGLANG_PYTHON" # none has them: the stage's own one-line error says what is missing
-}
+# The Python for a stage: the one rule (llmhost.deps) — the first of the checkout's .venv, SGLANG_PYTHON, python3
+# that has every module named; else SGLANG_PYTHON, whose own one-line error then says what is missing.
+python_with() { (cd "$REPO_DIR" && "$(host_python)" -m llmhost.deps "$@"); }
 
 # --- server handling: kernel timings need the GPU to themselves --------------------------------------------------
 SERVER_WAS_RUNNING=0 SERVER_STOPPED=0 SERVER_STOP_FAILED=0

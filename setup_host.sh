@@ -182,8 +182,8 @@ sglang_resolution() {
   cat "$file"
 }
 
-# rehearse_sglang: sglang==$SGLANG_VERSION resolves where the install takes it from, and torch is on PyTorch's
-# index, where --torch-backend takes it from; either one missing or unreachable fails like the real install would.
+# rehearse_sglang: sglang==$SGLANG_VERSION resolves where the install takes it from, and torch resolves where
+# torch_source would take it from (PyTorch's index, else PyPI); either one missing fails like the real install would.
 rehearse_sglang() {
   local resolution verdict torch
   rehearsal_uv || { log "sglang: not rehearsed — $REHEARSAL_NOTE"; return 0; }
@@ -194,10 +194,28 @@ rehearse_sglang() {
   log "sglang: sglang==$SGLANG_VERSION from $verdict"
   torch=$(awk '$1 == "pin" && $2 == "torch" {print $3}' <<<"$resolution")
   [[ $MODE == install && -n "$torch" ]] || return 0
-  verdict=$(toolkit llmhost.setup.indexes check --uv "$REHEARSAL_UV" --index "$TORCH_INDEX_URL" --no-deps "torch==$torch" | head -n 1) \
-    || fail "torch==$torch (uv --torch-backend $TORCH_BACKEND) from $verdict — a real install stops here: let the proxy through to it, or use --wheelhouse DIR"
+  verdict=$(toolkit llmhost.setup.indexes check --uv "$REHEARSAL_UV" --index "$TORCH_INDEX_URL" --no-deps "torch==$torch" | head -n 1) || true
+  if [[ $verdict == *": unreachable "* ]]; then
+    log "sglang: torch==$torch from $verdict — a real install takes torch from PyPI instead ($(torch_pypi_note))"
+    return 0
+  fi
+  [[ $verdict == *": resolves "* ]] \
+    || fail "torch==$torch (uv --torch-backend $TORCH_BACKEND) from $verdict — a real install stops here: use --wheelhouse DIR"
   log "sglang: torch==$torch (uv --torch-backend $TORCH_BACKEND) from $verdict"
 }
+
+# torch_source: the uv flags that pick where torch comes from. PyTorch's CUDA index when it answers; else PyPI, whose
+# torch wheels are CUDA 13 builds for torch 2.11 (checked: they pull cuda-toolkit 13.0 and nvidia-*-cu13) — a proxy
+# that lets only PyPI through still installs. The flashinfer phase checks torch's CUDA major either way.
+torch_source() {
+  if curl -fsS --max-time 8 -o /dev/null "$TORCH_INDEX_URL/torch/" 2>>"$LOG_FILE"; then
+    echo --torch-backend "$TORCH_BACKEND"
+  else
+    warn "sglang: $TORCH_INDEX_URL cannot be reached — torch comes from PyPI ($(torch_pypi_note))"
+  fi
+}
+
+torch_pypi_note() { echo "PyPI's torch for SGLang $SGLANG_VERSION is a CUDA $CUDA_MAJOR build; the flashinfer phase checks it"; }
 
 toolkit() { "$(host_python)" -m "$@"; }
 uv_pip() { step "$WORK_DIR/venv/bin/uv" pip "$1" --python "$SGLANG_PYTHON" "${@:2}"; }
@@ -374,10 +392,12 @@ phase_sglang() {
     [[ "$have" == - ]] && fail "sglang is not installed in $SGLANG_PYTHON — install sglang==$SGLANG_VERSION there, or drop --python to let setup build a venv"
     fail "$SGLANG_PYTHON has sglang $have, SGLANG_VERSION is $SGLANG_VERSION — accept it with SGLANG_VERSION=$have ./setup_host.sh --python $SGLANG_PYTHON"
   fi
-  local extra=(--prerelease=allow) # sglang needs pre-release deps (flash-attn-4 4.0.0b*)
+  local extra=(--prerelease=allow) torch_from=() # sglang needs pre-release deps (flash-attn-4 4.0.0b*)
   if [[ $MODE == install ]]; then
     need_network "$PYPI_INDEX_URL/sglang/"
-    extra+=(--torch-backend "$TORCH_BACKEND") # torch, torchvision, torchaudio from PyTorch's index; the rest from PyPI
+    torch_from=(--torch-backend "$TORCH_BACKEND") # torch, torchvision, torchaudio; the rest from PyPI
+    is_dry || read -r -a torch_from <<<"$(torch_source)" # the dry run's rehearsal says where torch would come from
+    extra+=("${torch_from[@]}")
   fi
   is_dry || need_disk $((VENV_NEED_GB * 1073741824)) "$WORK_DIR" "sglang + torch + flashinfer"
   log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB of wheels, typically 3-8 min)"

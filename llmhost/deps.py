@@ -38,15 +38,20 @@ def missing(modules: Tuple[str, ...]) -> Optional[str]:
     return None
 
 
-def candidates(sglang_python: str) -> List[str]:
-    """The rule's Pythons that exist, in order, without repeats and without this very interpreter."""
+def rule_pythons(sglang_python: str) -> List[str]:
+    """The rule's Pythons that exist, in order, without repeats."""
     found: List[str] = []
     for name in (str(config.REPO_ROOT / ".venv" / "bin" / "python"), sglang_python, "python3"):
         path = shutil.which(name) if name else None
         # abspath, not realpath: a venv's python is a symlink to the same interpreter as the host's python3
-        if path and os.path.abspath(path) not in {os.path.abspath(p) for p in [sys.executable, *found]}:
+        if path and os.path.abspath(path) not in {os.path.abspath(p) for p in found}:
             found.append(path)
     return found
+
+
+def candidates(sglang_python: str) -> List[str]:
+    """The rule's Pythons other than this very interpreter (those a script can re-run itself with)."""
+    return [p for p in rule_pythons(sglang_python) if os.path.abspath(p) != os.path.abspath(sys.executable)]
 
 
 def has_modules(python: str, modules: Tuple[str, ...]) -> bool:
@@ -54,6 +59,11 @@ def has_modules(python: str, modules: Tuple[str, ...]) -> bool:
         return subprocess.run([python, "-c", _PROBE, *modules], capture_output=True, timeout=60).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def first_with(modules: Tuple[str, ...], sglang_python: str) -> Optional[str]:
+    """The rule's first Python (not this one) that has every module of `modules`; None when none has."""
+    return next((python for python in candidates(sglang_python) if has_modules(python, modules)), None)
 
 
 def rerun_elsewhere(script: str, modules: Tuple[str, ...], prefix: str) -> None:
@@ -66,11 +76,10 @@ def rerun_elsewhere(script: str, modules: Tuple[str, ...], prefix: str) -> None:
         sglang_python = config.load().sglang_python
     except config.ConfigError:  # the script reports it, with its own prefix, when it loads the config
         sglang_python = ""
-    for python in candidates(sglang_python):
-        if has_modules(python, modules):
-            print(f"[{prefix}] '{gone}' is not in {sys.executable}: running with {python}", file=sys.stderr,
-                  flush=True)
-            os.execve(python, [python, os.path.abspath(script), *sys.argv[1:]], {**os.environ, REEXEC_ENV: "1"})
+    python = first_with(modules, sglang_python)
+    if python:
+        print(f"[{prefix}] '{gone}' is not in {sys.executable}: running with {python}", file=sys.stderr, flush=True)
+        os.execve(python, [python, os.path.abspath(script), *sys.argv[1:]], {**os.environ, REEXEC_ENV: "1"})
 
 
 def ensure(script: str, modules: Tuple[str, ...], prefix: str) -> None:
@@ -90,3 +99,20 @@ def ensure(script: str, modules: Tuple[str, ...], prefix: str) -> None:
           f"{' and in ' + ', '.join(tried) if tried else ''} — run ./setup_host.sh (it installs it into "
           f"{cfg.work_dir}/venv, SGLANG_PYTHON) or ./tests/run_cpu.sh (the checkout's .venv)", file=sys.stderr)
     raise SystemExit(1)
+
+
+def main(argv: List[str]) -> int:
+    """`python3 -m llmhost.deps MODULE...`: the rule's first Python (this one included) with every MODULE, else
+    SGLANG_PYTHON, whose own error then names what is missing. For the shell scripts (run_phase4.sh)."""
+    try:
+        sglang_python = config.load().sglang_python
+    except config.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    modules = tuple(argv)
+    print(next((p for p in rule_pythons(sglang_python) if has_modules(p, modules)), sglang_python))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 _APPEND_LOCK = threading.Lock()  # telemetry appends from its own thread
+_UMASK_LOCK = threading.Lock()
 
 
 class WriteError(OSError):
@@ -74,9 +75,7 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None
             out.flush()
             os.fsync(out.fileno())
         if mode is None:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask  # mkstemp creates 0600; results are shared like any other file
+            mode = 0o666 & ~_umask()  # mkstemp creates 0600; results are shared like any other file
         os.chmod(tmp, mode)
         os.replace(tmp, path)
         tmp = None
@@ -85,6 +84,21 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process umask, read from /proc where Linux has it: reading it with os.umask means setting it, which
+    races other threads (the trace hook writes from a thread inside the server) and can leave it at 0."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        umask = os.umask(0)
+        os.umask(umask)
+    return umask
 
 
 def writable_dir_problem(path: Path) -> str | None:

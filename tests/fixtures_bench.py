@@ -79,6 +79,10 @@ def _requests(rng: np.random.Generator, p: dict, t0: float) -> list[dict]:
     rows, clock = [], [t0] * max(1, min(conc, p["num_prompts"]))
     arrival = t0
     for i in range(p["num_prompts"]):
+        # agent requests hit the prefix cache at the arm's rate, spread evenly (no extra draw: same stream as before)
+        is_hit = p["workload"] == "agent" and p["pattern"] != "cold" and (i * 37 % 100) < 100 * hit
+        if p["workload"] == "agent" and p["pattern"] != "cold":
+            prefill = 8.0 if is_hit else 118.0
         itl = 3.6 * itl_mult * (1 + load / 24) * rng.lognormal(0, 0.08)
         ttft = prefill * ttft_mult * (1 + load / 8) * rng.lognormal(0, 0.35)
         if rng.random() < 0.01:
@@ -98,7 +102,8 @@ def _requests(rng: np.random.Generator, p: dict, t0: float) -> list[dict]:
         rows.append({"start_s": round(start, 6), "ok": ok, "error": "" if ok else "ReadTimeout: server overloaded",
                      "prompt_tokens": 4224 if p["workload"] == "agent" else int(rng.integers(512, 1025)),
                      "output_tokens": out if ok else 0, "ttft_ms": round(ttft, 3) if ok else None,
-                     "itl_ms": gaps if ok else [], "e2e_ms": round(e2e, 3)})
+                     "itl_ms": gaps if ok else [], "e2e_ms": round(e2e, 3),
+                     "cached_tokens": (4096 if is_hit else 0) if ok else None})
     return rows
 
 

@@ -198,14 +198,18 @@ class PointRecord(Point):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RequestRecord(Record):
+    """One request, timed by SGLang's request function; start_s/end_s on the telemetry clock (time.time())."""
+
     start_s: float  # unix seconds
     ok: bool
     error: str
     prompt_tokens: int
     output_tokens: int
-    ttft_ms: float | None  # None: failed, or no text token arrived (a tool-call-only stream)
+    ttft_ms: float | None  # first streamed token of any kind (content, reasoning, tool call); None: failed/none
     itl_ms: tuple[float, ...]  # every gap between streamed chunks (empty for a failed request)
     e2e_ms: float
+    end_s: float | None = None  # unix seconds of the last chunk; None: failed (or a run before it was recorded)
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache; None: failed or not reported
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -251,6 +255,7 @@ class ServerRecord(Record):
     server_info: dict[str, Any]  # /server_info, secrets redacted
     ready_s: float
     started_at: str  # UTC, ISO 8601
+    restarts: tuple[str, ...] = ()  # "<UTC> <why>" per restart after a fault (the server died during a point)
 
     @classmethod
     def _upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Running a benchmark plan: arm by arm on a freshly restarted server, point by point with SGLang's load generator.
+"""Running a benchmark plan: boot by boot on a freshly restarted server, point by point with SGLang's load generator.
 
-run_bench.py builds the plan and the run directory; this module executes it: a server restart per arm with the
-arm's flags as data (llmhost.serve.lifecycle), an untimed warm pass (full runs), the tool-call check, then each
-point after a verified prefix-cache flush, retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
+run_bench.py builds the plan and the run directory; this module executes it. Consecutive arms with the same launch
+flags share one server boot; a boot is a restart with those flags as data (llmhost.serve.lifecycle), one
+load-generator process that runs all of its points in-process (llmhost.bench.loadgen_process), an untimed warm pass
+(full runs), the tool-call check of each arm, then its points in a seeded shuffle, each after a verified prefix-cache
+flush and retried once (after a restart when the server died). Progress lines carry an ETA that learns from reality.
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import config
-from llmhost.bench import points, salvage, store, telemetry, toolcalls
-from llmhost.bench.records import PointRecord, PointSummary, ServerRecord, ToolCallCase, ToolCallSkipped
+from llmhost.bench import points, records, salvage, store, telemetry, toolcalls
+from llmhost.bench.loadgen_process import LoadGenerator
+from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
 from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
@@ -24,7 +27,8 @@ from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 RESTART_EST_S = 130.0  # measured on an H200 (SGLang 0.5.17, warm kernel caches): 102-162 s to ready; ~7 min cold
-WARM_ARM_EST_S = 15.0  # the untimed warm pass of a full run: load-generator start + 16 short requests
+LOADGEN_START_S = 12.0  # once per boot: the benchmark module's imports + the tokenizer load (H200 host)
+WARM_ARM_EST_S = 3.0  # the untimed warm pass of a full run: 16 short requests
 
 
 def fmt_s(seconds: float) -> str:
@@ -33,8 +37,8 @@ def fmt_s(seconds: float) -> str:
 
 
 def arm_overhead_s(quick: bool) -> float:
-    """Per-arm time outside the points: the restart, plus the warm pass of a full run."""
-    return RESTART_EST_S + (0.0 if quick else WARM_ARM_EST_S)
+    """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run."""
+    return RESTART_EST_S + LOADGEN_START_S + (0.0 if quick else WARM_ARM_EST_S)
 
 
 class BenchError(Exception):
@@ -56,6 +60,7 @@ class Bench:
     env: dict[str, str]
     sampler: telemetry.Sampler
     total: int
+    loadgen: LoadGenerator | None = None  # the running boot's load generator
     done: int = 0
     est_left_s: float = 0.0
     est_spent_s: float = 0.0
@@ -98,9 +103,10 @@ def loadgen_env(cfg: config.Config) -> dict[str, str]:
 
 # --- one arm: a fresh server -------------------------------------------------------------------------------------
 
-def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
-    """A fresh server with this arm's one difference, its flags passed as data; record servers/<arm>.json.
-    Returns '' or a one-line error. Its progress goes to raw/serve-<arm>.log."""
+def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
+    """A fresh server with this arm's one difference, its flags passed as data; record servers/<arm>.json (a
+    restart after a fault adds `reason` to the record's restarts). Returns '' or a one-line error. Its progress
+    goes to raw/serve-<arm>.log."""
     flags, settings = arms_mod.server_overrides(arm)
     started = time.time()
     try:
@@ -119,10 +125,28 @@ def restart_server(b: Bench, arm: arms_mod.Arm) -> str:
         info = reply.json() if reply.ok else {"error": f"HTTP {reply.describe()}: {reply.text[:200]}"}
     except ValueError:
         info = {"error": "not JSON"}
+    earlier = read_server(b, arm.name)
+    restarts = (*earlier.restarts, f"{utc_now(started)} {reason}") if reason and earlier else \
+        ((f"{utc_now(started)} {reason}",) if reason else ())
     b.store.write_server(ServerRecord(
         arm=arm.name, launch_command=ready.launch_command or None, server_info=redact_secrets(info),
-        ready_s=time.time() - started, started_at=ready.started_at or utc_now(started)))
+        ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts))
     return ""
+
+
+def read_server(b: Bench, arm: str) -> ServerRecord | None:
+    """servers/<arm>.json as written, or None (absent or unreadable)."""
+    try:
+        return ServerRecord.from_dict(json.loads((b.store.root / "servers" / f"{arm}.json").read_text()))
+    except (OSError, ValueError):  # RecordError is a ValueError
+        return None
+
+
+def share_boot(b: Bench, lead: arms_mod.Arm, arm: arms_mod.Arm) -> None:
+    """An arm with the lead's launch flags runs on the lead's boot: its servers/<arm>.json is the lead's."""
+    record = read_server(b, lead.name)
+    if record is not None:
+        b.store.write_server(dataclasses.replace(record, arm=arm.name, restarts=()))
 
 
 def server_client(cfg: config.Config) -> ServerClient:
@@ -139,11 +163,11 @@ def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
     raw = b.store.raw_dir()
     argv = points.bench_argv(probe, WORKLOADS["chat"], base_url=b.cfg.base_url, model_dir=b.cfg.model_dir,
                              served_model_name=b.cfg.served_model_name, seed=b.seed,
-                             output_file=raw / f"warm-{arm.name}.jsonl", measured=False)
-    code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=raw / f"warm-{arm.name}.starts",
-                                     log_file=raw / f"warm-{arm.name}.log", env=b.env, limit_s=300)
+                             output_file=raw / f"warm-{arm.name}.jsonl")
+    assert b.loadgen is not None
+    _, error = b.loadgen.run(argv, raw / f"warm-{arm.name}.requests.jsonl", limit_s=300)
     store.redact_jsonl(raw / f"warm-{arm.name}.jsonl")
-    if code:
+    if error:
         print(f"[bench] warning: warm pass of arm {arm.name} failed ({error}) — continuing", flush=True)
 
 
@@ -160,22 +184,36 @@ def check_tools(b: Bench, arm: arms_mod.Arm) -> None:
           + (f"{sum(r.ok for r in scored)}/{len(scored)} right" if scored else skipped), flush=True)
 
 
-# --- one point: flush, (warm), measure, parse ----------------------------------------------------------------------
+# --- one point: flush, (prime), measure, parse --------------------------------------------------------------------
+
+def measure(b: Bench, point: points.Point, stem: str, prime: bool = False) -> tuple[dict[str, float] | None, str]:
+    """One pass of the point through the boot's load generator -> (the module's totals, '') or (None, error).
+    Its request records land in <stem>[.prime].requests.jsonl, the module's own output in <stem>[.prime].jsonl."""
+    base = f"{stem}.prime" if prime else stem
+    argv = points.bench_argv(point, WORKLOADS[point.workload], base_url=b.cfg.base_url, model_dir=b.cfg.model_dir,
+                             served_model_name=b.cfg.served_model_name, seed=points.point_seed(b.seed, point),
+                             output_file=Path(f"{base}.jsonl"), prime=prime)
+    assert b.loadgen is not None
+    totals, error = b.loadgen.run(argv, Path(f"{base}.requests.jsonl"), limit_s=points.timeout_s(point))
+    store.redact_jsonl(Path(f"{base}.jsonl"))  # bench_serving copies /server_info, API key included, into it
+    return totals, error
+
 
 def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     """Run one attempt of a point; returns its points.jsonl record (failures are data, named with the server
     log's cause when it has one)."""
     b.sampler.point_id = point.point_id
     started = time.time()
-    stem = b.store.raw_dir() / f"{point.point_id}.a{attempt}.{int(started)}"  # unique: an orphan may still write
+    stem = str(b.store.raw_dir() / f"{point.point_id}.a{attempt}.{int(started)}")  # unique per attempt
     log_offset = serverlog.size(b.cfg.state_dir / "server.log")
     flush = server_client(b.cfg).flush_cache(wait_s=120)  # 200 only once SGLang emptied the tree
     error = "" if flush else f"prefix cache flush failed: {flush.detail}"
     summary, rel = None, ""
     if flush and point.pattern == "warm":
-        error = warm_pass(b, point, stem)
+        _, prime_error = measure(b, point, stem, prime=True)
+        error = f"priming pass failed: {prime_error}" if prime_error else ""  # else cold would be published as warm
     if flush and not error:
-        summary, rel, error = measure(b, point, stem, started)
+        summary, rel, error = measure_point(b, point, stem)
     if error:
         cause = serverlog.error_cause(b.cfg.state_dir / "server.log", log_offset)
         error = f"{error} — server log: {cause}"[:400] if cause else error
@@ -187,47 +225,27 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     return record
 
 
-def loadgen_kwargs(b: Bench) -> dict[str, object]:
-    return dict(base_url=b.cfg.base_url, model_dir=b.cfg.model_dir, served_model_name=b.cfg.served_model_name,
-                seed=b.seed)
-
-
-def warm_pass(b: Bench, point: points.Point, stem: Path) -> str:
-    """The untimed pass of a warm point over the very prompts it measures; '' or the error (measuring after a
-    failed warm pass would publish cold as warm)."""
-    argv = points.bench_argv(point, WORKLOADS[point.workload], output_file=Path(f"{stem}.warm.jsonl"),
-                             measured=False, **loadgen_kwargs(b))
-    code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=Path(f"{stem}.warm.starts"),
-                                     log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
-    store.redact_jsonl(Path(f"{stem}.warm.jsonl"))
-    return f"warm pass failed: {error}" if code else ""
-
-
-def measure(b: Bench, point: points.Point, stem: Path, started: float) -> tuple[PointSummary | None, str, str]:
-    """The measured load-generator run -> (summary, requests file, error or ''). A run killed at its time limit
-    keeps the requests that finished before the kill (llmhost.bench.salvage); the point is still failed."""
-    argv = points.bench_argv(point, WORKLOADS[point.workload], output_file=Path(f"{stem}.jsonl"), **loadgen_kwargs(b))
-    starts = Path(f"{stem}.starts")
-    code, error = points.run_loadgen(b.cfg.sglang_python, b.module, argv, starts_file=starts,
-                                     log_file=Path(f"{stem}.log"), env=b.env, limit_s=points.timeout_s(point))
-    summary, rel, rows = None, "", []
-    if not code:
-        try:
-            details = points.read_details(Path(f"{stem}.jsonl"))
-            rows = points.request_rows(details, json.loads(starts.read_text()), started)
-            summary = points.summarize(details, rows, point.request_rate)
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # reading only: a failed write ends the run
-            error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
-    elif code == points.TIMED_OUT:
-        rows = salvage.completed_requests(points.completed_file(starts), salvage.warmup_requests(argv))
-        summary = salvage.summarize(rows, point.request_rate) if rows else None
-        error += f"; the {len(rows)} requests that finished before the kill are kept" if rows else ""
-    if summary is not None:
-        rel = b.store.write_requests(point.point_id, rows)
-    store.redact_jsonl(Path(f"{stem}.jsonl"))  # bench_serving copies /server_info, API key included, into it
-    if not error and summary and summary.completed == 0:  # bench_serving exits 0 even when all requests failed
+def measure_point(b: Bench, point: points.Point, stem: str) -> tuple[PointSummary | None, str, str]:
+    """The measured pass -> (summary, requests file, error or ''). A pass that ended without the module's totals
+    (killed at its time limit, the load generator died) keeps the requests that finished before (llmhost.bench.
+    salvage); the point is still failed."""
+    totals, error = measure(b, point, stem)
+    requests_file = Path(f"{stem}.requests.jsonl")
+    summary, rows = None, []
+    try:
+        if totals is not None:
+            rows = records.read_records(requests_file, RequestRecord.from_dict).records
+            summary = points.summarize(totals, rows, point.request_rate)
+        else:
+            rows = salvage.completed_requests(requests_file)
+            summary = salvage.summarize(rows, point.request_rate) if rows else None
+            error += f"; the {len(rows)} requests that finished before it ended are kept" if rows else ""
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # reading only: a failed write ends the run
+        error = f"unreadable load-generator output: {type(exc).__name__}: {exc}"[:300]
+    rel = b.store.write_requests(point.point_id, rows) if summary is not None else ""
+    if not error and summary and summary.completed == 0:  # the module returns normally when all requests failed
         first = next((r.error for r in rows if r.error), "no error text")
-        error = f"every request failed ({first})"[:300]
+        error = f"every request failed ({first.strip().splitlines()[-1] if first.strip() else first})"[:300]
     if not error and not server_alive(b.cfg):
         error = "the server stopped answering /health during the point"
     return summary, rel, error
@@ -262,7 +280,7 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
         if attempt != attempts[-1] and not server_alive(b.cfg):
             check_user_stop(b)
             print(f"[bench] the server is not answering — restarting arm {arm.name} before the retry", flush=True)
-            error = restart_server(b, arm)
+            error = restart_server(b, arm, reason=f"restarted after {point.point_id} attempt {attempt}: {record.error}")
             if error:
                 print(f"[bench] {error}", flush=True)
     check_user_stop(b)  # a stop during the last attempt: say so now, not at the next arm
@@ -278,31 +296,63 @@ def check_user_stop(b: Bench) -> None:
         raise UserStopped(when)
 
 
-# --- the run: arm by arm ----------------------------------------------------------------------------------
+# --- the run: boot by boot -------------------------------------------------------------------------------
+
+def boots(arms: list[arms_mod.Arm]) -> list[list[arms_mod.Arm]]:
+    """Consecutive arms with the same launch flags and settings share one server boot; a new boot (a restart)
+    only where they change."""
+    groups: list[list[arms_mod.Arm]] = []
+    for arm in arms:
+        if groups and arms_mod.server_overrides(groups[-1][0]) == arms_mod.server_overrides(arm):
+            groups[-1].append(arm)
+        else:
+            groups.append([arm])
+    return groups
+
 
 def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> None:
-    """Arm by arm: fresh server, warm pass, tool calls, then every point not yet recorded."""
+    """Boot by boot: fresh server, load generator, warm pass, tool calls, then every point not yet recorded."""
     attempts = b.store.latest_attempts()
     done = b.store.done_points(b.only_missing)
-    for arm in arms:
-        todo = [p for p in plan if p.arm == arm.name and p.point_id not in done]
-        if not todo:
-            continue
-        b.progress(f"arm {arm.name}: restarting the server with {' '.join(arm.flags) or 'the baseline flags'}")
-        error = restart_server(b, arm)
-        b.est_left_s -= arm_overhead_s(quick)
-        if error:  # recorded as attempt-1 failures: --resume tries them again
-            print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
-            for p in todo:
-                b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
-                                                    started_at=time.time(), ended_at=time.time(), cache_flushed=False,
-                                                    summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
-                b.done += 1
-                b.spend(points.estimate_s(p))
-            continue
-        if not quick:
-            warm_arm(b, arm)
-        if arm.name not in b.store.toolcall_arms():
-            check_tools(b, arm)
+    for group in boots(arms):
+        names = {a.name for a in group}
+        todo = points.boot_order([p for p in plan if p.arm in names and p.point_id not in done], b.seed)
+        if todo:
+            run_boot(b, group, todo, {p.point_id: attempts[p.point_id] for p in todo if p.point_id in attempts},
+                     quick)
+
+
+def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last: dict[str, PointRecord],
+             quick: bool) -> None:
+    """One server boot: restart, load generator, warm pass, tool calls, its points (`last`: their latest
+    recorded attempts)."""
+    lead = group[0]
+    b.progress(f"arm {'+'.join(a.name for a in group)}: restarting the server with "
+               f"{' '.join(lead.flags) or 'the baseline flags'}")
+    error = restart_server(b, lead)
+    b.est_left_s -= arm_overhead_s(quick)
+    if error:  # recorded as attempt-1 failures: --resume tries them again
+        print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
         for p in todo:
-            run_point(b, arm, p, attempts.get(p.point_id))
+            b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
+                                                started_at=time.time(), ended_at=time.time(), cache_flushed=False,
+                                                summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
+            b.done += 1
+            b.spend(points.estimate_s(p))
+        return
+    for arm in group[1:]:
+        share_boot(b, lead, arm)
+    by_name = {a.name: a for a in group}
+    with LoadGenerator(b.cfg.sglang_python, b.module, b.env, b.store.raw_dir() / f"loadgen-{lead.name}.log") as gen:
+        gen.start()  # LoadgenError (an SGLang whose API this toolkit does not drive) ends the run in one line
+        b.loadgen = gen
+        try:
+            if not quick:
+                warm_arm(b, lead)
+            for arm in group:
+                if arm.name not in b.store.toolcall_arms():
+                    check_tools(b, arm)
+            for p in todo:
+                run_point(b, by_name[p.arm], p, last.get(p.point_id))
+        finally:
+            b.loadgen = None

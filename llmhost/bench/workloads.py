@@ -11,6 +11,7 @@ payload (after its own defaults), so `{"tools": [...], "tool_choice": "auto"}` t
 request exactly as an OpenAI client would; the chat template renders them into the prompt, so they are part of the
 shared prefix too. No custom dataset file is needed. Prompts are generated once: random-ids is seeded and
 generated-shared-prefix prompts are cached by bench_serving under ~/.cache/sglang (keyed by seed and sizes).
+The warm point's priming pass uses the same seed with one 1-token question per group (dataset_args(prime=True)).
 """
 from __future__ import annotations
 
@@ -63,19 +64,25 @@ class Workload:
             params["tools"] = [t["function"]["name"] for t in TOOLS]  # type: ignore[index]
         return params
 
-    def dataset_args(self, num_prompts: int) -> list[str]:
-        """bench_serving arguments that select this workload's prompts for `num_prompts` requests."""
+    def dataset_args(self, num_prompts: int, prime: bool = False) -> list[str]:
+        """bench_serving arguments that select this workload's prompts for `num_prompts` requests; `prime`: one
+        1-token question per system prompt, which caches the prompts a warm point then asks new questions over."""
         if self.kind == "random-ids":
+            if prime:
+                raise ValueError(f"workload {self.name} has no shared prefixes to prime")
             # --tokenize-prompt: send the ids themselves. Without it bench_serving decodes them to text, which the
             # server re-tokenizes to 4-8% more tokens (up to 26%) than the input length every count reports.
             return ["--backend", self.backend, "--dataset-name", "random-ids", "--num-prompts", str(num_prompts),
                     "--random-input-len", str(self.input_len), "--random-output-len", str(self.output_len),
                     "--random-range-ratio", "1.0", "--tokenize-prompt"]
+        # Same seed, same system prompts: gsp draws all of them first, then the questions, so a pass with one
+        # 1-token question per group caches exactly the prompts of the measured pass and none of its questions.
+        per, question, output = (1, 1, 1) if prime else (per_group(num_prompts), 128, self.output_len)
         args = ["--backend", self.backend, "--dataset-name", "generated-shared-prefix",
-                "--num-prompts", str(num_prompts),
-                "--gsp-num-groups", str(AGENT_GROUPS), "--gsp-prompts-per-group", str(per_group(num_prompts)),
-                "--gsp-system-prompt-len", "4096", "--gsp-question-len", "128",
-                "--gsp-output-len", str(self.output_len)]
+                "--num-prompts", str(AGENT_GROUPS * per),
+                "--gsp-num-groups", str(AGENT_GROUPS), "--gsp-prompts-per-group", str(per),
+                "--gsp-system-prompt-len", "4096", "--gsp-question-len", str(question),
+                "--gsp-output-len", str(output)]
         if self.kind == "openai-chat":
             args += ["--extra-request-body", json.dumps({"tools": TOOLS, "tool_choice": "auto"})]
         return args

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.fi import jit_variants
-from llmhost.fi.env import write_json_atomic
+from llmhost.fi.env import write_document
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACT_SUFFIXES = (".so", ".o")
@@ -199,7 +199,7 @@ class Lanes:
         row["lanes_busy_at_start"] = lanes
         with self.lock:
             self.doc["variants"].append(row)
-            write_json_atomic(self.out_path, self.doc)
+            write_document(self.out_path, self.doc)
             self._report(number, row)
         return row
 
@@ -272,7 +272,7 @@ def run(plan: JitPlan) -> int:
                      "page_size": jit_variants.PAGE_SIZE, "repeat": plan.repeat},
         "variants": [], "diff": None, "complete": False,
     })
-    write_json_atomic(out_path, doc)
+    write_document(out_path, doc)
     print(f"[jit] {len(plan.variants)} variants, {plan.jobs} at a time, cache {plan.cache_base}, "
           f"{probe['cpu_cores']} cores, MAX_JOBS={probe['max_jobs'] or 'unset'}, FLASHINFER_NVCC_THREADS="
           f"{probe['flashinfer_nvcc_threads'] or 1}{' (WARM cache: results are cache hits)' if warm else ''}",
@@ -281,7 +281,7 @@ def run(plan: JitPlan) -> int:
     failures = measure_all(plan, doc, out_path)
     attach_diff(plan, doc)
     doc.update(complete=True, wall_s=time.monotonic() - started)
-    write_json_atomic(out_path, doc)
+    write_document(out_path, doc)
     ok = [r for r in doc["variants"] if r["ok"]]
     print(json.dumps({"jit_json": str(out_path), "variants": len(doc["variants"]), "failed": failures,
                       "jobs": plan.jobs, "wall_s": round(doc["wall_s"], 1),

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from llmhost.fi.timing import percentile
+from llmhost.stats import percentile
 
 PLAN_LAYOUTS = {  # len(plan_info) -> (struct, index of padded_batch_size, of kv_chunk_size offset, of split_kv)
     15: ("PrefillPlanInfo", 0, 9, 14),

@@ -61,7 +61,7 @@ def _write(out_dir: Path, stage: str, opts: Any, shape: shapes.AttentionShape, c
     from llmhost.fi import env
 
     target = out_dir / f"{stage}.json"
-    env.write_json_atomic(target, env.document({"stage": stage, "options": dataclasses.asdict(opts),
+    env.write_document(target, env.document({"stage": stage, "options": dataclasses.asdict(opts),
                                                 "shape": dataclasses.asdict(shape), "ceilings": ceilings, **data}))
     return target
 

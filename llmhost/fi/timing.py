@@ -18,7 +18,7 @@ Three methods, one function (`gpu_time_ms`), all returning per-iteration samples
   simpler timer reports: its difference to "graph" is mostly the launch gap (the GPU idles while Python prepares
   the launch) plus the few MB of q, o and page table that "graph" finds in L2; stored per case.
 
-`summarize` and `percentile` are pure and unit-tested.
+`summarize` is pure and unit-tested (its percentiles are llmhost.stats', numpy's linear rule).
 """
 from __future__ import annotations
 
@@ -28,20 +28,11 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from llmhost.stats import percentile
+
 Method = Literal["event", "graph", "cupti"]
 CALLS_PER_GRAPH = 10  # FlashInfer's default num_iters_within_graph: a ~5 us replay launch is 0.5 us per call
 WARMUP_MS = 25  # time-budgeted warm-up (FlashInfer's dry_run_time_ms): a 20 us and a 2 ms kernel both settle
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100), the same rule as numpy's default."""
-    if not samples:
-        raise ValueError("percentile of no samples")
-    ordered = sorted(samples)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float | int]:

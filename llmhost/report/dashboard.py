@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import files, stats
-from llmhost.report import figures, kpis, page, tables, timeline
+from llmhost.report import figures, kpis, page, steady, steady_page, tables, timeline
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 
@@ -39,8 +39,13 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> 
     rows = tables.summary_rows(groups, slo, seed)
     ctx = figures.Context(run, groups, rows, tables.baseline_rows(run, groups, slo, seed), slo)
     colors = {a.name: (a.label, a.color) for a in run.arms}
+    windows = steady.window_groups(run, groups, seed)
+    steady_rows = steady.steady_rows(groups, windows, slo, seed)
+    paired, unsteady = steady.paired_rows(run, groups, windows), steady.not_steady_rows(groups, windows)
     sections = [("overview", "Overview", env_card(run, slo) + page.cards(kpis.build_cards(run, rows, slo), colors)),
-                ("baseline", "Settings vs baseline", baseline_html(ctx))]
+                ("baseline", "Settings vs baseline", baseline_html(ctx)),
+                ("steady", "Steady state and repeats", steady_page.section_html(run, steady_rows, paired, unsteady,
+                                                                                 slo))]
     for anchor, title, keys in SECTION_CHARTS:
         sections.append((anchor, title, "".join(page.chart(CHARTS[k](ctx)) for k in keys)))
     sections.append(("tools", "Tool calls", toolcalls_html(run)))
@@ -52,7 +57,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> 
               "(stored results only; rebuild any time with other SLOs: ./make_dashboard.py RUN_DIR --slo-ttft-ms …)"
               "</p>")
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
-            "baseline": ctx.baseline}
+            "baseline": ctx.baseline, "steady": steady_rows, "paired": paired, "not_steady": unsteady}
     return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)
 
 
@@ -115,7 +120,9 @@ def baseline_html(ctx: figures.Context) -> str:
              "same point (goodput in percentage points, the rest in %), the 95% CI of that change (latencies, "
              "goodput: bootstrap over requests; throughput: Welch t over repeats), and a verdict — \"within noise\" "
              "when the CI includes 0, \"no CI\" when a side has too little data for one (throughput: a single "
-             "repeat; run with --repeat 3), \"no data\" when a side's point failed.</p>")
+             "repeat; run with --repeat 3), \"no data\" when a side's point failed. The latency CIs here pool "
+             "every request, transients included, and treat them as independent; the paired, steady-window view "
+             "in <a href='#steady'>Steady state and repeats</a> does not.</p>")
     base_rows = [r for r in ctx.rows if base and r["arm"] == base.name]
     if base and base_rows and not any(r["points_ok"] for r in base_rows):
         errors = "; ".join(sorted({r["point_errors"] for r in base_rows if r["point_errors"]})) or "no error text"
@@ -213,7 +220,11 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
         "that completed with TTFT ≤ "
         f"{slo.ttft_ms:g} ms and TPOT ((end-to-end − TTFT) / (output tokens − 1), as bench_serving) ≤ {slo.itl_ms:g} ms; a load meets the SLO "
         f"when ≥ {slo.pct:g}% are good. Capacity = highest load with it and every lower load meeting the SLO. "
-        "ITL percentiles pool every token gap (bench_serving's definition).</p>")
+        "ITL percentiles pool every token gap (bench_serving's definition).</p>"
+        "<p class=read>Steady state and repeats: each repeat is windowed (llmhost/bench/window.py) and measured on "
+        "its own; means and percentiles get CIs across repeats (Student t; a percentile's from resampling repeats "
+        "and contiguous time blocks, never single requests), arms are compared paired by repeat index (same seed), "
+        "and the formulas with their simulated coverage are in llmhost/repeats.py.</p>")
     return "".join(parts)
 
 

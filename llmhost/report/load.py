@@ -39,6 +39,7 @@ class Requests:
     itl_mean_ms: np.ndarray  # per request TPOT: (e2e - ttft) / (output tokens - 1) (nan with < 2 output tokens)
     itl_all_ms: np.ndarray  # every ITL gap of every request, pooled (what bench_serving's ITL percentiles use)
     e2e_ms: np.ndarray
+    cached_tokens: np.ndarray  # nan: not recorded
 
     @property
     def n(self) -> int:
@@ -116,6 +117,7 @@ def requests_from_records(rows: list[RequestRecord]) -> Requests:
         itl_mean_ms=np.array([_tpot(r) for r in rows], float),
         itl_all_ms=np.array([g for r in rows for g in r.itl_ms], float),
         e2e_ms=np.array([r.e2e_ms for r in rows], float),
+        cached_tokens=np.array([math.nan if r.cached_tokens is None else r.cached_tokens for r in rows], float),
     )
 
 

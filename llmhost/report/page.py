@@ -36,6 +36,8 @@ pre{background:#fff;border:1px solid #e3e3e6;padding:8px;overflow-x:auto;font-si
 .chart{background:#fff;border:1px solid #e3e3e6;border-radius:8px;padding:4px;margin:6px 0}
 #js-errors{color:#b91c1c}
 summary{cursor:pointer;color:#1f4f99;margin:8px 0}
+.todo{background:#fff7e0;padding:.6em}.how{color:#555;font-style:italic;margin-top:-.3em}details{margin:.5em 0 1.5em}
+svg.diagram{display:block;margin:1em 0;background:#fcfcfc;border:1px solid #eee}
 """
 ERROR_HOOK = """<script>
 window.__jsErrors=[];
@@ -120,12 +122,16 @@ def section(anchor: str, title: str, body: str) -> str:
     return f"<section id={esc(anchor)}><h2>{esc(title)}</h2>{body}</section>"
 
 
-def document(title: str, sections: Sequence[tuple[str, str, str]], header: str) -> str:
-    """The whole page: plotly.js once, the error hook, a nav line, then (anchor, title, body) sections."""
-    from plotly.offline import get_plotlyjs
+def document(title: str, sections: Sequence[tuple[str, str, str]], header: str, *, with_plotly: bool = True) -> str:
+    """The whole page: plotly.js once (unless with_plotly is False: a page of tables built where plotly is not
+    installed), the error hook, a nav line, then (anchor, title, body) sections."""
+    plotly_js = ""
+    if with_plotly:
+        from plotly.offline import get_plotlyjs
+        plotly_js = f"<script>{get_plotlyjs()}</script>"
     nav = " ".join(f"<a href='#{esc(a)}'>{esc(t)}</a>" for a, t, _ in sections)
     body = "".join(section(a, t, b) for a, t, b in sections)
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
             f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{CSS}</style>{ERROR_HOOK}"
-            f"<script>{get_plotlyjs()}</script></head><body data-js-errors=pending><main>{header}"
+            f"{plotly_js}</head><body data-js-errors=pending><main>{header}"
             f"<pre id=js-errors hidden></pre><nav>{nav}</nav>{body}</main></body></html>")

@@ -21,13 +21,12 @@ dashboard.{pid,log}. (`python -m llmhost.serve` is the same CLI.)
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from llmhost import deps
-from llmhost.config import REPO_ROOT, Config, ConfigError, load
+from llmhost.config import Config, ConfigError, load
 from llmhost.serve import dashboard, gpu, lifecycle, pane, status, tunnel
 from llmhost.serve.checks import check_settings
 from llmhost.serve.console import EXIT_FAILED, EXIT_INTERRUPTED, Console, ServeError, UsageError
@@ -125,19 +124,6 @@ COMMANDS: dict[str, tuple[Command, bool, bool]] = {
 }
 
 
-def python_with_clients(cfg: Config) -> str | None:
-    """Another Python to run in when this one lacks the client packages: the toolkit's own .venv when present,
-    else SGLANG_PYTHON; None when the first that exists is this one (no loop) or neither exists (the ImportError
-    then says what is missing). Paths are compared as given: setup's venv python is a symlink to the very
-    python3 that runs this."""
-    for candidate in (str(REPO_ROOT / ".venv" / "bin" / "python"), cfg.sglang_python):
-        found = shutil.which(candidate)
-        if found:
-            found = os.path.abspath(found)
-            return None if found == sys.executable else found
-    return None
-
-
 def run(argv: list[str], console: Console) -> int:
     if not argv or not argv[0]:
         print(__doc__, file=sys.stderr)
@@ -158,7 +144,9 @@ def run(argv: list[str], console: Console) -> int:
     except (ConfigError, OSError) as exc:
         raise ServeError(str(exc)) from None
     check_settings(cfg)
-    other = python_with_clients(cfg) if needs_clients and deps.missing(CLIENT_PACKAGES) else None
+    # the client packages are missing here: the one rule (llmhost.deps) picks the Python to run in instead
+    other = deps.first_with(CLIENT_PACKAGES, cfg.sglang_python) if needs_clients and deps.missing(CLIENT_PACKAGES) \
+        else None
     if other:
         sys.stdout.flush()
         os.execv(other, [other, "-m", "llmhost.serve", *argv])

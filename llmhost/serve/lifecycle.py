@@ -27,7 +27,7 @@ from llmhost.serve.console import EXIT_INTERRUPTED, Console, ServeError
 from llmhost.serve.lock import ServeLock
 from llmhost.serve.procfs import group_pids, port_holder
 from llmhost.serve.readiness import readiness, wait_ready
-from llmhost.serve import serverlog
+from llmhost.serve import serverlog, startup
 from llmhost.serve.spec import build_spec, with_settings, write_launch_files
 
 # The one busy-lock policy: every call waits up to busy_wait_s for another start/stop/restart of this WORK_DIR
@@ -230,6 +230,9 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
                           "./serve.sh stop ends it") from None
     if ok:
         console.info(detail)
+        timeline = startup.timeline_line(log, process.read_state(cfg.state_dir).get("started_at"), time.time())
+        if timeline:
+            console.info(timeline)
         return _ready_info(cfg, pgid, time.monotonic() - started, already_running=False)
     console.report(f"last lines of {log}:\n{serverlog.tail(log)}")
     _clean_up_failed_start(cfg, pgid, console)

@@ -19,10 +19,10 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+from llmhost.files import write_json_atomic
 
 MANIFEST = ".hub-files.json"
 # What LOAD_FORMAT=dummy still needs: the architecture and the tokenizer (random weights, real shapes).
@@ -150,13 +150,6 @@ def _lfs_sha256(lfs: object) -> str | None:
     if not lfs:
         return None
     return lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
-
-
-def write_json_atomic(path: Path, data: object) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1)
-    os.replace(tmp, path)
 
 
 def download(model_id: str, model_dir: str | Path, *, config_only: bool) -> ModelCheck:

@@ -81,6 +81,12 @@ def test_a_small_benchmark_completes_every_point(results, record):
     run_dir = Path(summary["run_dir"])
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
     assert all(p["status"] == "ok" and p["cache_flushed"] == (p["pattern"] != "warm") and p["summary"]["completed"] > 0
-               for p in points)  # a warm point is measured on the cache its warm pass filled
+               for p in points)  # a warm point is measured on the cache its priming pass filled
+    # ...with new questions: each request hits its 4,096-token system prompt (cached tokens from SGLang itself)
+    # and prefills its own 128-token question
+    warm = next(p for p in points if p["pattern"] == "warm")
+    rows = [json.loads(line) for line in (run_dir / warm["requests_file"]).read_text().splitlines()]
+    assert all(r["cached_tokens"] >= 4000 and r["prompt_tokens"] - r["cached_tokens"] >= 100 for r in rows if r["ok"])
+    assert all(r["start_s"] < r["end_s"] and r["ttft_ms"] > 0 for r in rows if r["ok"])
     assert (run_dir / "telemetry.jsonl").stat().st_size > 0
     subprocess.run([str(REPO / "serve.sh"), "stop"], env=results, capture_output=True, timeout=120)

@@ -17,6 +17,7 @@ import pytest
 from benchrun import BENCH, REPO, bench, isolated_env, rows
 from llmhost import files
 from llmhost.bench import points, salvage
+from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.workloads import REGISTRY
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
@@ -143,15 +144,17 @@ def test_a_point_killed_at_its_limit_keeps_the_requests_that_finished(tmp_path, 
     from standin.harness import launch, standin_env
 
     point = points.make_point("baseline", "chat", "concurrency", 1, None, 16, 1)
-    starts = tmp_path / "p.starts"
-    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "10"}) as srv:
+    requests_file = tmp_path / "p.requests.jsonl"
+    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "10"}) as srv, \
+            LoadGenerator(sys.executable, "sglang.benchmark.serving", standin_env(), tmp_path / "log") as gen:
         argv = points.bench_argv(point, REGISTRY["chat"], base_url=srv.url, model_dir=str(tmp_path),
                                  served_model_name="qwen3-4b", seed=1, output_file=tmp_path / "o.jsonl")
-        code, error = points.run_loadgen(sys.executable, "sglang.benchmark.serving", argv, starts_file=starts,
-                                         log_file=tmp_path / "log", env=standin_env(), limit_s=15)
-    assert code == points.TIMED_OUT and "exceeded 15s" in error  # 16 requests of ~2.6 s one at a time: ~42 s
-    assert not (tmp_path / "o.jsonl").exists()  # bench_serving itself wrote nothing
-    kept = salvage.completed_requests(points.completed_file(starts), salvage.warmup_requests(argv))
+        gen.start()
+        totals, error = gen.run(argv, requests_file, limit_s=15)
+    assert totals is None and error == "load generator exceeded 15s"  # 16 requests of ~2.6 s one at a time: ~42 s
+    assert not requests_file.exists() and not (tmp_path / "o.jsonl").exists()  # the module itself wrote nothing
+    kept = salvage.completed_requests(requests_file)
     assert 1 <= len(kept) < 16 and all(r.ok and r.output_tokens > 0 and r.ttft_ms > 0 for r in kept)
+    assert [r.start_s for r in kept] == sorted(r.start_s for r in kept) and all(r.end_s for r in kept)
     summary = salvage.summarize(kept, None)
     assert summary.completed == len(kept) and summary.output_throughput > 0

@@ -117,8 +117,8 @@ def test_a_run_with_no_readable_points_is_refused_and_points_at_resume(tmp_path:
     (run / "points.jsonl").write_text("not json\n{torn")
     proc = dashboard(str(run))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert ("has no readable points (points.jsonl: a torn last line (a crash mid-write) was skipped; "
-            "points.jsonl: 1 unreadable line(s) skipped (line 1 first))") in proc.stderr
+    assert "has no readable points (" in proc.stderr and "1 unreadable line(s) skipped (line 1 first)" in proc.stderr
+    assert "torn last line" in proc.stderr
     assert f"--resume {run}" in proc.stderr and not (run / "dashboard.html").exists()
 
 

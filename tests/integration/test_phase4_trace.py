@@ -1,6 +1,6 @@
 """fi_trace.py analyze on a recorded-like trace (an SGLang-style allocator replayed through the real recorder:
 shared prefixes, one new slot per request per decode step, CUDA-graph padding), the report section built from it,
-and the SERVER_ENV the capture hands to serve.sh."""
+and the SERVER_ENV the capture hands to the server lifecycle."""
 from __future__ import annotations
 
 import json
@@ -73,6 +73,17 @@ def test_analyze_of_an_empty_directory_is_one_line_and_exit_1(tmp_path):
     assert "fi_trace.py capture" in proc.stderr
 
 
+@pytest.mark.parametrize("name, content", [("stats-7.json", b"{"), ("stats-7.json", b"\xff\xfe"),
+                                           ("shard-7-00001.npz", b"PK\x03\x04 torn"), ("traffic.json", b"[")])
+def test_a_damaged_trace_file_is_one_line_naming_it_and_exit_1(tmp_path, name, content):
+    record_like_sglang(tmp_path)
+    (tmp_path / name).write_bytes(content)
+    proc = subprocess.run([sys.executable, "fi_trace.py", "analyze", "--trace-dir", str(tmp_path), "--out-dir",
+                           str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{tmp_path / name} is damaged" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_report_section_without_data_leaves_the_placeholder_to_the_page():
     assert trace_section.render_section(None, "/r") is None
     assert trace_section.headline(None)["samples"] == 0
@@ -98,7 +109,7 @@ def test_capture_help_and_bad_arguments(tmp_path):
 
 
 def test_capture_restarts_with_the_hook_env_and_stops_again_when_the_tracer_is_absent(tmp_path, free_port):
-    """Against the SGLang stand-in (no FlashInfer backend to patch): serve.sh really starts it with the hook on
+    """Against the SGLang stand-in (no FlashInfer backend to patch): lifecycle really starts it with the hook on
     PYTHONPATH and the trace dir set, capture reports the missing tracer in one line and stops the server again."""
     import tempfile
 
@@ -230,3 +241,38 @@ def test_set_tracing_fails_in_one_line_when_no_tracer_answers_and_ignores_gone_w
     gone = {"patched": ["X"], "paused": True, "updated_at": time.time() - 60}  # a forked child that exited
     (tmp_path / "stats-2.json").write_text(json.dumps(gone))
     capture.set_tracing(tmp_path, True, timeout_s=1)
+
+
+def test_a_busy_server_lock_is_lifecycles_policy_and_ends_the_restart_in_one_line(monkeypatch, capsys):
+    """capture no longer retries exit 75 itself: lifecycle waited BUSY_WAIT_S and raised ServerBusy."""
+    from llmhost import config
+    from llmhost.serve import lifecycle
+    from llmhost.serve.console import ServerBusy
+
+    seen = {}
+
+    def busy(cfg, extra_args=(), settings=None, **kwargs):
+        seen.update(settings=settings, busy_wait_s=kwargs.get("busy_wait_s"))
+        raise ServerBusy("another ./serve.sh start/stop/restart is running for /w/server")
+
+    monkeypatch.setattr(lifecycle, "restart", busy)
+    monkeypatch.setenv("LLMHOST_CONFIG", "")
+    assert capture.serve(config.load(), "restart", "FOO=1") is False
+    assert seen == {"settings": {"SERVER_ENV": "FOO=1"}, "busy_wait_s": None}  # lifecycle's own default wait
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["[serve] error: another ./serve.sh start/stop/restart is running for /w/server"]
+
+
+def test_a_broken_stdout_goes_quiet_instead_of_raising(monkeypatch):
+    """The terminal's tee died with Ctrl-C: the restore that follows must still run, so printing never fails."""
+    class Broken:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    stream = capture.Unbreakable("stdout")
+    monkeypatch.setattr(sys, "stdout", Broken())
+    print("restoring", file=stream, flush=True)
+    assert stream.is_broken

@@ -105,6 +105,33 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
     assert all(r["status"] == "ok" for r in after)
 
 
+def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_event_recorded(env):
+    """kill -9 of the server's process group while a point streams: the attempt fails, the server is restarted
+    (servers/<arm>.json records why), the retry is ok, and the boot's load generator goes on."""
+    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "chat", "--rates", "2",
+                             "--duration-s", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "baseline.chat.qps.r2.r1: running" in line:
+            break
+    time.sleep(3)  # into the 20 s of arrivals
+    state = Path(env["WORK_DIR"]) / "server"
+    os.killpg(int((state / "pgid").read_text()), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=180)
+    output = "".join(lines) + out
+    assert proc.returncode == 0, output[-3000:]
+    run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
+    attempts = _rows(run / "points.jsonl")
+    assert [(r["attempt"], r["status"]) for r in attempts] == [(1, "failed"), (2, "ok")]
+    assert attempts[1]["summary"]["completed"] == 40 and attempts[1]["summary"]["failed"] == 0
+    server = json.loads((run / "servers" / "baseline.json").read_text())
+    assert len(server["restarts"]) == 1 and "restarted after baseline.chat.qps.r2.r1 attempt 1" in \
+        server["restarts"][0]
+    assert "restarting arm baseline before the retry" in output
+
+
 def test_dry_run_prints_the_plan_with_an_estimate_and_writes_nothing(env):
     proc = bench(env, "--dry-run", "--quick")
     assert proc.returncode == 0, proc.stderr
@@ -129,6 +156,10 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
     (["--repeat", "0"], 2, "--repeat"),
     (["--resume", "/nonexistent/run"], 2, "no manifest.json"),
     (["--only-missing"], 2, "--only-missing goes with --resume"),
+    (["--concurrency", "1,x"], 2, "--concurrency '1,x': give positive whole numbers like 1,16,64"),
+    (["--rates", "0"], 2, "--rates '0': give positive numbers like 2,8,16"),
+    (["--duration-s", "0.5"], 2, "--duration-s must be >= 1 second"),
+    (["--resume", "/tmp", "--concurrency", "4"], 2, "drop --concurrency"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
     proc = bench(env, *args, timeout=60)
@@ -150,19 +181,20 @@ def test_agent_tools_point_streams_chat_completions_with_tool_schemas(tmp_path, 
     from standin.harness import launch, standin_env
 
     from llmhost.bench import points
+    from llmhost.bench.loadgen_process import LoadGenerator
+    from llmhost.bench.records import RequestRecord
     from llmhost.bench.workloads import REGISTRY
 
     point = points.make_point("baseline", "agent-tools", "concurrency", 4, None, 16, 1)
     with launch(free_port, "--served-model-name", "qwen3-4b", "--enable-metrics", "--tool-call-parser", "qwen",
-                env={"STANDIN_ITL_MS": "1"}) as srv:
+                env={"STANDIN_ITL_MS": "1"}) as srv, \
+            LoadGenerator(sys.executable, "sglang.benchmark.serving", standin_env(), tmp_path / "log") as gen:
         argv = points.bench_argv(point, REGISTRY["agent-tools"], base_url=srv.url, model_dir=str(tmp_path),
                                  served_model_name="qwen3-4b", seed=1, output_file=tmp_path / "o.jsonl")
-        code, error = points.run_loadgen(sys.executable, "sglang.benchmark.serving", argv,
-                                         starts_file=tmp_path / "s.json", log_file=tmp_path / "log", env=standin_env(),
-                                         limit_s=120)
-    assert code == 0, error
-    details = points.read_details(tmp_path / "o.jsonl")
-    assert details["backend"] == "sglang-oai-chat"
-    rows = points.request_rows(details, json.loads((tmp_path / "s.json").read_text()), 0.0)
-    assert len(rows) == 16 and sum(r.ok for r in rows) >= 14
+        gen.start()
+        totals, error = gen.run(argv, tmp_path / "r.jsonl", limit_s=120)
+    assert error == "", error
+    assert json.loads((tmp_path / "o.jsonl").read_text())["backend"] == "sglang-oai-chat"
+    rows = [RequestRecord.from_dict(r) for r in _rows(tmp_path / "r.jsonl")]
+    assert len(rows) == 16 and sum(r.ok for r in rows) >= 14 and totals["completed"] == sum(r.ok for r in rows)
     assert all(r.output_tokens > 0 and r.ttft_ms > 0 for r in rows if r.ok)

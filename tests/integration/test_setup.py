@@ -339,6 +339,16 @@ def test_install_mode_pins_sglang_with_cuda13_torch_and_the_toolkit(host):
     assert "sglang: installed 0.5.17" in proc.stdout
 
 
+def test_a_network_that_lets_only_pypi_through_takes_torch_from_pypi(host):
+    venv_host(host, {"pip": "24.0"}, SGLANG_ENV)
+    host.shim("curl", 'for a in "$@"; do [[ $a == *download.pytorch.org* ]] && exit 6; done; exit 0')
+    proc = host.run("--only", "sglang")
+    assert proc.returncode == 0, proc.stderr
+    uv_call = [line for line in host.called().splitlines() if line.startswith("uv pip install")][0]
+    assert "sglang==0.5.17" in uv_call and "--torch-backend" not in uv_call
+    assert "download.pytorch.org/whl/cu130 cannot be reached — torch comes from PyPI" in proc.stderr
+
+
 def test_full_disk_stops_before_installing_sglang(host):
     venv_host(host, {"pip": "24.0"}, SGLANG_ENV)
     host.shim("df", 'printf "Filesystem 1024-blocks Used Available Capacity Mounted\\n/dev/x 100 90 2097152 90%% /\\n"')

@@ -58,15 +58,17 @@ def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(tmp_path,
                                                                        alive, restarts, final):
     bench = FakeBench(tmp_path)
     point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
-    calls = {"restart": 0}
+    reasons = []
     results = iter(outcomes)
     monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, next(results)))
     monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
-    monkeypatch.setattr(runner, "restart_server", lambda b, arm: calls.__setitem__("restart", calls["restart"] + 1) or "")
+    monkeypatch.setattr(runner, "restart_server", lambda b, arm, reason="": reasons.append(reason) or "")
     ok = runner.run_point(bench, arms.REGISTRY["baseline"], point, last=None)
     lines = _points(bench.store)
     assert [r.status for r in lines] == final and [r.attempt for r in lines] == list(range(1, len(final) + 1))
-    assert ok == (final[-1] == "ok") and calls["restart"] == restarts and bench.done == 1
+    assert ok == (final[-1] == "ok") and len(reasons) == restarts and bench.done == 1
+    # the restart is recorded with the point and the failure that caused it (servers/<arm>.json restarts)
+    assert all(r.startswith(f"restarted after {point.point_id} attempt 1: load generator") for r in reasons)
     assert bench.store.done_points(only_missing=True) == {point.point_id}
     assert bench.store.done_points() == ({point.point_id} if final[-1] == "ok" else set())
 
@@ -151,30 +153,58 @@ def test_dry_run_estimate_counts_restarts_only_for_arms_with_points(capsys, run_
 
 
 def test_sigterm_stops_the_run_and_its_load_generator_like_ctrl_c(tmp_path):
-    pid_file = tmp_path / "pid"
-    stmt = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    import socket
 
-    def terminate_once_started() -> None:
-        deadline = time.monotonic() + 30
-        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)  # what `kill PID` or timeout(1) sends run_bench.py
+    from llmhost.bench.loadgen_process import LoadGenerator
+    from standin.harness import standin_env
 
+    hung = socket.socket()  # accepts, never answers: the point runs until stopped
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    point = points.make_point("baseline", "chat", "concurrency", 2, None, 4, 1)
+    argv = points.bench_argv(point, points.WORKLOADS["chat"], base_url=f"http://127.0.0.1:{hung.getsockname()[1]}",
+                             model_dir="/m", served_model_name="m", seed=1, output_file=tmp_path / "o")
     previous = signal.getsignal(signal.SIGTERM)
     try:
         runner.interrupt_on_sigterm()
-        threading.Thread(target=terminate_once_started, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):  # run_bench.py turns this into "interrupted — --resume ..."
-            points.run_loadgen(sys.executable, "timeit", ["-n", "1", stmt], starts_file=tmp_path / "starts",
-                               log_file=tmp_path / "log", env=dict(os.environ), limit_s=60)
+        with LoadGenerator(sys.executable, "sglang.benchmark.serving", standin_env(), tmp_path / "log") as gen:
+            gen.start()
+            child = gen.proc.pid
+            # what `kill PID` or timeout(1) sends run_bench.py, once the point is under way
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            with pytest.raises(KeyboardInterrupt):  # run_bench.py turns this into "interrupted — --resume ..."
+                gen.run(argv, tmp_path / "r", limit_s=60)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        hung.close()
     with pytest.raises(ProcessLookupError):
-        os.kill(int(pid_file.read_text()), 0)
+        os.kill(child, 0)
+
+
+class FakeLoadgen:
+    """The boot's load generator 'ran' the point: the module's output line (API key in server_info) and one request
+    record per entry of `details`, as llmhost.bench.loadgen writes them."""
+
+    def __init__(self, details: dict):
+        self.details = details
+
+    def run(self, argv, requests_file, limit_s):
+        from llmhost.bench import loadgen
+        from types import SimpleNamespace
+
+        d = self.details
+        out = Path(argv[argv.index("--output-file") + 1])
+        out.write_text(json.dumps({**d, "server_info": {"api_key": "sk-secret", "port": 1}}) + "\n")
+        outs = [SimpleNamespace(success=not e, error=e, start_time=100.0 + i, latency=0.5, ttft=t, itl=itl,
+                                prompt_len=n, output_len=o, cached_tokens=0)
+                for i, (e, t, itl, n, o) in enumerate(zip(d["errors"], d["ttfts"], d["itls"], d["input_lens"],
+                                                          d["output_lens"]))]
+        Path(requests_file).write_text("".join(json.dumps(loadgen.request_row(o, 0.0)) + "\n" for o in outs))
+        return {k: float(d[k]) for k in loadgen.SUMMARY_KEYS}, ""
 
 
 def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
-    """A Bench whose load generator 'ran' and left `details` as its output line (API key in server_info)."""
+    """A Bench whose load generator 'ran' and left `details` as its output."""
     from types import SimpleNamespace
 
     from llmhost.serve.endpoints import ServerClient
@@ -182,16 +212,8 @@ def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
     cfg = SimpleNamespace(sglang_python=sys.executable, base_url="http://127.0.0.1:1", model_dir="/m",
                           served_model_name="qwen3-4b", api_key=lambda: "sk-secret", state_dir=tmp_path / "state")
     bench = SimpleNamespace(store=store.RunStore.create(tmp_path), cfg=cfg, sampler=SimpleNamespace(point_id=None),
-                            seed=1, module="sglang.benchmark.serving", env={})
-
-    def fake_loadgen(python, module, argv, *, starts_file, log_file, env, limit_s):
-        out = Path(argv[argv.index("--output-file") + 1])
-        out.write_text(json.dumps({**details, "server_info": {"api_key": "sk-secret", "port": 1}}) + "\n")
-        Path(starts_file).write_text(json.dumps([[i, 100.0 + i, 0.5] for i in range(len(details["ttfts"]))]))
-        return 0, ""
-
+                            seed=1, module="sglang.benchmark.serving", env={}, loadgen=FakeLoadgen(details))
     monkeypatch.setattr(ServerClient, "flush_cache", lambda self, **k: True)
-    monkeypatch.setattr(points, "run_loadgen", fake_loadgen)
     monkeypatch.setattr(runner, "server_alive", lambda cfg: alive)
     return bench
 
@@ -215,7 +237,7 @@ def test_a_server_that_died_during_a_point_fails_it_and_raw_files_hold_no_key(tm
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details(["", "", "", "boom"]), alive=False)
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
     assert record.status == "failed" and "stopped answering /health" in record.error
-    raw = [p.read_text() for p in bench.store.raw_dir().glob("*.jsonl")]
+    raw = [p.read_text() for p in bench.store.raw_dir().glob("*.jsonl") if not p.name.endswith(".requests.jsonl")]
     assert raw and all("sk-secret" not in text and "<redacted>" in text for text in raw)
 
 
@@ -270,14 +292,19 @@ def test_a_flush_against_a_stopped_server_says_down_at_once_not_http_400(tmp_pat
 def test_a_point_killed_at_its_limit_keeps_the_requests_that_finished(tmp_path, monkeypatch):
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details([""]))
 
-    def hung_loadgen(python, module, argv, *, starts_file, log_file, env, limit_s):
-        done = [{"seq": i, "start_s": 100.0 + i, "latency_s": 0.5, "ok": i != 2, "error": "" if i != 2 else "reset",
-                 "ttft_s": 0.05, "itl_s": [0.01] * 3, "prompt_len": 8, "output_len": 4} for i in range(4)]
-        lines = [json.dumps(row) for row in done]  # seq 0 is the warm-up request
-        points.completed_file(Path(starts_file)).write_text("\n".join(lines) + '\n{"seq": 4, "sta')  # torn by the kill
-        return points.TIMED_OUT, f"load generator exceeded {limit_s:.0f}s"
+    def hung_loadgen(argv, requests_file, limit_s):
+        from types import SimpleNamespace
 
-    monkeypatch.setattr(points, "run_loadgen", hung_loadgen)
+        from llmhost.bench import loadgen
+
+        done = [SimpleNamespace(success=i != 1, error="" if i != 1 else "reset", start_time=101.0 + i, latency=0.5,
+                                ttft=0.05, itl=[0.01] * 3, prompt_len=8, output_len=4, cached_tokens=0)
+                for i in range(3)]  # as the load generator appends them, warm-up request left out
+        lines = [json.dumps(loadgen.request_row(o, 0.0)) for o in reversed(done)]  # in completion order
+        loadgen.completed_file(requests_file).write_text("\n".join(lines) + '\n{"start_s": 10')  # torn by the kill
+        return None, f"load generator exceeded {limit_s:.0f}s"
+
+    bench.loadgen.run = hung_loadgen
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 16, 1), 1)
     assert record.status == "failed" and "exceeded" in record.error and "3 requests that finished" in record.error
     assert record.summary.completed == 2 and record.summary.failed == 1
@@ -291,16 +318,16 @@ def test_a_failed_point_names_the_crash_the_server_logged_during_it(tmp_path, mo
     log.parent.mkdir()
     log.write_text("RuntimeError: an old crash, before this point\nfired up\n")
 
-    def crashing_loadgen(python, module, argv, *, starts_file, log_file, env, limit_s):
+    def crashing_loadgen(argv, requests_file, limit_s):
         with log.open("a") as out:  # what SGLang's scheduler writes when it dies (the stand-in copies it)
             out.write("Scheduler hit an exception: Traceback (most recent call last):\n  File \"x.py\", line 1\n"
                       "RuntimeError: CUDA error: an illegal memory access was encountered\n"
                       "Received sigquit from a child process. It usually means the child failed.\n")
-        return 1, "load generator exited 1: All requests failed"
+        return None, "load generator died: All requests failed"
 
-    monkeypatch.setattr(points, "run_loadgen", crashing_loadgen)
+    bench.loadgen.run = crashing_loadgen
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
-    assert record.error == ("load generator exited 1: All requests failed — server log: RuntimeError: CUDA error: "
+    assert record.error == ("load generator died: All requests failed — server log: RuntimeError: CUDA error: "
                             "an illegal memory access was encountered")
 
 
@@ -329,3 +356,51 @@ def test_telemetry_that_cannot_be_written_for_a_while_is_a_gap_not_the_end_of_sa
     assert "No space left" in gaps[0].labels["error"] and sampler.ticks >= 4 and len(sampler.gaps) == 1
     assert "telemetry has 1 gap(s)" in sampler.gap_warning()
     assert capsys.readouterr().err.count("telemetry not written") == 1  # said once, not every second
+
+
+def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_runs_its_points_shuffled(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from llmhost.bench.records import ServerRecord
+
+    same = arms.parse_user_arm("p16b=--page-size 16")  # the same flags as the built-in page-16 arm
+    chosen = [arms.REGISTRY["baseline"], arms.REGISTRY["page-16"], same, arms.REGISTRY["triton"]]
+    plan = points.build_plan(chosen, ["agent", "chat"], True, 2)
+    run = store.RunStore.create(tmp_path)
+    boots, ran = [], []
+
+    def restart(b, arm, reason=""):
+        boots.append(arm.name)
+        b.store.write_server(ServerRecord(arm=arm.name, launch_command=f"launch {' '.join(arm.flags)}",
+                                          server_info={}, ready_s=1.0, started_at="2026-01-01T00:00:00Z"))
+        return ""
+
+    class Gen:
+        def __init__(self, *args: object) -> None:
+            self.pid = len(boots)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+    monkeypatch.setattr(runner, "restart_server", restart)
+    monkeypatch.setattr(runner, "LoadGenerator", Gen)
+    monkeypatch.setattr(runner, "check_tools", lambda b, arm: None)
+    monkeypatch.setattr(runner, "run_point", lambda b, arm, p, attempt: ran.append((b.loadgen.pid, arm.name, p)))
+    bench = SimpleNamespace(store=run, cfg=SimpleNamespace(sglang_python="python"), module="m", env={}, seed=3,
+                            loadgen=None, est_left_s=0.0, only_missing=False, progress=lambda text: None)
+    runner.run_arms(bench, chosen, plan, quick=True)
+    assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot
+    assert sorted(p.point_id for _, _, p in ran) == sorted(p.point_id for p in plan)
+    assert all(name == p.arm for _, name, p in ran)
+    assert {pid for pid, name, _ in ran if name in ("page-16", "p16b")} == {2}  # one load generator for the boot
+    shared = [p for _, name, p in ran if name in ("page-16", "p16b")]
+    assert shared == points.boot_order(shared, 3) and shared != sorted(shared, key=lambda p: (p.arm, p.repeat))
+    copy = json.loads((run.root / "servers" / "p16b.json").read_text())
+    assert copy["arm"] == "p16b" and copy["launch_command"] == "launch --page-size 16"

@@ -107,7 +107,7 @@ def test_jit_json_is_rewritten_after_every_variant_and_failures_are_rows(tmp_pat
     plan = _plan(tmp_path, names, python=str(worker))
     out = plan.out_dir / "jit.json"
     doc = {"schema": 1, "variants": [], "probe": jit.run_worker(plan, ["--probe"])}
-    jit.write_json_atomic(out, doc)
+    jit.write_document(out, doc)
     os.environ.update(JIT_JSON=str(out), SEEN_LOG=str(tmp_path / "seen.log"))
     try:
         failures = jit.measure_all(plan, doc, out)

@@ -20,6 +20,12 @@ def test_phase_throughput_counts_tokens_of_its_requests_until_the_last_completio
     assert got["tpot_ms_median"] == pytest.approx(10.0) and got["ttft_ms_median"] == pytest.approx(50.0)
 
 
+def test_phase_tpot_p90_interpolates_like_every_other_percentile_and_is_none_without_replies():
+    records = requests(0.0, 1, 8, 0.010, 1.0) + requests(0.0, 1, 8, 0.020, 1.0)
+    assert overhead.phase_metrics("off", 0.0, records)["tpot_ms_p90"] == pytest.approx(19.0)  # 10 + 0.9 * 10
+    assert overhead.phase_metrics("off", 0.0, [{"ok": False, "start": 0.0, "end": 1.0}])["tpot_ms_p90"] is None
+
+
 def test_a_cost_beyond_the_noise_is_reported_and_one_inside_it_is_not():
     def phase(arm: str, tok_s: float, tpot_ms: float) -> dict:
         return {"arm": arm, "output_tok_s": tok_s, "tpot_ms_median": tpot_ms}

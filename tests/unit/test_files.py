@@ -25,6 +25,16 @@ def test_atomic_write_applies_the_requested_mode(tmp_path: Path) -> None:
     assert target.stat().st_mode & 0o777 == 0o600
 
 
+def test_the_default_mode_follows_the_umask_without_changing_it(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        files.write_bytes_atomic(tmp_path / "shard.npz", b"x")
+        assert os.umask(0o027) == 0o027  # still what it was: reading it did not reset it
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "shard.npz").stat().st_mode & 0o777 == 0o640
+
+
 def test_a_torn_last_line_is_reported_and_the_next_append_does_not_glue_onto_it(tmp_path: Path) -> None:
     path = tmp_path / "points.jsonl"
     files.append_jsonl(path, [{"n": 1}])

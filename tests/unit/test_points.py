@@ -1,21 +1,15 @@
-"""Points: the plan, bench_serving arguments checked against the captured --help, and result parsing on the
-captured --output-details JSONL of SGLang 0.5.17."""
+"""Points: the plan and the user's loads, paired seeds and the boot order, bench_serving arguments checked against the
+captured --help, and the summary of the captured --output-details JSONL of SGLang 0.5.17."""
 from __future__ import annotations
 
-import json
 import math
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from llmhost.bench import arms, points
-from llmhost import stats
+from llmhost import files, stats
+from llmhost.bench import arms, loadgen, points
 from llmhost.bench.records import RequestRecord
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
@@ -68,12 +62,12 @@ def test_point_id_follows_the_contract_and_never_gets_an_extra_dot():
 @pytest.mark.parametrize("workload", list(WORKLOADS))
 def test_every_generated_flag_exists_in_the_captured_bench_serving_help(captures, workload, pattern, conc, rate):
     point = points.make_point("baseline", workload, pattern, conc, rate, 32, 1)
-    for measured in (True, False):
+    for prime in (False, True) if WORKLOADS[workload].kind != "random-ids" else (False,):
         argv = points.bench_argv(point, WORKLOADS[workload], base_url="http://127.0.0.1:30000", model_dir="/m",
-                                 served_model_name="qwen3-4b", seed=1, output_file=__import__("pathlib").Path("o"),
-                                 measured=measured)
+                                 served_model_name="qwen3-4b", seed=1, output_file=Path("o"), prime=prime)
         assert points.unknown_flags(argv, help_text(captures)) == []
         assert "--request-rate" in argv and ("--max-concurrency" in argv) == bool(conc)
+        assert "--cache-report" in argv and "--output-details" in argv  # cached tokens per request, every pass
 
 
 def test_unknown_flags_names_an_option_the_installed_version_lacks(captures):
@@ -81,51 +75,38 @@ def test_unknown_flags_names_an_option_the_installed_version_lacks(captures):
         ["--gsp-no-such-thing"]
 
 
-def test_warm_measurement_skips_the_warm_up_and_flush_that_other_points_use(tmp_path):
-    w = WORKLOADS["agent"]
-    warm = points.bench_argv(points.make_point("b", "agent", "warm", 16, None, 48, 1), w, base_url="u", model_dir="m",
-                             served_model_name="s", seed=1, output_file=tmp_path / "o")
-    cold = points.bench_argv(points.make_point("b", "agent", "cold", 16, None, 48, 1), w, base_url="u", model_dir="m",
-                             served_model_name="s", seed=1, output_file=tmp_path / "o")
-    assert "--flush-cache" not in warm and warm[warm.index("--warmup-requests") + 1] == "0"
-    assert "--flush-cache" in cold and "--output-details" in cold
+def _arg(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
 
 
-@pytest.mark.parametrize("name", ["gsp.jsonl", "oaichat.jsonl"])
-def test_captured_output_details_become_one_contract_row_per_request(captures, name):
-    details = points.read_details(captures / name)
-    n = len(details["ttfts"])
-    starts = [[-1, 1000.0, 0.5]] + [[i, 2000.0 + i, 0.25] for i in range(n)]  # a warm-up first, then n requests
-    rows = points.request_rows(details, starts, fallback_start_s=0.0)
-    assert len(rows) == n == details["completed"]
-    assert [r.start_s for r in rows] == [2000.0 + i for i in range(n)]
-    assert all(r.ok and r.e2e_ms == 250.0 for r in rows)
-    assert rows[0].ttft_ms == pytest.approx(details["ttfts"][0] * 1000)
-    assert rows[0].itl_ms == pytest.approx([x * 1000 for x in details["itls"][0]])
-    assert sum(r.output_tokens for r in rows) == details["total_output_tokens"]
-    assert sum(r.prompt_tokens for r in rows) == details["total_input_tokens"]
+def test_warm_point_asks_new_questions_over_the_system_prompts_its_priming_pass_cached(tmp_path):
+    w, point = WORKLOADS["agent"], points.make_point("b", "agent", "warm", 16, None, 48, 1)
+    common = dict(base_url="u", model_dir="m", served_model_name="s", seed=7, output_file=tmp_path / "o")
+    warm, prime = points.bench_argv(point, w, **common), points.bench_argv(point, w, prime=True, **common)
+    cold = points.bench_argv(points.make_point("b", "agent", "cold", 16, None, 48, 1), w, **common)
+    assert "--flush-cache" not in warm and _arg(warm, "--warmup-requests") == "0"
+    assert "--flush-cache" in cold and "--flush-cache" in prime
+    # Same seed and system prompts (gsp draws them first); one 1-token question per group, not the measured ones.
+    for flag in ("--seed", "--gsp-num-groups", "--gsp-system-prompt-len"):
+        assert _arg(prime, flag) == _arg(warm, flag)
+    assert (_arg(prime, "--gsp-prompts-per-group"), _arg(prime, "--gsp-question-len")) == ("1", "1")
+    assert (_arg(warm, "--gsp-prompts-per-group"), _arg(warm, "--gsp-question-len")) == ("3", "128")
+    with pytest.raises(ValueError):
+        WORKLOADS["chat"].dataset_args(32, prime=True)
 
 
-def test_without_start_records_e2e_is_ttft_plus_the_token_gaps(captures):
-    details = points.read_details(captures / "gsp.jsonl")
-    rows = points.request_rows(details, [], fallback_start_s=5.0)
-    assert rows[0].start_s == 5.0
-    assert rows[0].e2e_ms == pytest.approx(details["ttfts"][0] * 1000 + sum(details["itls"][0]) * 1000)
-
-
-def test_failed_requests_have_no_ttft_and_keep_their_error():
-    details = {"ttfts": [0.1, 0.0], "itls": [[0.01], []], "errors": ["", "Bad Request: boom"],
-               "input_lens": [10, 10], "output_lens": [2, 0], "duration": 1.0, "completed": 1}
-    rows = points.request_rows(details, [[0, 1.0, 0.2], [1, 1.5, 0.0]], 0.0)
-    assert rows[1] == RequestRecord(start_s=1.5, ok=False, error="Bad Request: boom", prompt_tokens=10,
-                                    output_tokens=0, ttft_ms=None, itl_ms=(), e2e_ms=0.0)
-    summary = points.summarize(details, rows, None)
-    assert summary.failed == 1 and summary.completed == 1 and summary.offered_rate is None
+def _summary_rows(details: dict) -> list[RequestRecord]:
+    """Request records as the load generator writes them, from the captured per-request lists."""
+    outs = [SimpleNamespace(success=not e, error=e, start_time=10.0 + i, latency=0.5, ttft=t, itl=itl, prompt_len=n,
+                            output_len=o, cached_tokens=0)
+            for i, (e, t, itl, n, o) in enumerate(zip(details["errors"], details["ttfts"], details["itls"],
+                                                      details["input_lens"], details["output_lens"]))]
+    return [RequestRecord.from_dict(loadgen.request_row(o, 1000.0)) for o in outs]
 
 
 def test_summary_copies_throughputs_and_counts_samples(captures):
-    details = points.read_details(captures / "gsp.jsonl")
-    rows = points.request_rows(details, [], 0.0)
+    details = files.read_jsonl(captures / "gsp.jsonl").rows[-1]
+    rows = _summary_rows(details)
     s = points.summarize(details, rows, None)
     assert s.output_throughput == details["output_throughput"] and s.duration_s == details["duration"]
     assert s.samples["ttft_ms"] == 16 and s.samples["itl_ms"] == sum(len(x) for x in details["itls"])
@@ -164,92 +145,41 @@ def test_timeouts_are_generous_multiples_of_the_estimate():
     assert points.timeout_s(p) > 5 * points.estimate_s(p) > 0 and math.isfinite(points.timeout_s(p))
 
 
-def test_read_details_skips_a_torn_last_line(tmp_path, captures):
-    path = tmp_path / "o.jsonl"
-    path.write_text((captures / "gsp.jsonl").read_text() + '{"torn": ')
-    assert points.read_details(path)["completed"] == 16
-    path.write_text("")
-    with pytest.raises(ValueError):
-        points.read_details(path)
+def _loads(plan: list) -> list[tuple]:
+    return [(p.workload, p.pattern, p.concurrency, p.request_rate) for p in plan]
 
 
-def test_loadgen_wrapper_rejects_a_missing_separator(capsys):
-    assert points.loadgen_main(["json", "x", "not-the-separator"]) == 2
-    assert points.loadgen_main(["json"]) == 2
-    assert "usage" in capsys.readouterr().err
+def test_concurrency_and_rates_replace_the_sweep_levels_of_every_workload_that_has_them():
+    plan = points.build_plan(ALL_ARMS[:1], ["agent", "chat"], False, 1,
+                             points.Loads(concurrency=(1, 16, 64, 128), rates=(2.0, 8.0)))
+    got = _loads(plan)
+    for w in ("agent", "chat"):
+        assert [c for wl, pat, c, _ in got if wl == w and pat == "concurrency"] == [1, 16, 64, 128]
+        assert [r for wl, pat, _, r in got if wl == w and pat == "qps"] == [2.0, 8.0]
+    # the other patterns stay as planned
+    assert ("agent", "cold", 16, None) in got and ("chat", "long", 128, None) in got and ("chat", "burst", None, None) in got
+    c128 = next(p for p in plan if p.workload == "chat" and p.concurrency == 128)
+    assert c128.num_prompts == 4 * 128  # four waves
 
 
-def test_wrapper_records_start_times_in_creation_order_even_via_the_deprecated_path(tmp_path, monkeypatch):
-    """The wrapper hooks the names bench_serving itself uses (checked on the stand-in's module layout)."""
-    import sys as _sys
-    import warnings
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "standin"))
-    for name in [m for m in _sys.modules if m == "sglang" or m.startswith("sglang.")]:
-        monkeypatch.delitem(_sys.modules, name)
-    mod = __import__("sglang.benchmark.serving", fromlist=["x"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        shim = __import__("sglang.bench_serving", fromlist=["x"])
-    called = []
-
-    def fake_cli_main() -> None:
-        called.append(list(_sys.argv))
-
-    fake_cli_main.__module__ = mod.__name__
-    monkeypatch.setattr(mod, "cli_main", fake_cli_main)
-    monkeypatch.setattr(shim, "cli_main", fake_cli_main)
-    starts = tmp_path / "s.json"
-    assert points.loadgen_main(["sglang.bench_serving", str(starts), "--", "--num-prompts", "1"]) == 0
-    assert called == [["sglang.bench_serving", "--num-prompts", "1"]] and json.loads(starts.read_text()) == []
-    first = mod.RequestFuncInput("p", "u", 1, 1, "m", None, None, {})
-    second = mod.RequestFuncInput("p", "u", 1, 1, "m", None, None, {})
-    assert (first.llmhost_seq, second.llmhost_seq) == (0, 1)
+def test_duration_sizes_the_concurrency_and_rate_points_and_nothing_else():
+    plan = points.build_plan(ALL_ARMS[:1], ["chat"], False, 1, points.Loads(rates=(8.0,), duration_s=60))
+    qps = next(p for p in plan if p.pattern == "qps")
+    assert qps.num_prompts == 480  # 8 req/s x 60 s
+    c16 = next(p for p in plan if p.pattern == "concurrency" and p.concurrency == 16)
+    assert 50 <= points.estimate_s(c16) - points.LOADGEN_OVERHEAD_S <= 70 and c16.num_prompts % 16 == 0
+    assert next(p for p in plan if p.pattern == "long").num_prompts == 10_000
 
 
-def test_ctrl_c_during_a_point_also_stops_the_load_generator(tmp_path):
-    pid_file = tmp_path / "pid"
-    stmt = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-
-    def interrupt_once_started() -> None:
-        deadline = time.monotonic() + 30
-        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_once_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):  # `python -m timeit STMT` stands in for bench_serving
-        points.run_loadgen(sys.executable, "timeit", ["-n", "1", stmt], starts_file=tmp_path / "starts",
-                           log_file=tmp_path / "log", env=dict(os.environ), limit_s=60)
-    with pytest.raises(ProcessLookupError):  # killed and reaped, not left running in its own session
-        os.kill(int(pid_file.read_text()), 0)
+def test_repeats_get_consecutive_seeds_that_every_arm_shares():
+    plan = points.build_plan(ALL_ARMS[:2], ["agent"], True, 3)
+    seeds = {(p.arm, p.repeat): points.point_seed(5, p) for p in plan}
+    for rep in (1, 2, 3):
+        assert seeds[("baseline", rep)] == seeds[("no-prefix-cache", rep)] == 5 + rep - 1
 
 
-def test_a_sigkilled_run_bench_takes_its_load_generator_with_it(tmp_path):
-    """SIGKILL runs no cleanup in run_bench.py: the kernel must end the load generator (own session) itself."""
-    pid_file = tmp_path / "pid"
-    stmt = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-    parent_code = (
-        "import os, sys; from pathlib import Path; from llmhost.bench import points; "
-        f"points.run_loadgen(sys.executable, 'timeit', ['-n', '1', {stmt!r}], starts_file=Path({str(tmp_path / 's')!r}), "
-        f"log_file=Path({str(tmp_path / 'log')!r}), env=dict(os.environ), limit_s=60)")
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=REPO)
-    deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    child = int(pid_file.read_text())
-    os.kill(child, 0)  # running, in its own session
-    assert os.getsid(child) != os.getsid(0)
-    parent.kill()
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(child):
-        time.sleep(0.05)
-    assert not _alive(child)
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie awaiting its reaper counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def test_boot_order_is_a_seeded_shuffle_that_a_resume_repeats():
+    plan = points.build_plan(ALL_ARMS[:1], list(WORKLOADS), False, 2)
+    once, again = points.boot_order(plan, 1), points.boot_order(list(reversed(plan)), 1)
+    assert once == again and sorted(p.point_id for p in once) == sorted(p.point_id for p in plan)
+    assert once != plan and points.boot_order(plan, 2) != once

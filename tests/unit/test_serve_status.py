@@ -26,7 +26,7 @@ def test_a_python_without_the_client_packages_is_one_line_naming_sglang_python(m
 
     monkeypatch.setitem(sys.modules, "openai", None)  # the host python3 serve.sh falls back to lacks openai
     monkeypatch.setenv("API_KEY_FILE", "")
-    monkeypatch.setattr(cli, "python_with_clients", lambda cfg: None)  # stay in this Python
+    monkeypatch.setattr(cli.deps, "first_with", lambda modules, sglang_python: None)  # stay in this Python
     monkeypatch.setattr(cli.lifecycle, "start", lambda cfg, **kw: None)  # "ready": only the test chat is left
     assert cli.main(["start"]) == 1
     err = capsys.readouterr().err

@@ -26,20 +26,22 @@ def planner_note(doc: dict) -> str:
             "fast_decode_plan per step for batches within its captured graph sizes, plan() above them.")
 
 
+TITLE = "Split-KV and planning: when does splitting pay, what does planning cost?"
+
+
 def render_section(doc: dict | None, out_dir: str) -> str | None:
     if not doc or not doc.get("cases"):
         return None
     control = doc.get("split_control") or {}
     errors = "".join(f"<p class='bad'>{escape(k)}: {escape(v)}</p>" for k, v in (doc.get("errors") or {}).items())
     return (
-        '<section id="balance"><h2>Split-KV and planning: when does splitting pay, what does planning cost?</h2>'
         f"{diagrams.split_kv()}"
         f"<p>Split-KV controls: off = <code>{escape(str(control.get('off')))}</code>, forced = "
         f"<code>{escape(str(control.get('forced')))}</code> ({escape(control.get('note', ''))}); kernel path: "
         f"{escape(doc.get('path', ''))}; timer: {escape(str(doc.get('timing')))}. "
         f"Planning: {escape(doc.get('planning', ''))}; per-layer share = plan / {doc.get('num_layers')} layers.</p>"
         f"<p>{escape(planner_note(doc))}</p>{errors}"
-        + decisions_table(doc) + charts(figures, doc) + cases_table(doc) + "</section>")
+        + decisions_table(doc) + charts(figures, doc) + cases_table(doc))
 
 
 def decisions_table(doc: dict) -> str:

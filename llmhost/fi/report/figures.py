@@ -50,10 +50,15 @@ def flatten(data: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{escape(fmt(v) if not isinstance(v, str) else v)}</td>" for v in row)
+    """Values formatted with fmt; the first column (the case's name) aligns left, as the page's style has it."""
+    head = "".join(_cell("th", i, str(h)) for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(_cell("td", i, v if isinstance(v, str) else fmt(v)) for i, v in enumerate(row))
                    + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(tag: str, column: int, text: str) -> str:
+    return f"<{tag}{' class=l' if column == 0 else ''}>{escape(text)}</{tag}>"
 
 
 def has_plotly() -> bool:

@@ -84,12 +84,14 @@ def diff_block(doc: dict) -> str:
             "</pre></details>")
 
 
+TITLE = "JIT: what does a cold FlashInfer cache cost at server start?"
+
+
 def render_section(doc: dict | None, out_dir: str) -> str | None:
     """The report's JIT section, or None without a measured variant."""
     if not doc or not _ok(doc):
         return None
-    head = ('<section id="jit"><h2>JIT: what does a cold FlashInfer cache cost at server start?</h2>'
-            + diagrams.jit())
+    head = diagrams.jit()
     probe = doc.get("probe") or {}
     warm = ("<p class='bad'>Measured over a WARM cache (--allow-warm): first calls are cache hits, not compiles."
             "</p>" if doc.get("warm") else "")
@@ -103,4 +105,4 @@ def render_section(doc: dict | None, out_dir: str) -> str | None:
              f"{escape(str(probe.get('flashinfer_nvcc_threads') or '1 (default)'))}, CUDA archs "
              f"{escape(', '.join(probe.get('cuda_archs', [])))}. SGLang decodes Qwen3-4B (GQA group 4) on tensor "
              "cores, which is FlashInfer's prefill kernel: its decode needs no decode module at all.</p>")
-    return head + warm + intro + figures.charts(figure, doc) + table(doc) + diff_block(doc) + "</section>"
+    return head + warm + intro + figures.charts(figure, doc) + table(doc) + diff_block(doc)

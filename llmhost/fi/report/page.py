@@ -4,7 +4,8 @@ Reads sparse.json, balance.json, jit.json and trace.json from the results direct
 touches a GPU or a server, so it can be rebuilt anywhere. The page opens with an environment card and a headline
 table; each section (one module per stage: sparse_section, balance_section, jit_section, trace_section) explains its
 mechanism with an inline SVG diagram above the measured charts and tables; a section without data says which
-command produces it. plotly.js is inlined once (offline).
+command produces it. The page is rendered by the toolkit's one renderer, llmhost.report.page (plotly.js inlined
+once, offline, where plotly is installed).
 
     .venv/bin/python fi_bench.py report --out-dir results/fi
 """
@@ -15,9 +16,11 @@ import json
 from html import escape
 from pathlib import Path
 
+from llmhost import files
 from llmhost.fi import balance, env, sparse
 from llmhost.fi.report import balance_section, diagrams, jit_section, sparse_section, trace_section
 from llmhost.fi.report import figures
+from llmhost.report import page
 
 STAGES = ("sparse", "balance", "jit", "trace")
 PRODUCE = {  # the exact command that writes each stage's JSON (defaults: MODEL_DIR / RESULTS_DIR from config.env)
@@ -26,8 +29,10 @@ PRODUCE = {  # the exact command that writes each stage's JSON (defaults: MODEL_
     "jit": "./fi_jit_setup.sh, then python3 fi_bench.py jit --out-dir {out}",
     "trace": "python3 fi_trace.py capture --out-dir {out}  (restarts ./serve.sh with the tracer, then restores it)",
 }
-SECTIONS = {"sparse": sparse_section.render_section, "balance": balance_section.render_section,
-            "jit": jit_section.render_section, "trace": trace_section.render_section}
+SECTIONS = {"sparse": sparse_section, "balance": balance_section, "jit": jit_section, "trace": trace_section}
+HEADER = ("<h1>FlashInfer, opened up</h1><p>Decode attention over a paged KV cache, split-KV scheduling, JIT "
+          "compilation and the live server's batches, measured on the GPU below. Every number comes from the JSON "
+          "files next to this page.</p>")
 HEADLINES = {"sparse": sparse.headline, "balance": balance.headline, "jit": jit_section.headline,
              "trace": trace_section.headline}
 
@@ -64,24 +69,18 @@ def build(out_dir: Path) -> dict[str, Path]:
     docs = load(out_dir)
     summary_path, html_path = out_dir / "fi_summary.json", out_dir / "fi_report.html"
     head = summary(docs)
-    env.write_json_atomic(summary_path, head)
-    html = render(docs, head, out_dir)
-    tmp = html_path.with_name(f".{html_path.name}.tmp")
-    tmp.write_text(html)
-    tmp.replace(html_path)
+    env.write_document(summary_path, head)
+    files.write_text_atomic(html_path, render(docs, head, out_dir))
     return {"summary": summary_path, "html": html_path}
 
 
 def render(docs: dict[str, dict | None], head: dict, out_dir: Path) -> str:
     """The whole page: environment card, headline table, then one section per stage (or its placeholder)."""
-    sections = [SECTIONS[stage](docs[stage], str(out_dir)) or placeholder(stage, out_dir) for stage in STAGES]
-    plotly_js = ""
-    if figures.has_plotly():
-        from plotly.offline import get_plotlyjs
-
-        plotly_js = get_plotlyjs()
-    return PAGE.format(plotly=plotly_js, env=env_card(docs), headline=headline_table(head),
-                       sections="\n".join(sections))
+    sections = [("environment", "Environment", env_card(docs)), ("headline", "Headline", headline_table(head))]
+    for stage in STAGES:
+        body = SECTIONS[stage].render_section(docs[stage], str(out_dir))
+        sections.append((stage, SECTIONS[stage].TITLE, body) if body else (stage, stage, placeholder(stage, out_dir)))
+    return page.document("FlashInfer report", sections, HEADER, with_plotly=figures.has_plotly())
 
 
 def env_card(docs: dict[str, dict | None]) -> str:
@@ -115,7 +114,7 @@ def headline_table(head: dict) -> str:
 
 
 def placeholder(stage: str, out_dir: Path) -> str:
-    """A section with no data (or no renderer yet): what it would show and the command that produces it."""
+    """The body of a section with no data: what it would show and the command that produces it."""
     what = {
         "sparse": "decode attention time and bandwidth over page size, page placement, batch shape, KV dtype and "
                   "kernel path, against the GPU's peak and measured copy bandwidth.",
@@ -127,26 +126,7 @@ def placeholder(stage: str, out_dir: Path) -> str:
     }[stage]
     svg = {"sparse": diagrams.paged_kv, "balance": diagrams.split_kv, "jit": diagrams.jit,
            "trace": diagrams.trace}[stage]()
-    return (f'<section id="{stage}"><h2>{stage}</h2>{svg}<p>This section shows {escape(what)}</p>'
+    return (f'{svg}<p>This section shows {escape(what)}</p>'
             f'<p class="todo">No data yet. Produce it with: <code>{escape(PRODUCE[stage].format(out=out_dir))}'
-            f"</code>, then rebuild this page.</p></section>")
+            f"</code>, then rebuild this page.</p>")
 
-
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>FlashInfer report</title>
-<style>
-body{{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;line-height:1.45;padding:0 1em}}
-table{{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}} td,th{{border:1px solid #ddd;padding:3px 7px;
-text-align:right}} th{{background:#f4f4f4}} td:first-child,th:first-child{{text-align:left}}
-section{{border-top:2px solid #eee;margin-top:2em;padding-top:.5em}} .todo{{background:#fff7e0;padding:.6em}}
-.bad{{color:#b00}} .how{{color:#555;font-style:italic;margin-top:-.3em}} details{{margin:.5em 0 1.5em}}
-svg.diagram{{display:block;margin:1em 0;background:#fcfcfc;border:1px solid #eee}}
-</style><script>{plotly}</script></head><body>
-<h1>FlashInfer, opened up</h1>
-<p>Decode attention over a paged KV cache, split-KV scheduling, JIT compilation and the live server's batches,
-measured on the GPU below. Every number comes from the JSON files next to this page.</p>
-<h2>Environment</h2>{env}
-<h2>Headline</h2>{headline}
-{sections}
-</body></html>
-"""

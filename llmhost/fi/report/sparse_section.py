@@ -13,6 +13,9 @@ from llmhost.fi.report.figures import charts, fmt, plot_html, table
 COMMAND = "python3 fi_bench.py sparse --out-dir {out}"
 
 
+TITLE = "Paged KV: does page size or placement slow decode down?"
+
+
 def render_section(doc: dict | None, out_dir: str) -> str | None:
     """The section, or None when there is no data (the page then shows its placeholder)."""
     if not doc or not doc.get("cases"):
@@ -25,7 +28,6 @@ def render_section(doc: dict | None, out_dir: str) -> str | None:
                      for k, v in (doc.get("errors") or {}).items())
     errors += "".join(f"<p class='bad'>check failed: {escape(c.get('error', str(c)))}</p>" for c in failed[:10])
     return (
-        '<section id="sparse"><h2>Paged KV: does page size or placement slow decode down?</h2>'
         f"{diagrams.paged_kv()}"
         "<p>Each case decodes one step of one layer for a batch with equal total tokens, calling FlashInfer as "
         "SGLang does. <b>contiguous</b> puts each request's pages in order, <b>random</b> scatters them over the "
@@ -38,8 +40,7 @@ def render_section(doc: dict | None, out_dir: str) -> str | None:
         f"hidden). {bitwise} scattered cases are bit-identical to their contiguous case under the same plan.</p>"
         f"{errors}{timing_block(doc)}{charts(figures, doc)}{roofline_block(doc)}{cases_table(doc)}"
         "<p>First plan() + run() of each kernel (module load from the JIT cache, or a compile):</p>"
-        + table(["KV dtype / path", "seconds"], sorted((doc.get("first_call_s") or {}).items()))
-        + "</section>")
+        + table(["KV dtype / path", "seconds"], sorted((doc.get("first_call_s") or {}).items())))
 
 
 def timing_block(doc: dict) -> str:

@@ -132,11 +132,14 @@ def overhead_block(doc: dict) -> str:
                              "TPOT ms p90", "TTFT ms p50"], rows))
 
 
+TITLE = "Live trace: how do real batches use the paged KV cache?"
+
+
 def render_section(doc: dict | None, out_dir: str) -> str | None:
     """The report's trace section, or None without samples."""
     if not doc or not doc.get("samples"):
         return None
-    head = ('<section id="trace"><h2>Live trace: how do real batches use the paged KV cache?</h2>' + diagram())
+    head = diagram()
     proof = doc["graph_proof"]
     seen = (f"<p>The tracer patched SGLang's indices updaters in {doc.get('processes')} process(es) and, while "
             f"sampling, saw <b>{proof['decode_steps_graph']}</b> CUDA-graph decode replays and "
@@ -147,4 +150,5 @@ def render_section(doc: dict | None, out_dir: str) -> str | None:
     if not proof["sees_graph_replays"]:
         seen += ("<p class='bad'>No CUDA-graph replay was seen: the server ran with CUDA graphs off, or every "
                  "batch was larger than the largest captured size.</p>")
-    return head + seen + overhead_block(doc) + figures.charts(figure, doc) + figures.charts(scatter, doc) + tables(doc) + "</section>"
+    return (head + seen + overhead_block(doc) + figures.charts(figure, doc) + figures.charts(scatter, doc)
+            + tables(doc))

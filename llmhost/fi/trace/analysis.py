@@ -13,11 +13,14 @@ graph steps are counted as padding and left out. numpy only; `fi_trace.py analyz
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from llmhost.stats import percentile
 
 ARRAYS = ("indptr", "last_page_len", "req_pool_indices", "qo_indptr", "indices")
 MAX_BATCH_ROWS = 4000
@@ -52,12 +55,33 @@ def read_shard(path: Path) -> list[Sample]:
 def load_trace(trace_dir: Path) -> tuple[list[Sample], list[dict[str, Any]]]:
     """All samples (sorted by time) and all per-process stats files of a trace directory."""
     shards = sorted(trace_dir.glob("shard-*.npz"))
-    stats = [json.loads(p.read_text()) for p in sorted(trace_dir.glob("stats-*.json"))]
+    stats = [read_json(p) for p in sorted(trace_dir.glob("stats-*.json"))]
     if not shards and not stats:
         raise TraceFormatError(f"{trace_dir} holds no shard-*.npz or stats-*.json (was the server started with "
                                "the hook? run ./fi_trace.py capture)")
-    samples = [s for path in shards for s in read_shard(path)]
+    samples = []
+    for path in shards:
+        try:
+            found = read_shard(path)
+            found.sort(key=lambda s: s.meta["t"])  # reads every sample's time here, where the file can be named
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            raise _damaged(path, exc) from None
+        samples += found
     return sorted(samples, key=lambda s: s.meta["t"]), stats
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file of the trace directory; a damaged one is a TraceFormatError naming it."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise _damaged(path, exc) from None
+
+
+def _damaged(path: Path, exc: Exception) -> TraceFormatError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return TraceFormatError(f"{path} is damaged ({reason}) — move it aside and re-run ./fi_trace.py analyze, or "
+                            "capture again")
 
 
 def batch_metrics(indptr: np.ndarray, indices: np.ndarray, *, page_size: int = 1,
@@ -128,7 +152,7 @@ def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return float(np.sum(weight * np.array([r[key] for r in rows], dtype=float)))
 
     return {"batches": len(rows), "mean_requests": mean("requests"),
-            "p90_requests": float(np.percentile([r["requests"] for r in rows], 90)),
+            "p90_requests": percentile([r["requests"] for r in rows], 90),
             "mean_padding": mean("padding"), "mean_kv_len": mean("mean_kv_len"),
             "sharing_ratio": weighted("sharing_ratio"), "dedup_ratio": weighted("dedup_ratio"),
             "mean_run_len": weighted("mean_run_len"), "contiguous_pairs": weighted("contiguous_pairs"),

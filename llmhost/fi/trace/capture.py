@@ -3,8 +3,8 @@ PYTHONPATH), wait until every scheduler process reports the patch, drive the tra
 (switching the tracer off and on between phases to measure its cost), stop tracing, restore the server as it was
 (restart without the hook, or stop), and analyze the trace into trace.json.
 
-The server is controlled only through `./serve.sh restart|stop|running` (its command line and exit codes): a busy
-serve.sh lock (exit 75) is waited out; a broken stdout never skips the restore.
+The server is controlled through llmhost.serve.lifecycle, the tracer's environment passed as data (the SERVER_ENV
+setting); a busy lock is lifecycle's one policy (wait, then ServerBusy); a broken stdout never skips the restore.
 """
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmhost import config
+from llmhost import config, files
+from llmhost.fi import env
 from llmhost.fi.trace.traffic import CaptureOptions, run_phases
+from llmhost.serve import lifecycle
+from llmhost.serve.console import Console, ServeError
 
 REPO = Path(__file__).resolve().parents[3]
 HOOK_DIR = Path(__file__).resolve().parent / "sitehook"
@@ -41,39 +44,52 @@ def hook_server_env(server_env: str, pythonpath: str, trace_dir: Path, every: in
     return shlex.join(kept + extra)
 
 
-SERVE_LOCK_BUSY = 75  # serve.sh: another start/stop/restart holds the lock
-LOCK_WAIT_S = 900.0  # a start waits up to READY_TIMEOUT_S (900 s by default) for readiness
-_OUTPUT_OK = True  # False once stdout broke (the terminal's tee died with Ctrl-C): say nothing, still restore
+class Unbreakable:
+    """A standard stream that goes quiet once it breaks (the terminal's tee died with Ctrl-C): a broken pipe must
+    not skip the server restore that follows."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # looked up at each write, so a test that captures sys.stdout sees the text
+        self.is_broken = False
+
+    def write(self, text: str) -> int:
+        self._call("write", text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def _call(self, method: str, *args: str) -> None:
+        if not self.is_broken:
+            try:
+                getattr(getattr(sys, self.name), method)(*args)
+            except OSError:
+                self.is_broken = True
+
+
+OUT, ERR = Unbreakable("stdout"), Unbreakable("stderr")
 
 
 def say(text: str, err: bool = False) -> None:
-    """Print, and never fail: a broken pipe must not skip the server restore that follows."""
-    global _OUTPUT_OK
+    """Print, and never fail."""
+    print(text, file=ERR if err else OUT, flush=True)
+
+
+def serve(cfg: config.Config, action: str, server_env: str | None = None) -> bool:
+    """Restart (with another SERVER_ENV when given) or stop the server through lifecycle; False when it failed
+    (the one line why is shown)."""
+    say(f"[trace] server {action}")
+    console = Console(OUT, ERR)
     try:
-        print(text, file=sys.stderr if err else sys.stdout, flush=True)
-    except OSError:
-        _OUTPUT_OK = False
-
-
-def serve(action: str, server_env: str | None = None) -> int:
-    """Run ./serve.sh ACTION (output shown), optionally with another SERVER_ENV."""
-    env = dict(os.environ)
-    if server_env is not None:
-        env["SERVER_ENV"] = server_env
-    say(f"[trace] ./serve.sh {action}")
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        sink = None if _OUTPUT_OK else subprocess.DEVNULL  # serve.sh would die of SIGPIPE at its first line
-        code = subprocess.run([str(REPO / "serve.sh"), action], env=env, check=False, stdout=sink,
-                              stderr=sink).returncode
-        if code != SERVE_LOCK_BUSY or time.monotonic() > deadline:
-            return code
-        time.sleep(2)  # another serve.sh call (a restart we were interrupted in) still holds the lock
-
-
-def server_running() -> bool:
-    """A server serve.sh started is alive, ready or still starting (status would call a starting one down)."""
-    return subprocess.run([str(REPO / "serve.sh"), "running"], capture_output=True, check=False).returncode == 0
+        if action == "stop":
+            lifecycle.stop(cfg, console=console)
+        else:
+            settings = {} if server_env is None else {"SERVER_ENV": server_env}
+            lifecycle.restart(cfg, settings=settings, console=console)
+    except ServeError as exc:  # ServerBusy too: lifecycle already waited BUSY_WAIT_S for the other command
+        console.error(str(exc))
+        return False
+    return True
 
 
 def wait_hook_loaded(trace_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
@@ -131,19 +147,18 @@ def stop_tracing(trace_dir: Path, timeout_s: float = 15.0) -> bool:
 
 def analyze_dir(trace_dir: Path, out_dir: Path, n_windows: int = 12) -> tuple[Path, dict[str, Any]]:
     """trace.json from a trace directory (the capture host's env.json when present, else this machine's)."""
-    from llmhost.fi import env
     from llmhost.fi.trace import analysis
 
     samples, stats = analysis.load_trace(trace_dir)
     result = analysis.analyze(samples, stats, n_windows)
     traffic = trace_dir / "traffic.json"
     doc = env.document({"stage": "trace", "trace_dir": str(trace_dir),
-                        "traffic": json.loads(traffic.read_text()) if traffic.exists() else None, **result})
+                        "traffic": analysis.read_json(traffic) if traffic.exists() else None, **result})
     captured_env = trace_dir / "env.json"
     if captured_env.exists():
-        doc["env"] = json.loads(captured_env.read_text())
+        doc["env"] = analysis.read_json(captured_env)
     target = out_dir / "trace.json"
-    env.write_json_atomic(target, doc)
+    env.write_document(target, doc)
     return target, doc
 
 
@@ -154,30 +169,27 @@ def capture(cfg: config.Config, opts: CaptureOptions) -> dict[str, Any]:
     described = subprocess.run([sys.executable, "-m", "llmhost.fi.env"], capture_output=True, text=True, cwd=REPO,
                                check=False)
     if described.returncode == 0:
-        (opts.trace_dir / "env.json").write_text(described.stdout)
-    was_running = server_running()
+        files.write_text_atomic(opts.trace_dir / "env.json", described.stdout)
+    was_running = lifecycle.running(cfg)
     (opts.trace_dir / "PAUSE").touch()  # the tracer starts paused: server warm-up and our warm-up are not sampled
     hooked = hook_server_env(cfg.server_env, os.environ.get("PYTHONPATH", ""), opts.trace_dir, opts.every)
     try:
-        if serve("restart", hooked) != 0:
+        if not serve(cfg, "restart", hooked):
             raise CaptureError("the server did not start with the tracer — see ./serve.sh logs")
         patched = wait_hook_loaded(opts.trace_dir, opts.hook_timeout_s)
         if not patched:
             raise CaptureError(f"the tracer did not load in the server (no stats file in {opts.trace_dir}) — "
                                "look for [fi-trace] in ./serve.sh logs")
-        print(f"[trace] tracer loaded in {len(patched)} process(es); {opts.duration_s:.0f}s of measured traffic "
-              "(tracer off, on, on, off) after a warm-up", flush=True)
+        say(f"[trace] tracer loaded in {len(patched)} process(es); {opts.duration_s:.0f}s of measured traffic "
+            "(tracer off, on, on, off) after a warm-up")
         traffic = run_phases(cfg, opts, lambda on: set_tracing(opts.trace_dir, on))
-        (opts.trace_dir / "traffic.json").write_text(json.dumps(traffic, indent=1))
+        env.write_document(opts.trace_dir / "traffic.json", traffic)
         if not stop_tracing(opts.trace_dir):
-            print("[trace] warning: not every process confirmed the stop; analyzing what was flushed",
-                  file=sys.stderr)
+            say("[trace] warning: not every process confirmed the stop; analyzing what was flushed", err=True)
     finally:
         action = "restart" if was_running else "stop"
         say(f"[trace] restoring the server without the tracer ({action})")
-        restored = serve(action) == 0
-        if not restored:
-            say(f"[trace] warning: ./serve.sh {action} failed — run it by hand", err=True)
+        restored = serve(cfg, action)
     if not restored:  # the traced server may still run, sampling into the trace directory
         raise CaptureError(f"./serve.sh {action} failed after the capture — the server may still run with the "
                            "tracer: ./serve.sh restart")

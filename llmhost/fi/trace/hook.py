@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from llmhost import files  # stdlib only: safe to load inside the server
+
 TARGET_MODULE = "sglang.srt.layers.attention.flashinfer_backend"
 UPDATERS = {"FlashInferIndicesUpdaterDecode": "decode", "FlashInferIndicesUpdaterPrefill": "prefill"}
 # Small arrays first: when a sample exceeds the staging buffer only the tail of `indices` is cut.
@@ -59,13 +61,6 @@ class TraceSettings:
         return cls(trace_dir=trace_dir, every=max(1, int(env.get("LLMHOST_FI_TRACE_EVERY", "4"))),
                    max_bytes=max(4096, int(env.get("LLMHOST_FI_TRACE_MAX_BYTES", str(4 * 2**20)))),
                    slots=max(1, int(env.get("LLMHOST_FI_TRACE_SLOTS", "8"))))
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    # per-thread temp name: the writer thread and the exit handler may flush at the same moment
-    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _is_torch(array: Any) -> bool:
@@ -255,9 +250,10 @@ class Recorder:
                 self._shard_no += 1
             shard_no = self._shard_no
         if samples:
-            write_atomic(self.dir / f"shard-{os.getpid()}-{shard_no:05d}.npz", pack_shard(samples))
+            files.write_bytes_atomic(self.dir / f"shard-{os.getpid()}-{shard_no:05d}.npz", pack_shard(samples))
             self.count("written")
-        write_atomic(self.dir / f"stats-{os.getpid()}.json", json.dumps(self.stats(), indent=1).encode())
+        stats = json.dumps(self.stats(), indent=1).encode()
+        files.write_bytes_atomic(self.dir / f"stats-{os.getpid()}.json", stats)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

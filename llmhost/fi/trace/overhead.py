@@ -1,5 +1,5 @@
 """What the live trace costs the server: the same load with the tracer sampling ("on") and paused ("off"), in one
-server boot, compared by output throughput and time per output token. Pure (stdlib), unit-tested.
+server boot, compared by output throughput and time per output token. Pure, unit-tested.
 
 The phases run in the order off, on, on, off (ABBA): a slow drift of the server (prefix cache filling, clocks)
 affects both arms equally to first order. Each phase's numbers come from the requests that started in it, drained
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+
+from llmhost.stats import percentile
 
 SCHEDULE = ("off", "on", "on", "off")
 
@@ -25,14 +27,8 @@ def phase_metrics(arm: str, start: float, records: Sequence[dict]) -> dict:
     return {"arm": arm, "requests": len(records), "ok": len(ok), "duration_s": span, "output_tokens": tokens,
             "output_tok_s": tokens / span if span > 0 else None,
             "tpot_ms_median": statistics.median(tpots) if tpots else None,
-            "tpot_ms_p90": _p90(tpots), "ttft_ms_median": statistics.median(ttfts) if ttfts else None}
-
-
-def _p90(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+            "tpot_ms_p90": percentile(tpots, 90) if tpots else None,
+            "ttft_ms_median": statistics.median(ttfts) if ttfts else None}
 
 
 def compare(phases: Sequence[dict]) -> dict:

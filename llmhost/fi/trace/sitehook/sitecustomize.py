@@ -5,7 +5,7 @@ processes SGLang spawns. Putting this directory first on the server's PYTHONPATH
 code inside those processes without editing SGLang:
 
     SERVER_ENV="PYTHONPATH=<repo>/llmhost/fi/trace/sitehook:$PYTHONPATH LLMHOST_FI_TRACE_DIR=<dir>" ./serve.sh restart
-    (fi_trace.py capture does exactly this, then restores the server without it)
+    (fi_trace.py capture does the same through llmhost.serve.lifecycle, then restores the server without it)
 
 Without LLMHOST_FI_TRACE_DIR this file does nothing but hand over to the sitecustomize it shadows (e.g. the
 distribution's), so a stray PYTHONPATH entry costs nothing: no llmhost or sglang import, no patch.

@@ -246,13 +246,18 @@ def generate_prompt(body: object, context_len: int) -> tuple[list[int], int]:
     return tokens, max_new
 
 
+def cached_details(cached: int) -> dict | None:
+    """SGLang's per-request cache breakdown: all device hits here (no host or storage tier); None without hits."""
+    return {"device": cached, "host": 0} if cached > 0 else None
+
+
 def generate_meta(req: engine.Request, finished: bool) -> dict:
     meta = {"id": req.rid, "finish_reason": {"type": "length", "length": len(req.output)} if finished else None,
             "prompt_tokens": len(req.prompt), "weight_version": "default", "num_retractions": 0,
             "forward_entry_time": req.started_ts, "prefill_finished_time": req.first_token_ts,
             "queue_time": req.started_ts - req.received_ts, "reasoning_tokens": 0,
             "completion_tokens": len(req.output), "cached_tokens": req.cached_tokens,
-            "cached_tokens_details": None, "dp_rank": None}
+            "cached_tokens_details": cached_details(req.cached_tokens), "dp_rank": None}
     now = time.time()
     if finished:
         decode_s = max(now - req.first_token_ts, 1e-9)

@@ -227,6 +227,10 @@ class Handler(BaseHTTPRequestHandler):
         if not self.run_stream(req, emit):
             return
         self.write_event(api.chat_chunk(req.rid, model, {"reasoning_content": None}, finish="length"))
+        if body.get("return_cached_tokens_details") and req.cached_tokens > 0:  # SGLang's sglext chunk
+            self.write_event({"id": req.rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                              "model": model, "choices": [],
+                              "sglext": {"cached_tokens_details": api.cached_details(req.cached_tokens)}})
         if plan.include_usage or self.state.s["default_include_usage"]:
             reasoning = len(req.output) if plan.thinking and not plan.tool_call and not plan.required else 0
             use = api.usage(len(req.prompt), len(req.output), req.cached_tokens, reasoning, report)

@@ -1,0 +1,265 @@
+"""The load generator of one server boot: SGLang's own benchmark module, imported once, runs every point in-process.
+
+    python -m llmhost.bench.loadgen sglang.benchmark.serving     # started by llmhost.bench.loadgen_process
+
+It runs inside SGLANG_PYTHON (the module needs torch-free sglang, transformers, aiohttp). The import and the tokenizer
+load (~12 s on the H200) happen once per boot instead of once per point. Protocol, one JSON document a line:
+
+    stdout, first   {"ready": true, "version": "0.5.17"} or {"ready": false, "error": "<one line>"}
+    stdin, a point  {"argv": [<bench_serving arguments>], "requests_file": "<path>"}
+    stdout, answer  {"ok": true, "summary": {duration, completed, *_throughput}} or {"ok": false, "error": "..."}
+
+Each point is parsed by the module's own argument parser and run by its own `run_benchmark(args)`, so its request
+functions, dataset generators and metric definitions stay the source of truth. What this adds, without forking:
+  - the tokenizer and the chat-template probe are loaded once (memoised `get_tokenizer`, `check_chat_template`);
+  - every request function is wrapped to keep its RequestFuncOutput, so each request is written with its wall-clock
+    start and end (time.time(), the telemetry clock), TTFT, ITLs, output and cached tokens (`--cache-report`: the
+    `sglext` chunk on the OpenAI path, `meta_info.cached_tokens` on /generate);
+  - each measured request is also appended to <requests file>.completed.jsonl the moment it finishes, so a point
+    killed at its time limit keeps the requests that finished before the kill (llmhost.bench.salvage); the file is
+    removed once the point's requests file is written;
+  - the chat content reader also counts a tool-call delta, so TTFT is the first token of ANY kind (content,
+    reasoning or tool call); unchanged for replies without tool calls.
+Everything the module prints goes to stderr (the caller's log); stdout carries only the protocol.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import inspect
+import io
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from llmhost import files
+
+VERIFIED_VERSION = "0.5.17"  # the SGLang whose benchmark module this file was read against
+# Names this file calls or wraps, with the parameters they take in the verified version.
+API: dict[str, tuple[str, ...]] = {
+    "cli_main": (),
+    "run_benchmark": ("args_",),
+    "get_tokenizer": ("pretrained_model_name_or_path",),
+    "check_chat_template": ("model_path",),
+    "_combine_openai_chat_content": ("message",),
+    "async_request_sglang_generate": ("request_func_input", "pbar"),
+    "async_request_openai_chat_completions": ("request_func_input", "pbar"),
+}
+OUTPUT_FIELDS = ("success", "error", "start_time", "latency", "ttft", "itl", "prompt_len", "output_len",
+                 "cached_tokens")
+SUMMARY_KEYS = ("duration", "completed", "request_throughput", "input_throughput", "output_throughput",
+                "total_throughput")
+PARENT_ENV = "LLMHOST_LOADGEN_PARENT"  # run_bench's PID, set by loadgen_process
+
+
+class LoadgenError(Exception):
+    """A point (or the module) that cannot run; the message is one line."""
+
+
+def installed_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return str(getattr(sys.modules.get("sglang"), "__version__", "unknown"))
+
+
+def api_problem(mod: Any) -> str:
+    """'' when the module has every function and field this file uses, with the verified parameters; else what
+    differs, as one phrase."""
+    for name, params in API.items():
+        func = getattr(mod, name, None)
+        if not callable(func):
+            return f"no {name}()"
+        found = tuple(inspect.signature(func).parameters)
+        if found[:len(params)] != params:
+            return f"{name}({', '.join(found)}) instead of {name}({', '.join(params)})"
+    fields = {f.name for f in dataclasses.fields(getattr(mod, "RequestFuncOutput", object))} \
+        if dataclasses.is_dataclass(getattr(mod, "RequestFuncOutput", None)) else set()
+    missing = [f for f in OUTPUT_FIELDS if f not in fields]
+    if missing:
+        return f"RequestFuncOutput lacks {', '.join(missing)}"
+    funcs = getattr(mod, "ASYNC_REQUEST_FUNCS", None)
+    if not isinstance(funcs, dict) or not {"sglang", "sglang-oai-chat"} <= set(funcs):
+        return "ASYNC_REQUEST_FUNCS lacks the sglang and sglang-oai-chat backends"
+    return ""
+
+
+def any_token_text(combine: Callable[[dict], str]) -> Callable[[dict], str]:
+    """The chat reader's text of a delta, plus the tool calls it carries: a tool-call-only reply then has a TTFT
+    and its deltas are ITL gaps, instead of no TTFT and one whole-call gap. Unchanged for deltas without calls."""
+    @functools.wraps(combine)
+    def text(message: dict) -> str:
+        return combine(message) + "".join(map(call_text, message.get("tool_calls") or []))
+    return text
+
+
+def call_text(call: object) -> str:
+    """A tool-call delta's name and argument text; "\x00" when it has neither (it is still a streamed token)."""
+    function = (call.get("function") if isinstance(call, dict) else None) or {}
+    return f"{function.get('name') or ''}{function.get('arguments') or ''}" or "\x00"
+
+
+def completed_file(requests_file: Path) -> Path:
+    """Where each measured request of a point is appended as it finishes (read back by llmhost.bench.salvage)."""
+    return requests_file.with_suffix(".completed.jsonl")
+
+
+class Generator:
+    """The imported module with its hooks: the outputs of the running point's requests, in completion order."""
+
+    def __init__(self, mod: Any):
+        self.mod = mod
+        self.outputs: list[Any] = []
+        self.warmups = 0  # the running point's warm-up requests: the first outputs, never measured
+        self.clock_s = 0.0  # unix seconds minus perf_counter seconds, fixed per point
+        self.completed: TextIO | None = None  # the running point's completed-requests file
+        mod.get_tokenizer = functools.cache(mod.get_tokenizer)  # one tokenizer load per boot, not per point
+        mod.check_chat_template = functools.cache(mod.check_chat_template)
+        mod._combine_openai_chat_content = any_token_text(mod._combine_openai_chat_content)
+        for backend, func in list(mod.ASYNC_REQUEST_FUNCS.items()):
+            mod.ASYNC_REQUEST_FUNCS[backend] = self._kept(func)
+
+    def _kept(self, func: Callable) -> Callable:
+        async def request(request_func_input: Any, pbar: Any = None) -> Any:
+            output = await func(request_func_input=request_func_input, pbar=pbar)
+            self.outputs.append(output)
+            if self.completed is not None and len(self.outputs) > self.warmups:  # line by line: a kill keeps them
+                self.completed.write(json.dumps(request_row(output, self.clock_s)) + "\n")
+                self.completed.flush()
+            return output
+        return request
+
+    def parse(self, argv: list[str]) -> Any:
+        """The Namespace the module's own parser makes of argv (its cli_main builds the parser and hands the
+        result to run_benchmark, which is swapped for a catcher while it parses)."""
+        caught: list[Any] = []
+        real, self.mod.run_benchmark = self.mod.run_benchmark, caught.append
+        saved_argv, errors = sys.argv, io.StringIO()
+        sys.argv = [self.mod.__name__, *argv]
+        try:
+            with contextlib.redirect_stderr(errors):
+                self.mod.cli_main()
+        except SystemExit:
+            raise LoadgenError("bad benchmark arguments: "
+                               + (errors.getvalue().strip().splitlines() or ["no message"])[-1]) from None
+        finally:
+            self.mod.run_benchmark, sys.argv = real, saved_argv
+        if len(caught) != 1:
+            raise LoadgenError("the benchmark module's cli_main did not call run_benchmark once")
+        return caught[0]
+
+    def run_point(self, argv: list[str], requests_file: Path) -> dict[str, float]:
+        """Run one point; write its per-request rows to requests_file; return the module's totals."""
+        args = self.parse(argv)
+        self.outputs, self.warmups = [], args.warmup_requests
+        self.clock_s = time.time() - time.perf_counter()  # the module stamps perf_counter; records carry unix s
+        try:
+            with open(completed_file(requests_file), "w", encoding="utf-8") as self.completed:
+                result = self.mod.run_benchmark(args)
+        except SystemExit as exc:  # it exits when the server is not ready
+            raise LoadgenError(f"the benchmark exited ({exc.code}) — server not ready?") from None
+        finally:
+            self.completed = None
+        measured = self.outputs[args.warmup_requests:]  # the warm-up requests all finish before the first measured
+        if len(measured) != len(result["ttfts"]):
+            raise LoadgenError(f"{len(measured)} request outputs kept but the benchmark reports "
+                               f"{len(result['ttfts'])}")
+        measured.sort(key=lambda o: o.start_time)  # by start: the order of a request log
+        files.write_jsonl_atomic(requests_file, [request_row(o, self.clock_s) for o in measured])
+        completed_file(requests_file).unlink()  # the requests file holds them all now
+        return {key: float(result.get(key) or 0.0) for key in SUMMARY_KEYS}
+
+
+def request_row(output: Any, clock_s: float) -> dict[str, Any]:
+    """One request as a RequestRecord dict (llmhost.bench.records); failed requests keep their error as data."""
+    ok = bool(output.success)
+    start_s = output.start_time + clock_s
+    return {"start_s": start_s, "end_s": start_s + output.latency if ok else None, "ok": ok,
+            "error": str(output.error or "")[-2000:], "prompt_tokens": int(output.prompt_len or 0),
+            "output_tokens": int(output.output_len or 0) if ok else 0,
+            # a stream that broke keeps the gaps it saw: they must not enter ITL percentiles (the module drops them)
+            "ttft_ms": output.ttft * 1000.0 if ok and output.ttft > 0 else None,
+            "itl_ms": [x * 1000.0 for x in output.itl] if ok else [],
+            "e2e_ms": output.latency * 1000.0 if ok else 0.0,
+            "cached_tokens": int(output.cached_tokens or 0) if ok else None}
+
+
+# --- the process ------------------------------------------------------------------------------------------------
+
+def die_with_parent() -> None:
+    """Have Linux SIGKILL this process when run_bench.py dies, by SIGKILL too (prctl PR_SET_PDEATHSIG): in its
+    own session nothing else would stop it loading the server, into the first point of a --resume."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != int(parent):  # the parent died before the request took effect
+        os._exit(1)
+
+
+def load(module_name: str) -> Generator:
+    """Import the module (the deprecated path re-exports: hook where the code lives) and check its API."""
+    mod = importlib.import_module(module_name)
+    mod = sys.modules[getattr(getattr(mod, "cli_main", None), "__module__", module_name)]
+    problem = api_problem(mod)
+    if problem:
+        raise LoadgenError(f"SGLang {installed_version()} has a benchmark API this toolkit does not drive "
+                           f"({module_name}: {problem}); it was verified with SGLang {VERIFIED_VERSION} — "
+                           f"install that (./setup_host.sh) or point SGLANG_PYTHON at it")
+    return Generator(mod)
+
+
+def serve(gen: Generator, commands: io.TextIOBase, answer: Callable[[dict], None]) -> None:
+    for line in commands:
+        try:
+            cmd = json.loads(line)
+            answer({"ok": True, "summary": gen.run_point(list(cmd["argv"]), Path(cmd["requests_file"]))})
+        except LoadgenError as exc:
+            answer({"ok": False, "error": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - a point's failure is data; the traceback goes to the log
+            traceback.print_exc()
+            answer({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+
+
+def main(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m llmhost.bench.loadgen MODULE  (JSON commands on stdin; --help says more)",
+              file=sys.stderr)
+        return 2
+    die_with_parent()
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # the module's prints go to the log, not into the protocol
+    sys.stdout = sys.stderr
+
+    def answer(doc: dict) -> None:
+        protocol.write(json.dumps(doc) + "\n")
+
+    try:
+        gen = load(argv[0])
+    except (LoadgenError, ImportError) as exc:
+        answer({"ready": False, "error": str(exc) if isinstance(exc, LoadgenError)
+                else f"cannot import {argv[0]}: {exc}"})
+        return 1
+    answer({"ready": True, "version": installed_version()})
+    serve(gen, sys.stdin, answer)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""The load-generator process of one server boot, seen from run_bench.py: start it, send it points, stop it.
+
+    with LoadGenerator(python, module, env, log_file) as gen:      # imports SGLang's benchmark module once
+        summary, error = gen.run(argv, requests_file, limit_s=300)  # one point, in that process
+
+The process (llmhost/bench/loadgen.py) lives in its own session, so a terminal's Ctrl-C reaches only run_bench.py;
+run_bench.py stops it on Ctrl-C/SIGTERM (KeyboardInterrupt), and Linux SIGKILLs it when run_bench.py is killed -9
+(PR_SET_PDEATHSIG). A point over its time limit kills the process group; the next point starts a fresh process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from llmhost.bench.loadgen import PARENT_ENV
+
+START_LIMIT_S = 300.0  # imports + API check; ~12 s on an H200, minutes on a cold disk cache
+
+
+class LoadgenError(Exception):
+    """No usable load generator; the message is one line naming the fix."""
+
+
+class LoadGenerator:
+    def __init__(self, python: str, module: str, env: dict[str, str], log_file: Path):
+        self.python, self.module, self.log_file = python, module, log_file
+        repo = str(Path(__file__).resolve().parents[2])
+        self.env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p),
+                    PARENT_ENV: str(os.getpid())}
+        self.cwd = repo
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.version = ""
+        self._buffer = b""
+
+    def __enter__(self) -> "LoadGenerator":
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # Ctrl-C or an error between points: no grace period
+            self.kill()
+
+    def start(self) -> None:
+        """Start the process and wait for its ready line; LoadgenError (one line) when it cannot drive points."""
+        with open(self.log_file, "ab") as log:
+            self.proc = subprocess.Popen([self.python, "-m", "llmhost.bench.loadgen", self.module],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.env,
+                                         cwd=self.cwd, start_new_session=True)
+        self._buffer = b""
+        try:
+            hello = self._reply(time.monotonic() + START_LIMIT_S)
+        except BaseException:
+            self.kill()
+            raise
+        if hello is None or not hello.get("ready"):
+            self.kill()
+            why = hello.get("error") if hello else f"no ready line within {START_LIMIT_S:.0f} s"
+            raise LoadgenError(str(why or f"it exited: {last_line(self.log_file)}"))
+        self.version = str(hello.get("version", ""))
+
+    def run(self, argv: list[str], requests_file: Path, limit_s: float) -> tuple[dict[str, float] | None, str]:
+        """One point -> (the module's totals, '') or (None, one-line error). Ctrl-C kills the process and
+        propagates; over limit_s the process is killed (a fresh one serves the next point)."""
+        if self.proc is None or self.proc.poll() is not None:
+            try:
+                self.start()
+            except LoadgenError as exc:
+                return None, f"load generator did not start: {exc}"
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps({"argv": argv, "requests_file": str(requests_file)}) + "\n").encode())
+            self.proc.stdin.flush()
+            reply = self._reply(time.monotonic() + limit_s)
+        except BrokenPipeError:
+            reply = {}
+        except BaseException:
+            self.kill()  # Ctrl-C, SIGTERM: never leave it loading the server on its own
+            raise
+        if reply is None:
+            self.kill()
+            return None, f"load generator exceeded {limit_s:.0f}s"
+        if not reply:
+            self.kill()
+            return None, f"load generator died: {last_line(self.log_file)}"
+        if not reply.get("ok"):
+            return None, str(reply.get("error") or "no error text")[:500]
+        return {k: float(v) for k, v in reply["summary"].items()}, ""
+
+    def _reply(self, deadline: float) -> dict[str, Any] | None:
+        """The next protocol line as JSON; None at the deadline, {} when the process closed its end."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not select.select([fd], [], [], min(left, 1.0))[0]:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return {}
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"ok": False, "error": f"unreadable load-generator answer: {line[:200]!r}"}
+
+    def kill(self) -> None:
+        """SIGKILL the process group we started (the load generator and nothing else)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        """End of the boot: close its input (it exits at EOF); killed if it has not exited within 10 s."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+def last_line(path: Path) -> str:
+    """Last non-empty line of a log (the error the module printed), trimmed to 300 characters."""
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "no output"

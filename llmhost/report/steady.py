@@ -1,0 +1,162 @@
+"""Steady-state tables of a run: each repeat of each point split into warm-up / steady window / drain
+(llmhost.bench.window), statistics per repeat, CIs across repeats and paired arm differences (llmhost.repeats).
+Pure: stored results in, plain-dict rows out (the dashboard renders them; summary.json carries them).
+
+A repeat that failed its steadiness check is listed as not steady and left out of every mean, CI and paired
+difference here; its transients and numbers still appear in its own row of the not-steady list.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from llmhost import repeats, stats
+from llmhost.bench import window
+from llmhost.bench.records import PointRecord
+from llmhost.report.load import Requests, Run
+from llmhost.report.tables import Group, load_label
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RepeatWindow:
+    """One repeat of a point, windowed: its TTFT by phase (successful requests, in send order)."""
+
+    point: PointRecord
+    window: window.Window
+    steadiness: window.Steadiness
+    ttft_ms: dict[str, np.ndarray]  # phase -> TTFT
+    prefix: window.PrefixSplit  # of the steady window
+    steady_sent: tuple[np.ndarray, np.ndarray, np.ndarray]  # ok, TTFT, TPOT of every request of the window
+
+    def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
+        """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
+        return int(stats.good_mask(*self.steady_sent, slo).sum()), int(self.steady_sent[0].size)
+
+    @property
+    def repeat(self) -> int:
+        return self.point.repeat
+
+    @property
+    def is_steady(self) -> bool:
+        return self.steadiness.is_steady
+
+
+def window_repeat(point: PointRecord, r: Requests, seed: int = 0) -> RepeatWindow:
+    """Window one repeat's requests and check its steadiness."""
+    order = np.argsort(r.start_s, kind="stable")
+    start, ttft, ok = r.start_s[order], r.ttft_ms[order], r.ok[order]
+    w, steady = window.window_and_check(point, start, r.e2e_ms[order], r.output_tokens[order], ttft, ok, seed)
+    by_phase = {ph: ttft[w.mask(ph) & ok] for ph in window.PHASES}
+    in_window = w.mask("steady")
+    prefix = window.prefix_split(ttft[in_window], ok[in_window], r.prompt_tokens[order][in_window],
+                                 r.cached_tokens[order][in_window])
+    return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
+                                                            r.itl_mean_ms[order][in_window]))
+
+
+def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, list[RepeatWindow]]:
+    """Group key -> its successful repeats, windowed (repeat order)."""
+    return {g.key: [window_repeat(p, run.requests[p.point_id], seed) for p in g.ok_points
+                    if p.point_id in run.requests] for g in groups}
+
+
+def _phase_p50(reps: list[RepeatWindow], phase: str) -> tuple[float, int]:
+    pooled = np.concatenate([r.ttft_ms[phase] for r in reps]) if reps else np.array([])
+    return stats.percentile(pooled, 50), int(pooled.size)
+
+
+def _ci_fields(prefix: str, ci: stats.Interval) -> dict[str, Any]:
+    return {prefix: ci.value, f"{prefix}_lo": ci.lo, f"{prefix}_hi": ci.hi}
+
+
+def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0) -> dict[str, Any]:
+    """One point: steady-window statistics over its steady repeats, transients beside them, per-repeat values."""
+    steady = [r for r in reps if r.is_steady]
+    ttft = [r.ttft_ms["steady"] for r in steady]
+    p50, p99 = repeats.percentile_ci(ttft, 50, seed=seed), repeats.percentile_ci(ttft, 99, seed=seed)
+    thr = repeats.across_repeats({r.repeat: r.window.output_throughput for r in steady})
+    hits = np.concatenate([r.prefix.hit_ttft_ms for r in steady]) if steady else np.array([])
+    misses = np.concatenate([r.prefix.miss_ttft_ms for r in steady]) if steady else np.array([])
+    (warm_p50, warm_n), (drain_p50, drain_n) = _phase_p50(reps, "warmup"), _phase_p50(reps, "drain")
+    share = repeats.goodput_ci({r.repeat: r.good_sent(slo) for r in steady})
+    good = stats.Interval(100 * share.value, 100 * share.lo, 100 * share.hi, share.n)
+    return {
+        "arm": g.arm, "workload": g.workload, "pattern": g.pattern, "concurrency": g.concurrency,
+        "request_rate": g.request_rate, "num_prompts": g.num_prompts,
+        "load": load_label(g.pattern, g.concurrency, g.request_rate, g.num_prompts),
+        "repeats": len(reps), "repeats_steady": len(steady),
+        "window_s": _mean([r.window.duration_s for r in steady]),
+        **_ci_fields("steady_output_throughput", thr),
+        "steady_ttft_n": int(sum(x.size for x in ttft)),
+        **_ci_fields("steady_ttft_p50_ms", p50), **_ci_fields("steady_ttft_p99_ms", p99),
+        "steady_ttft_p99_slo": repeats.slo_verdict(p99, slo.ttft_ms, is_higher_better=False),
+        "steady_ttft_p99_sufficient": stats.is_sufficient(int(sum(x.size for x in ttft)), 99.0),
+        **_ci_fields("steady_goodput_pct", good),
+        "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
+        "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
+        "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
+        "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),
+        "per_repeat": [{"repeat": r.repeat, "is_steady": r.is_steady,
+                        "output_throughput": r.window.output_throughput,
+                        "steady_ttft_p50_ms": stats.percentile(r.ttft_ms["steady"], 50),
+                        "warmup_ttft_p50_ms": stats.percentile(r.ttft_ms["warmup"], 50)} for r in reps],
+    }
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]], slo: stats.Slo,
+                seed: int = 0) -> list[dict[str, Any]]:
+    return [steady_row(g, windows[g.key], slo, seed) for g in groups if windows.get(g.key)]
+
+
+def not_steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]]) -> list[dict[str, Any]]:
+    """Every repeat that failed its steadiness check, with the reasons (transient patterns are not meant to be
+    steady: their requests are all warm-up, shown as such in the steady rows)."""
+    return [{"point_id": r.point.point_id, "arm": g.arm, "workload": g.workload, "pattern": g.pattern,
+             "load": load_label(g.pattern, g.concurrency, g.request_rate, g.num_prompts), "repeat": r.repeat,
+             "requests": len(r.window.phase), "warmup_n": r.window.count("warmup"), "drain_n": r.window.count("drain"),
+             "reasons": "; ".join(r.steadiness.reasons)}
+            for g in groups for r in windows.get(g.key, [])
+            if not r.is_steady and g.pattern not in window.TRANSIENT_PATTERNS]
+
+
+# Paired metrics: per steady repeat -> one number; is a higher value better?
+PAIRED: dict[str, tuple[str, bool, Callable[[RepeatWindow], float]]] = {
+    "output_throughput": ("Window output tok/s", True, lambda r: r.window.output_throughput),
+    "ttft_p50": ("Steady TTFT p50", False, lambda r: stats.percentile(r.ttft_ms["steady"], 50)),
+    "ttft_p99": ("Steady TTFT p99", False, lambda r: stats.percentile(r.ttft_ms["steady"], 99)),
+}
+
+
+def paired_row(base: list[RepeatWindow], arm: list[RepeatWindow]) -> dict[str, Any]:
+    """Each PAIRED metric of `arm` minus `base`, paired by repeat index over repeats steady on both sides."""
+    row: dict[str, Any] = {}
+    for name, (_, higher_better, fn) in PAIRED.items():
+        a = {r.repeat: v for r in base if r.is_steady and math.isfinite(v := fn(r))}
+        b = {r.repeat: v for r in arm if r.is_steady and math.isfinite(v := fn(r))}
+        d = repeats.paired_diff(a, b)
+        row.update({f"{name}_delta_pct": d.rel_pct, f"{name}_lo_pct": d.rel_lo, f"{name}_hi_pct": d.rel_hi,
+                    f"{name}_pairs": len(set(a) & set(b)), f"{name}_verdict": repeats.verdict(d, higher_better)})
+    return row
+
+
+def paired_rows(run: Run, groups: list[Group], windows: dict[tuple, list[RepeatWindow]]) -> list[dict[str, Any]]:
+    """Each non-baseline arm against the baseline at every point both ran (same workload, pattern, load)."""
+    base = next((a.name for a in run.arms if a.is_baseline), run.arms[0].name if run.arms else None)
+    by_key = {g.key[1:]: g for g in groups if g.arm == base}
+    rows = []
+    for g in groups:
+        other = by_key.get(g.key[1:])
+        if g.arm == base or other is None or not windows.get(g.key) or not windows.get(other.key):
+            continue
+        rows.append({"arm": g.arm, "baseline": base, "workload": g.workload, "pattern": g.pattern,
+                     "load": load_label(g.pattern, g.concurrency, g.request_rate, g.num_prompts),
+                     **paired_row(windows[other.key], windows[g.key])})
+    return rows

@@ -1,0 +1,151 @@
+"""The dashboard's steady-state section: steady-window TTFT beside the warm-up and drain, one marker per repeat,
+paired arm differences with CIs, and the list of repeats that were not steady (rows from report.steady)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llmhost import stats
+from llmhost.bench import window
+from llmhost.report import page
+from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots
+from llmhost.report.load import Run
+from llmhost.report.page import esc, num, with_ci
+from llmhost.report.steady import PAIRED
+
+
+def steady_vs_transient(run: Run, rows: list[dict[str, Any]]) -> Chart:
+    title = "Is the TTFT under steady load different from the start-up burst?"
+    read = ("Per concurrency: filled markers = steady-window TTFT p50 of each repeat, the line = their pooled p50 "
+            "with its 95% CI (repeats and time blocks resampled); open diamonds = the warm-up's TTFT p50 (the "
+            "start-up burst), kept out of the steady numbers; log x.")
+    sweep = [r for r in rows if r["pattern"] == "concurrency"]
+    wls = list(dict.fromkeys(r["workload"] for r in sweep))
+    if not wls:
+        return Chart("steady", title, read, None, "no concurrency point recorded — run ./run_bench.py")
+    go, fig = _go(), _subplots(1, len(wls), wls)
+    for col, wl in enumerate(wls, 1):
+        for arm in run.arms:
+            mine = [r for r in sweep if r["arm"] == arm.name and r["workload"] == wl]
+            if not mine:
+                continue
+            each = [(r["concurrency"], p) for r in mine for p in r["per_repeat"] if p["is_steady"]]
+            fig.add_trace(go.Scatter(x=[c for c, _ in each], y=[p["steady_ttft_p50_ms"] for _, p in each],
+                                     mode="markers", marker={"color": arm.color, "size": 6, "opacity": 0.6},
+                                     name=f"{arm.label}: repeats", legendgroup=arm.name, showlegend=col == 1),
+                          row=1, col=col)
+            fig.add_trace(go.Scatter(
+                x=[r["concurrency"] for r in mine], y=[r["steady_ttft_p50_ms"] for r in mine], mode="lines",
+                line={"color": arm.color}, name=f"{arm.label}: steady p50", legendgroup=arm.name, showlegend=False,
+                error_y=_bars(*([r[f"steady_ttft_p50_ms{s}"] for r in mine] for s in ("", "_lo", "_hi")))),
+                row=1, col=col)
+            fig.add_trace(go.Scatter(x=[r["concurrency"] for r in mine], y=[r["warmup_ttft_p50_ms"] for r in mine],
+                                     mode="markers", marker={"color": arm.color, "symbol": "diamond-open", "size": 9},
+                                     name=f"{arm.label}: warm-up p50", legendgroup=arm.name, showlegend=col == 1),
+                          row=1, col=col)
+        _log_x(fig, [r["concurrency"] for r in sweep if r["workload"] == wl], "concurrency", row=1, col=col)
+    fig.update_yaxes(type="log", title_text="TTFT ms", row=1, col=1)
+    return Chart("steady", title, read, _layout(fig, 420))
+
+
+def _bars(values: list[float], los: list[float], his: list[float]) -> dict[str, Any]:
+    """Asymmetric error bars from CI bounds (no bar where a bound is missing)."""
+    def gaps(bounds: list[float]) -> list[float]:
+        return [0.0 if math.isnan(b) or math.isnan(v) else abs(b - v) for v, b in zip(values, bounds)]
+    return {"type": "data", "symmetric": False, "array": gaps(his), "arrayminus": gaps(los), "visible": True}
+
+
+def paired_forest(run: Run, rows: list[dict[str, Any]]) -> Chart:
+    title = "Which settings change throughput and TTFT, beyond the noise between repeats?"
+    read = ("Change vs the baseline in % at each shared point, paired by repeat (same seed on both arms), bars = "
+            "95% paired-t CI; a bar crossing 0 is within noise. Points without two steady pairs have no bar.")
+    shown = [r for r in rows if not math.isnan(r["output_throughput_delta_pct"])]
+    if not shown:
+        return Chart("paired", title, read, None, "no arm shares a steady point with the baseline — run "
+                     "./run_bench.py with --repeat 3 and at least two arms")
+    metrics = ("output_throughput", "ttft_p50")
+    go, fig = _go(), _subplots(1, 2, [PAIRED[m][0] for m in metrics], shared_yaxes=True)
+    labels = {a.name: (a.label, a.color) for a in run.arms}
+    for col, m in enumerate(metrics, 1):
+        for arm in dict.fromkeys(r["arm"] for r in shown):
+            mine = [r for r in shown if r["arm"] == arm]
+            label, color = labels.get(arm, (arm, "#7f7f7f"))
+            fig.add_trace(go.Scatter(
+                x=[r[f"{m}_delta_pct"] for r in mine], y=[f"{r['workload']} · {r['pattern']} · {r['load']}"
+                                                          for r in mine],
+                mode="markers", marker={"color": color, "size": 8}, name=label, legendgroup=arm,
+                showlegend=col == 1,
+                error_x=_bars(*([r[f"{m}_{s}_pct"] for r in mine] for s in ("delta", "lo", "hi")))),
+                row=1, col=col)
+        fig.add_vline(x=0, line={"color": "#888", "dash": "dot"}, row=1, col=col)
+        fig.update_xaxes(title_text="change vs baseline, %", row=1, col=col)
+    return Chart("paired", title, read, _layout(fig, 160 + 28 * len({r["load"] + r["workload"] for r in shown})))
+
+
+def _verdict_cell(metric: str) -> page.Cell:
+    def cell(r: dict[str, Any]) -> str:
+        v = r[f"{metric}_verdict"]
+        d, lo, hi = r[f"{metric}_delta_pct"], r[f"{metric}_lo_pct"], r[f"{metric}_hi_pct"]
+        cls = {"better": "better", "worse": "worse"}.get(v, "noise")
+        ci = f" [{lo:+.1f}, {hi:+.1f}]" if not math.isnan(lo) else ""
+        shown = "—" if math.isnan(d) else f"<b>{d:+.1f}%</b><span class=noise>{ci}</span>"
+        return f"class={cls}|{shown}<br><small>{esc(v)} ({r[f'{metric}_pairs']} pairs)</small>"
+    return cell
+
+
+def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, Any]],
+                 unsteady: list[dict[str, Any]], slo: stats.Slo) -> str:
+    intro = (
+        "<p class=read>Every repeat is split into a warm-up (closed loop: until the c-th completion, i.e. the first "
+        "2c − 1 requests sent; Poisson: one p90 latency after the first arrival), a steady window, and the drain "
+        "(requests still running when sending stopped). Steady numbers use the window only; the transients are "
+        "shown beside them. A repeat is <b>not steady</b> when its TTFT p50 drifted between the window's halves by "
+        f"more than {100 * window.TTFT_DRIFT_TOL:.0f}% and beyond its CI, or (Poisson) when completions fell behind "
+        f"arrivals (< {100 * window.KEEP_UP:.0f}%): it is listed below and left out of the means and CIs. "
+        f"{' and '.join(window.TRANSIENT_PATTERNS).capitalize()} points measure a transient by design: all their "
+        "requests count as warm-up. "
+        "CIs are across repeats (Student t; percentiles: repeats and time blocks resampled), arm differences are "
+        "paired by repeat; a verdict only when the CI excludes 0; the TTFT p99 SLO is met only when the CI's upper "
+        f"bound is ≤ {slo.ttft_ms:g} ms, and the SLO ({slo.pct:g}% of requests good) only when the goodput CI's "
+        "lower bound is ≥ it (undecided while the CI straddles it).</p>")
+    listing = (page.table(_unsteady_columns(), unsteady, left=7) if unsteady
+               else "<p class=read>Every repeat with a window passed the steadiness check.</p>")
+    body = (intro + page.chart(steady_vs_transient(run, rows))
+            + f"<h3>Repeats that were not steady ({len(unsteady)})</h3>" + listing
+            + page.chart(paired_forest(run, paired)))
+    if paired:
+        cols: list[tuple[str, page.Cell]] = [("Arm", lambda r: esc(run.arm(r["arm"]).label)), ("Point", lambda r: esc(
+            f"{r['workload']} · {r['pattern']} · {r['load']}"))]
+        cols += [(f"{label} (Δ% [95% paired CI])", _verdict_cell(m)) for m, (label, _, _) in PAIRED.items()]
+        body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
+                 f"{page.table(cols, paired, 2)}</details>")
+    return body + "<h3>Steady window vs transients, per point</h3>" + (
+        page.table(_steady_columns(), rows, left=4) if rows else page.missing("No point has request data yet."))
+
+
+def _unsteady_columns() -> list[tuple[str, page.Cell]]:
+    return [("Arm", lambda r: esc(r["arm"])), ("Workload", lambda r: esc(r["workload"])),
+            ("Pattern", lambda r: esc(r["pattern"])), ("Load", lambda r: esc(r["load"])),
+            ("Repeat", lambda r: num(r["repeat"], 0)),
+            ("Requests (warm-up / drain)", lambda r: f"{r['requests']} ({r['warmup_n']} / {r['drain_n']})"),
+            ("Why", lambda r: esc(r["reasons"]))]
+
+
+def _steady_columns() -> list[tuple[str, page.Cell]]:
+    def ci(key: str, digits: int = 1) -> page.Cell:
+        return lambda r: with_ci(r[key], r[f"{key}_lo"], r[f"{key}_hi"], digits)
+    return [("Arm", lambda r: esc(r["arm"])), ("Workload", lambda r: esc(r["workload"])),
+            ("Pattern", lambda r: esc(r["pattern"])), ("Load", lambda r: esc(r["load"])),
+            ("Steady repeats", lambda r: f"{r['repeats_steady']}/{r['repeats']}"),
+            ("Window s", lambda r: num(r["window_s"])),
+            ("Window out tok/s [CI]", ci("steady_output_throughput", 0)),
+            ("Steady TTFT p50 ms [CI]", ci("steady_ttft_p50_ms")),
+            ("Steady TTFT p99 ms [CI]", lambda r: with_ci(r["steady_ttft_p99_ms"], r["steady_ttft_p99_ms_lo"],
+                                                          r["steady_ttft_p99_ms_hi"])
+             + ("" if r["steady_ttft_p99_sufficient"] else " <span class=flag title='too few samples'>⚠</span>")),
+            ("p99 ≤ SLO TTFT", lambda r: esc(r["steady_ttft_p99_slo"])),
+            ("Goodput % [CI]", ci("steady_goodput_pct")), ("SLO", lambda r: esc(r["steady_slo"])),
+            ("Warm-up TTFT p50 ms (n)", lambda r: f"{num(r['warmup_ttft_p50_ms'])} ({r['warmup_n']})"),
+            ("Drain TTFT p50 ms (n)", lambda r: f"{num(r['drain_ttft_p50_ms'])} ({r['drain_n']})"),
+            ("Prefix hit / miss TTFT p50 ms (n)", lambda r: f"{num(r['hit_ttft_p50_ms'])} ({r['hit_n']}) / "
+                                                            f"{num(r['miss_ttft_p50_ms'])} ({r['miss_n']})")]

@@ -1,0 +1,88 @@
+"""Where a server start spends its time, read from SGLang's own log: one line such as
+
+    ready in 141 s: launcher 23 s, scheduler start 24 s, weights 2 s, KV pool 2 s, prefill graphs 44 s,
+    decode graphs 6 s, HTTP + tokenizer workers 33 s, first generation 8 s
+
+Each phase ends at a line SGLang 0.5.17 logs (timestamps to the second, in the host's local time, as SGLang's
+logging writes them); a phase whose line is absent (e.g. prefill graphs with --disable-piecewise-cuda-graph) is
+folded into the next one, so the phases always add up to the launch-to-ready time.
+"""
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] (.*)")
+
+# (phase, the log line that ends it, whether the LAST such line counts: the tokenizer workers start one by one)
+MARKERS: tuple[tuple[str, str, bool], ...] = (
+    ("launcher", "server_args=ServerArgs(", False),  # python -m sglang.launch_server: imports, argument parsing
+    ("scheduler start", "Init torch distributed begin", False),  # scheduler process spawned, its imports
+    ("weights", "Load weight end", False),
+    ("KV pool", "Memory pool end", False),
+    ("prefill graphs", "Capture target prefill CUDA graph end", False),
+    ("decode graphs", "Capture target decode CUDA graph end", False),
+    ("HTTP + tokenizer workers", "Application startup complete", True),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    name: str
+    seconds: float
+
+
+def log_epoch(stamp: str) -> float:
+    """SGLang's '%Y-%m-%d %H:%M:%S' (local time) as a Unix time."""
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+
+
+def utc_epoch(stamp: str) -> float:
+    """The pane's started_at ('%Y-%m-%dT%H:%M:%SZ', UTC) as a Unix time."""
+    return float(calendar.timegm(time.strptime(stamp.strip(), "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def marker_times(lines: list[str]) -> dict[str, float]:
+    """Phase name -> Unix time of the log line that ends it (first occurrence, or last where MARKERS says so)."""
+    found: dict[str, float] = {}
+    for line in lines:
+        match = _STAMP.match(line)
+        if not match:
+            continue
+        for name, needle, last in MARKERS:
+            if needle in match.group(2) and (last or name not in found):
+                found[name] = log_epoch(match.group(1))
+    return found
+
+
+def phases(lines: list[str], launched: float, ready: float) -> list[Phase]:
+    """The start split at the markers found, then 'first generation' up to `ready`; empty when nothing matched."""
+    found = marker_times(lines)
+    out: list[Phase] = []
+    previous = launched
+    for name, _, _ in MARKERS:
+        if name in found and launched <= found[name] <= ready:
+            out.append(Phase(name, max(0.0, found[name] - previous)))
+            previous = max(previous, found[name])
+    if out:
+        out.append(Phase("first generation", max(0.0, ready - previous)))
+    return out
+
+
+def timeline_line(log: Path, started_at: str | None, ready: float) -> str | None:
+    """'ready in N s: phase X s, ...' for the start logged in `log`, or None when it cannot be told."""
+    if not started_at:
+        return None
+    try:
+        launched = utc_epoch(started_at)
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except (OSError, ValueError):
+        return None
+    parts = phases(lines, launched, ready)
+    if not parts:
+        return None
+    body = ", ".join(f"{p.name} {p.seconds:.0f} s" for p in parts)
+    return f"ready in {ready - launched:.0f} s: {body}"

@@ -1,0 +1,68 @@
+"""The start-up timeline, read from real SGLang 0.5.17 logs captured on the H200."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from llmhost.serve import startup
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")  # SGLang logs local time; the captures were taken on a UTC host
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def at(stamp: str) -> float:
+    return startup.log_epoch(stamp)
+
+
+def test_eight_tokenizer_workers_start_is_split_into_phases_that_add_up():
+    lines = (CAPTURES / "startup_8_tokenizer_workers.log").read_text().splitlines()
+    launched, ready = at("2026-12-01 15:44:55"), at("2026-12-01 15:47:16")
+    parts = {p.name: p.seconds for p in startup.phases(lines, launched, ready)}
+    assert parts["launcher"] == 24 and parts["scheduler start"] == 24  # 15:45:19, then 15:45:43
+    assert parts["prefill graphs"] == 44 and parts["decode graphs"] == 6  # SGLang: elapsed=43.91 s, 5.55 s
+    assert parts["HTTP + tokenizer workers"] >= 30  # the workers come up one by one after Uvicorn starts
+    assert sum(parts.values()) == pytest.approx(ready - launched)
+
+
+def test_one_tokenizer_worker_start_from_the_older_capture():
+    lines = (CAPTURES / "server.log").read_text().splitlines()
+    launched, ready = at("2026-11-29 15:54:40"), at("2026-11-29 15:56:57")
+    parts = {p.name: p.seconds for p in startup.phases(lines, launched, ready)}
+    assert parts["prefill graphs"] == 60 and parts["KV pool"] == 2
+    assert list(parts)[-1] == "first generation" and sum(parts.values()) == pytest.approx(ready - launched)
+
+
+def test_a_missing_phase_is_folded_into_the_next_so_the_sum_still_holds():
+    lines = ["[2026-12-01 10:00:05] server_args=ServerArgs(x)",
+             "[2026-12-01 10:00:20] Memory pool end. avail mem=12 GB",  # no weights line
+             "[2026-12-01 10:00:30] Capture target decode CUDA graph end. elapsed=3.4 s"]  # no prefill graphs
+    parts = startup.phases(lines, at("2026-12-01 10:00:00"), at("2026-12-01 10:00:40"))
+    assert [(p.name, p.seconds) for p in parts] == [("launcher", 5), ("KV pool", 15), ("decode graphs", 10),
+                                                    ("first generation", 10)]
+
+
+def test_the_line_names_the_total_and_each_phase(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("[2026-12-01 10:00:05] server_args=ServerArgs(x)\n"
+                   "[2026-12-01 10:00:25] INFO:     Application startup complete.\n")
+    line = startup.timeline_line(log, "2026-12-01T10:00:00Z", at("2026-12-01 10:00:27"))
+    assert line == "ready in 27 s: launcher 5 s, HTTP + tokenizer workers 20 s, first generation 2 s"
+
+
+def test_no_timeline_without_a_start_time_or_log_lines(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("no timestamps here\n")
+    assert startup.timeline_line(log, None, 0.0) is None
+    assert startup.timeline_line(log, "2026-12-01T10:00:00Z", at("2026-12-01 10:01:00")) is None
+    assert startup.timeline_line(tmp_path / "absent.log", "2026-12-01T10:00:00Z", 0.0) is None
+    assert startup.timeline_line(log, "yesterday", 0.0) is None

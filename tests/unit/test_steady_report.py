@@ -1,0 +1,83 @@
+"""The report's steady-state tables on a synthetic run: windows per repeat, transients kept beside the steady numbers,
+paired arm differences, TTFT by prefix hit/miss, and an unsteady repeat listed and kept out of the means."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures_bench import ARMS, make_run
+from llmhost import stats
+from llmhost.report import dashboard, load, steady, tables
+
+SLO = stats.Slo(500.0, 20.0, 99.0)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> load.Run:
+    return load.load_run(make_run(tmp_path_factory.mktemp("runs"), arms=ARMS[:2], n=48, repeats=3, torn=False))
+
+
+@pytest.fixture(scope="module")
+def built(run: load.Run) -> tuple[list[tables.Group], dict]:
+    groups = tables.build_groups(run)
+    return groups, steady.window_groups(run, groups)
+
+
+def row_of(rows: list[dict], arm: str, wl: str, pattern: str, load_: str) -> dict:
+    return next(r for r in rows if (r["arm"], r["workload"], r["pattern"], r["load"]) == (arm, wl, pattern, load_))
+
+
+def test_every_repeat_is_windowed_and_its_transients_are_counted_not_dropped(run: load.Run, built: tuple) -> None:
+    groups, windows = built
+    rows = steady.steady_rows(groups, windows, SLO)
+    r = row_of(rows, "baseline", "agent", "concurrency", "c=4")
+    assert r["repeats"] == 3 and len(r["per_repeat"]) == 3
+    assert 3 * 4 <= r["warmup_n"] < 3 * 2 * 4  # the first wave, and the refills before the c-th completion
+    assert r["warmup_n"] + r["drain_n"] + r["steady_ttft_n"] == 3 * 48  # every request is in one phase
+    assert r["steady_ttft_p50_ms_lo"] <= r["steady_ttft_p50_ms"] <= r["steady_ttft_p50_ms_hi"]
+    assert r["steady_output_throughput_lo"] < r["steady_output_throughput"] < r["steady_output_throughput_hi"]
+    assert r["steady_goodput_pct_lo"] <= r["steady_goodput_pct"] <= r["steady_goodput_pct_hi"]
+    expected = "met" if r["steady_goodput_pct_lo"] >= SLO.pct else "missed" if r["steady_goodput_pct_hi"] < SLO.pct \
+        else "undecided"
+    assert r["steady_slo"] == expected
+
+
+def test_prefix_hits_are_faster_than_misses_and_chat_has_no_hits(built: tuple) -> None:
+    rows = steady.steady_rows(*built, SLO)
+    agent = row_of(rows, "baseline", "agent", "concurrency", "c=4")
+    assert agent["hit_n"] > agent["miss_n"] > 0 and agent["hit_ttft_p50_ms"] < agent["miss_ttft_p50_ms"] / 3
+    assert row_of(rows, "baseline", "chat", "concurrency", "c=4")["hit_n"] == 0
+
+
+def test_disabling_the_prefix_cache_is_a_paired_worse_ttft(run: load.Run, built: tuple) -> None:
+    paired = steady.paired_rows(run, *built)
+    r = row_of(paired, "no-prefix-cache", "agent", "concurrency", "c=4")
+    assert r["ttft_p50_pairs"] == 3 and r["ttft_p50_verdict"] == "worse" and r["ttft_p50_lo_pct"] > 0
+
+
+def test_an_overloaded_repeat_is_listed_as_not_steady_and_kept_out_of_the_means(run: load.Run,
+                                                                                built: tuple) -> None:
+    groups, windows = built
+    g = next(g for g in groups if (g.arm, g.workload, g.pattern, g.concurrency) == ("baseline", "chat",
+                                                                                     "concurrency", 4))
+    point = g.ok_points[1]
+    r = run.requests[point.point_id]
+    growing = np.argsort(np.argsort(r.start_s)) * 40.0  # TTFT grows with every request sent: a queue that never settles
+    bad = dataclasses.replace(r, ttft_ms=r.ttft_ms + growing)
+    windows = {**windows, g.key: [steady.window_repeat(p, bad if p is point else run.requests[p.point_id])
+                                  for p in g.ok_points]}
+    unsteady = steady.not_steady_rows(groups, windows)
+    assert [u["point_id"] for u in unsteady if u["workload"] == "chat" and u["load"] == "c=4"] == [point.point_id]
+    assert "drifted" in unsteady[[u["point_id"] for u in unsteady].index(point.point_id)]["reasons"]
+    row = row_of(steady.steady_rows(groups, windows, SLO), "baseline", "chat", "concurrency", "c=4")
+    assert row["repeats_steady"] == 2 and row["steady_ttft_p50_ms"] < 1000
+
+
+def test_the_dashboard_shows_the_steady_section_and_summary_json_carries_its_rows(run: load.Run) -> None:
+    dash = dashboard.build(run, SLO)
+    assert "Steady state and repeats" in dash.html and "Repeats that were not steady" in dash.html
+    assert "chart-steady" in dash.html and "chart-paired" in dash.html
+    assert dash.meta["steady"] and dash.meta["paired"] and "not_steady" in dash.meta

@@ -1,0 +1,122 @@
+"""Windowing of a point's requests: warm-up / steady / drain on hand-made closed and open loops, the steadiness
+check on a settled and an overloaded Poisson queue, and TTFT by prefix hit/miss."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmhost.bench import window
+
+
+def closed_loop(latencies_ms: list[float], concurrency: int) -> tuple[np.ndarray, np.ndarray]:
+    """Send times of a closed loop: each slot sends its next request the moment its previous one completes."""
+    free = [0.0] * concurrency
+    starts = []
+    for lat in latencies_ms:
+        slot = int(np.argmin(free))
+        starts.append(free[slot])
+        free[slot] += lat / 1000.0
+    return np.array(starts), np.array(latencies_ms)
+
+
+def test_closed_loop_warmup_is_the_first_2c_minus_1_sends_and_drain_the_last_c_in_flight() -> None:
+    start, e2e = closed_loop([1000.0] * 20, concurrency=4)  # waves of 4 at t = 0, 1, 2, 3, 4
+    w = window.closed_loop_window(start, e2e, np.full(20, 10), concurrency=4)
+    assert w.t_start == 1.0 and w.t_end == 4.0  # the 4th completion; the last send
+    assert w.count("warmup") == 4  # with ties at t=1 the refills sent at t_start are already steady
+    assert w.phase[:4] == ("warmup",) * 4 and w.phase[-4:] == ("drain",) * 4
+    assert w.count("steady") == 12
+    assert w.completed == 16 and w.output_throughput == pytest.approx(16 * 10 / 3.0)
+
+
+def test_staggered_closed_loop_counts_exactly_2c_minus_1_warmup_requests() -> None:
+    rng = np.random.default_rng(0)
+    start, e2e = closed_loop(list(rng.uniform(500, 1500, 200)), concurrency=8)
+    w = window.closed_loop_window(start, e2e, np.ones(200), concurrency=8)
+    assert w.count("warmup") == 2 * 8 - 1
+    ends = start + e2e / 1000
+    assert (ends[w.mask("steady")] <= w.t_end).all() and (ends[w.mask("drain")] > w.t_end).all()
+    assert w.count("drain") == 8  # what was in flight when sending stopped
+
+
+def test_a_point_no_larger_than_its_first_wave_has_no_window_and_is_all_warmup() -> None:
+    w = window.closed_loop_window(np.zeros(4), np.full(4, 100.0), np.ones(4), concurrency=4)
+    assert not w.has_window and w.count("warmup") == 4 and math.isnan(w.output_throughput)
+
+
+def test_burst_points_are_all_warmup_and_the_dispatcher_follows_the_load_pattern() -> None:
+    start, e2e, out = np.zeros(10), np.full(10, 50.0), np.ones(10)
+    assert window.point_window("burst", None, None, start, e2e, out).count("warmup") == 10
+    assert not window.point_window("cold", 2, None, np.arange(10.0), e2e, out).has_window  # a transient by design
+    s, e = closed_loop([100.0] * 30, 3)
+    assert window.point_window("concurrency", 3, None, s, e, np.ones(30)).t_start == pytest.approx(0.1)
+    poisson = window.point_window("qps", None, 4.0, np.arange(40) / 4.0, np.full(40, 400.0), np.ones(40))
+    assert poisson.t_start == pytest.approx(0.4)  # first arrival + p90 latency
+
+
+def poisson_point(rng: np.random.Generator, rate: float, n: int, service_ms: float,
+                  servers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrivals at `rate` into `servers` FIFO servers; TTFT = queueing + a tenth of the service."""
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    free = np.zeros(servers)
+    ttft, e2e = np.empty(n), np.empty(n)
+    for i, t in enumerate(arrivals):
+        k = int(np.argmin(free))
+        begin = max(t, free[k])
+        service = rng.exponential(service_ms) / 1000.0
+        free[k] = begin + service
+        ttft[i] = 1000 * (begin - t) + 100 * service
+        e2e[i] = 1000 * (free[k] - t)
+    return arrivals, ttft, e2e
+
+
+def test_a_settled_poisson_queue_is_steady() -> None:
+    start, ttft, e2e = poisson_point(np.random.default_rng(1), rate=8.0, n=600, service_ms=500, servers=8)
+    w = window.open_loop_window(start, e2e, np.ones(600))
+    verdict = window.check_steady(w, start, ttft, np.ones(600, bool), is_open_loop=True)
+    assert verdict.is_steady, verdict.reasons
+    assert verdict.keep_up > 0.95
+
+
+def test_an_overloaded_poisson_queue_is_flagged_with_both_reasons() -> None:
+    start, ttft, e2e = poisson_point(np.random.default_rng(1), rate=8.0, n=600, service_ms=500, servers=3)
+    w = window.open_loop_window(start, e2e, np.ones(600))
+    verdict = window.check_steady(w, start, ttft, np.ones(600, bool), is_open_loop=True)
+    assert not verdict.is_steady and verdict.ttft_drift_lo_pct > 20
+    assert any("drifted" in r for r in verdict.reasons) and any("kept up" in r for r in verdict.reasons)
+
+
+def test_a_noisy_but_flat_window_is_not_called_unsteady_on_a_drift_inside_its_ci() -> None:
+    rng = np.random.default_rng(2)
+    start = np.arange(60, dtype=float)
+    ttft = np.where(start < 30, 100.0, 130.0) * rng.lognormal(0, 1.0, 60)  # +30%, but far inside the noise
+    w = window.open_loop_window(start, np.full(60, 10.0), np.ones(60))
+    verdict = window.check_steady(w, start, ttft, np.ones(60, bool), is_open_loop=True)
+    assert verdict.ttft_drift_lo_pct < 0 < verdict.ttft_drift_hi_pct and verdict.is_steady
+
+
+def test_a_point_without_a_window_is_not_steady_and_says_why() -> None:
+    w = window.burst_window(np.zeros(5), np.full(5, 10.0), np.ones(5))
+    verdict = window.check_steady(w, np.zeros(5), np.full(5, 5.0), np.ones(5, bool), is_open_loop=False)
+    assert not verdict.is_steady and "no steady window" in verdict.reasons[0]
+
+
+def test_prefix_hits_need_most_of_the_prompt_cached_and_unrecorded_counts_are_unknown() -> None:
+    split = window.prefix_split(ttft_ms=np.array([20.0, 300.0, 25.0, 310.0, 40.0, 50.0]),
+                                ok=np.array([True, True, True, True, True, False]),
+                                prompt_tokens=np.array([4224, 4224, 4224, 4224, 4224, 4224]),
+                                cached_tokens=np.array([4096, 12, 4200, 0, np.nan, 4096]))
+    assert split.hit_ttft_ms.tolist() == [20.0, 25.0]  # 12 cached tokens (the chat template) is a miss
+    assert split.miss_ttft_ms.tolist() == [300.0, 310.0]
+    assert split.unknown == 1  # the failed request is neither
+
+
+def test_the_runner_can_window_its_request_records_in_any_order() -> None:
+    from llmhost.bench.records import Point, RequestRecord
+    start, e2e = closed_loop([1000.0] * 20, concurrency=4)
+    rows = [RequestRecord(float(s), True, "", 100, 10, 50.0, (9.0,) * 9, float(e)) for s, e in zip(start, e2e)]
+    point = Point("p", "baseline", "chat", "concurrency", 4, None, 20, 0)
+    w, verdict = window.measure(point, rows[::-1])
+    assert (w.t_start, w.t_end, w.count("steady")) == (1.0, 4.0, 12) and verdict.is_steady
