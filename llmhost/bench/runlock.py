@@ -8,11 +8,12 @@ run can name what it waits for. Nothing else is written.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
 from pathlib import Path
+
+from llmhost.serve.lock import Flock
 
 LOCK_FILE = "bench.lock"
 
@@ -21,24 +22,17 @@ class RunBusy(Exception):
     """Another run holds the server; the message is one line naming it and what to do."""
 
 
-class RunLock:
+class RunLock(Flock):
     """Held from acquire() until release() or the process exits."""
 
     def __init__(self, state_dir: Path):
-        self.path = state_dir / LOCK_FILE
-        self._fd: int | None = None
+        super().__init__(state_dir / LOCK_FILE)
 
     def acquire(self, command: list[str]) -> None:
         """Take the lock at once or raise RunBusy naming its owner (no waiting: a run can last hours)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        if not self.try_acquire():
             raise RunBusy(f"another benchmark run holds this server: {owner_line(self.path)} — wait for it to "
-                          "end (or stop it: kill its pid; it resumes with --resume), then run again") from None
-        self._fd = fd
+                          "end (or stop it: kill its pid; it resumes with --resume), then run again")
         self.record_owner(command, run_dir=None)
 
     def record_owner(self, command: list[str], run_dir: Path | None) -> None:
@@ -50,17 +44,6 @@ class RunLock:
         data = json.dumps(owner).encode()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "RunLock":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def owner_line(path: Path) -> str:

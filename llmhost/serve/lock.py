@@ -10,21 +10,22 @@ import fcntl
 import os
 import time
 from pathlib import Path
+from typing import Self
 
 from llmhost.serve.console import ServerBusy
 
 
-class ServeLock:
-    """Held between acquire() and release(); a busy lock is ServerBusy (exit 75) after `wait_s` seconds."""
+class Flock:
+    """An exclusive flock on one file, taken at once or not at all; held until release() or the holder dies."""
 
-    def __init__(self, state_dir: Path):
-        self.state_dir = state_dir
+    def __init__(self, path: Path):
+        self.path = path
         self._fd: int | None = None
 
     def try_acquire(self) -> bool:
         """Take it if free, at once; False when another process holds it."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.state_dir / ".lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -32,6 +33,25 @@ class ServeLock:
             return False
         self._fd = fd
         return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class ServeLock(Flock):
+    """Held between acquire() and release(); a busy lock is ServerBusy (exit 75) after `wait_s` seconds."""
+
+    def __init__(self, state_dir: Path):
+        super().__init__(state_dir / ".lock")
+        self.state_dir = state_dir
 
     def acquire(self, wait_s: float = 0.0) -> None:
         """Take it, polling for up to wait_s seconds (0 = one try); ServerBusy when it stays held."""
@@ -42,14 +62,3 @@ class ServeLock:
                 raise ServerBusy(f"another ./serve.sh start/stop/restart is running for {self.state_dir}{waited} "
                                  "— wait for it")
             time.sleep(0.5)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "ServeLock":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
