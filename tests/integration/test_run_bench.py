@@ -4,6 +4,7 @@ against the results contract, SIGKILL mid-run + --resume, --dry-run, and bad inp
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
