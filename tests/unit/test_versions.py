@@ -166,7 +166,7 @@ def test_base_version_that_differs_from_sglang_pin_is_an_error():
 def test_probe_lists_packages_of_another_interpreter():
     data = versions.probe(sys.executable)
     assert data["packages"]["pytest"]
-    assert data["sglang_requires"] == [] or isinstance(data["sglang_requires"], list)
+    assert data["sglang_requires"] == []  # this interpreter has no sglang, so nothing it requires
     with pytest.raises(versions.VersionError, match="could not run"):
         versions.probe("/nonexistent/python")
 
