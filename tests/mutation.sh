@@ -13,5 +13,6 @@ source lib.sh
 
 [[ -x .venv/bin/mutmut ]] || die "mutmut is not in .venv — run: .venv/bin/pip install -e '.[test]'"
 rm -rf mutants  # a stale copy would judge old code
-.venv/bin/mutmut run --max-children "${MUTATION_WORKERS:-2}" "$@"
+# .venv first on PATH: the config tests run lib.sh, whose python3 must import the mutated package (and mutmut)
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/mutmut run --max-children "${MUTATION_WORKERS:-2}" "$@"
 .venv/bin/python tests/mutation_score.py mutants

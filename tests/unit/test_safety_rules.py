@@ -4,6 +4,7 @@ time it appears, only our own process group is ours, config.local.env counts, to
 and an HTTP error is never a pass, and resume carries the attempt counter on."""
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -101,6 +102,24 @@ def test_every_occurrence_of_the_key_in_a_line_is_redacted():
     assert b"".join(out) == b"a *** b *** c ***\n"
 
 
+def test_the_key_is_found_as_written_and_as_repr_escapes_it_in_server_args(tmp_path):
+    key = "it's" + chr(92) + "a-key"  # a quote and a backslash: repr() escapes both inside ServerArgs(...)
+    config_file = tmp_path / "sglang_config.yaml"
+    config_file.write_text(f"api-key: {json.dumps(key)}\n")
+    escaped = repr(key)[1:-1]
+    assert escaped != key and serverlog.key_secrets(config_file) == [escaped.encode(), key.encode()]
+    logged = f"ServerArgs(api_key='{escaped}') then {key}\n".encode()
+    assert serverlog.redact(logged, serverlog.key_secrets(config_file)) == b"ServerArgs(api_key='***') then ***\n"
+
+
+def test_the_log_tail_and_last_line_read_the_end_and_treat_carriage_returns_as_line_ends(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(50)) + b"progress 10%\rprogress 90%\r\n\n")
+    assert serverlog.last_line(log) == "progress 90%"
+    assert serverlog.tail(log, 5) == "line 49\nprogress 10%\nprogress 90%\n\n"
+    assert serverlog.last_line(tmp_path / "none") == "" and "no log at" in serverlog.tail(tmp_path / "none")
+
+
 # --- only our own process group is ours -----------------------------------------------------------------------------
 
 def test_a_live_group_is_ours_only_when_the_recorded_server_is_in_it(tmp_path):
@@ -160,3 +179,57 @@ def test_resume_continues_a_failed_point_at_its_retry_and_leaves_a_failed_retry_
     runner.run_arms(bench, [baseline], [first, retried], quick=True)
     assert started == [(first.point_id, 2)]
 
+
+
+def test_the_launch_environment_round_trips_values_with_newlines_and_is_private(tmp_path):
+    env = {"A": "1", "MULTI": "x\ny=z", "EMPTY": ""}
+    process.write_launch_env(tmp_path, env)
+    assert process.read_launch_env(tmp_path) == env
+    assert (tmp_path / "launch.env").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_recorded_port_is_the_launch_commands_and_none_without_one(tmp_path):
+    assert process.recorded_port(tmp_path) is None
+    (tmp_path / "launch_command.json").write_text('{"argv": ["python3", "-m", "sglang", "--port", "31000"]}')
+    assert process.recorded_port(tmp_path) == 31000
+    (tmp_path / "launch_command.json").write_text('{"argv": ["python3", "--port"]}')
+    assert process.recorded_port(tmp_path) is None
+
+
+def test_stop_group_ends_a_whole_group_that_ignores_sigterm_with_sigkill(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); open(%r, 'w').close(); time.sleep(60)" % str(tmp_path / "up")],
+                             start_new_session=True)
+    threading.Thread(target=child.wait, daemon=True).start()  # reap it, as init reaps the real pane's server
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "up").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    warnings: list[str] = []
+    assert process.stop_group(child.pid, 0.5, warnings.append) is True
+    assert child.wait(5) == -signal.SIGKILL and "ignored SIGTERM" in warnings[0]
+    assert process.stop_group(child.pid, 0.5, warnings.append) is True and len(warnings) == 1  # gone: nothing to do
+
+
+# --- the config CLI lib.sh reads -------------------------------------------------------------------------------
+
+def test_the_config_cli_hands_bash_every_value_and_names_a_bad_one_under_its_prefix(tmp_path, monkeypatch, capsys):
+    local = tmp_path / "config.local.env"
+    local.write_text("PORT=31234\n")
+    monkeypatch.setattr(config, "LOCAL_FILE", local)
+    monkeypatch.delenv("LLMHOST_CONFIG", raising=False)
+    monkeypatch.delenv("PORT", raising=False)
+    assert config.main(["--env0"]) == 0
+    records = capsys.readouterr().out.split("\0")
+    assert records[-1] == "" and "PORT=31234" in records
+    assert dict(r.split("=", 1) for r in records[:-1]) == config.load_values()
+    assert config.main([]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("PORT") and "= 31234" in line and line.endswith("config.local.env:1")
+               for line in printed)
+    local.write_text("PORT=70000\n")
+    assert config.main(["--env0", "--log-prefix", "serve"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("[serve] error: ") and "PORT=70000" in err and err.count("\n") == 1
