@@ -233,3 +233,85 @@ def test_the_config_cli_hands_bash_every_value_and_names_a_bad_one_under_its_pre
     assert config.main(["--env0", "--log-prefix", "serve"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("[serve] error: ") and "PORT=70000" in err and err.count("\n") == 1
+
+
+def test_a_line_reaches_the_log_as_soon_as_it_ends_and_a_long_run_keeps_a_key_length_back():
+    secrets = [b"sk-123"]
+    seen_at_read: list[bytes] = []
+    out: list[bytes] = []
+    chunks = iter([b"first\nsecond par", b"t\rthird", b"x" * (serverlog.CHUNK + 10) + b"sk-", b"123 end", b""])
+
+    def read(n: int) -> bytes:
+        assert n == serverlog.CHUNK
+        seen_at_read.append(b"".join(out))
+        return next(chunks)
+    serverlog.copy_output(read, [out.append], secrets)
+    assert seen_at_read[1] == b"first\n"  # emitted before the next read, the partial line held back
+    assert seen_at_read[2] == b"first\nsecond part\r"  # a progress bar's \r ends a line too
+    # no line end for > CHUNK bytes: all but len(key) - 1 bytes go out, so a key split across reads stays whole
+    assert seen_at_read[3] == b"first\nsecond part\rthird" + b"x" * (serverlog.CHUNK + 10 - 2)
+    assert b"".join(out) == b"first\nsecond part\rthird" + b"x" * (serverlog.CHUNK + 10) + b"*** end"
+    no_secrets: list[bytes] = []
+    parts = iter([b"a" * (serverlog.CHUNK + 5), b""])
+    serverlog.copy_output(lambda n: next(parts), [no_secrets.append])
+    assert no_secrets == [b"a" * (serverlog.CHUNK + 5)]
+
+
+def test_a_sink_that_fails_does_not_stop_the_others():
+    def broken(data: bytes) -> None:
+        raise OSError("pane closed")
+    out: list[bytes] = []
+    serverlog.emit(b"line\n", [broken, out.append])
+    assert out == [b"line\n"]
+
+
+def test_a_group_whose_leader_is_our_pane_for_this_state_dir_is_ours(tmp_path):
+    import subprocess
+    import sys
+    pane = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "_run", str(tmp_path)],
+                            start_new_session=True)
+    try:
+        (tmp_path / "pgid").write_text(f"{pane.pid}\n")  # no pid file: the leader's command line decides
+        deadline = time.monotonic() + 10
+        while process.recorded_group(tmp_path) is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # /proc/PID/cmdline is the interpreter's until exec finished
+        assert process.recorded_group(tmp_path) == pane.pid
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "pgid").write_text(f"{pane.pid}\n")
+        assert process.recorded_group(other) is None  # a pane of another state directory is not ours
+    finally:
+        pane.kill()
+        pane.wait()
+    assert process.recorded_group(tmp_path) is None  # gone
+
+
+def test_a_tool_call_case_is_asked_as_the_check_documents_and_timed():
+    sent: dict = {}
+    call = SimpleNamespace(function=SimpleNamespace(name="get_weather",
+                                                    arguments='{"city": "Paris", "unit": "celsius"}'))
+
+    def create(**kwargs):
+        sent.update(kwargs)
+        time.sleep(0.01)
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(tool_calls=[call]))])
+    client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+    case = next(c for c in toolcalls.CASES if c.case_id == "weather-0")
+    row = toolcalls.run_case(client, "qwen3-4b", case, "fp8-kv")
+    assert sent == {"model": "qwen3-4b", "messages": [{"role": "user", "content": case.prompt}],
+                    "tools": toolcalls.TOOLS, "tool_choice": "auto", "temperature": 0, "max_tokens": 256,
+                    "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+    assert (row.arm, row.case_id, row.prompt, row.expected_tool, row.called_tool) == \
+        ("fp8-kv", "weather-0", case.prompt, "get_weather", "get_weather")
+    assert row.args_ok is True and row.ok is True and row.error == ""
+    assert 10.0 <= row.latency_ms < 5000.0
+
+
+def test_dummy_weights_get_one_skip_note_and_real_weights_every_case():
+    skipped = toolcalls.check("baseline", None, "m", "dummy")
+    assert len(skipped) == 1 and skipped[0].arm == "baseline" and "LOAD_FORMAT=dummy" in skipped[0].skipped
+    client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(
+        create=lambda **kw: SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(tool_calls=None))]))))
+    rows = toolcalls.check("baseline", client, "m", "auto", workers=2)
+    assert [r.case_id for r in rows] == [c.case_id for c in toolcalls.CASES]
+    assert [r.ok for r in rows] == [c.expected_tool is None for c in toolcalls.CASES]

@@ -1,6 +1,7 @@
 """llmhost.stats on hand-made inputs: percentile definition, sufficiency rule, bootstrap CIs, goodput, capacity."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -226,3 +227,59 @@ def test_welch_finds_a_clear_throughput_gain_and_has_no_ci_for_one_repeat() -> N
     assert one.rel_pct == pytest.approx(21.0) and not one.has_ci
     assert not stats.mean_ci_over_repeats([5000.0]).has_ci
     assert stats.t975(2) == 4.303 and abs(stats.t975(31) - 2.0395) < 1e-3 and abs(stats.t975(1000) - 1.9623) < 1e-3
+
+
+def test_too_few_repeats_give_exact_empty_and_single_answers() -> None:
+    empty = stats.mean_ci_over_repeats([])
+    assert math.isnan(empty.value) and not empty.has_ci and empty.n == 0
+    one = stats.mean_ci_over_repeats([7.0, math.nan])  # nan dropped: one repeat, no CI
+    assert (one.value, one.n) == (7.0, 1) and math.isnan(one.lo) and math.isnan(one.hi)
+    two = stats.mean_ci_over_repeats([1.0, 3.0])  # t(0.975, 1) = 12.706, s = sqrt(2), half = 12.706
+    assert two.n == 2 and two.lo == pytest.approx(2.0 - 12.706) and two.hi == pytest.approx(2.0 + 12.706)
+
+
+def test_welch_without_enough_repeats_on_either_side_has_a_delta_but_no_ci() -> None:
+    assert all(math.isnan(v) for v in dataclasses.astuple(stats.welch_diff([], [1.0, 2.0])))
+    assert all(math.isnan(v) for v in dataclasses.astuple(stats.welch_diff([1.0, 2.0], [])))
+    for a, b in (([100.0], [110.0, 130.0]), ([100.0, 100.0], [120.0])):
+        d = stats.welch_diff(a, b)
+        assert d.delta == pytest.approx(np.mean(b) - np.mean(a)) and not d.has_ci
+        assert math.isnan(d.lo) and math.isnan(d.hi) and d.rel_pct == pytest.approx(100 * d.delta / np.mean(a))
+    zero = stats.welch_diff([0.0, 0.0], [1.0, 2.0])  # no relative change from a zero baseline
+    assert math.isnan(zero.rel_pct) and math.isnan(zero.rel_lo) and zero.lo < zero.delta < zero.hi
+    same = stats.welch_diff([5.0, 5.0], [5.0, 5.0])  # no spread at all: a zero-width CI at 0
+    assert (same.delta, same.lo, same.hi) == (0.0, 0.0, 0.0)
+
+
+def test_bootstrap_differences_need_two_samples_a_side_and_a_nonzero_baseline_for_percent() -> None:
+    assert all(math.isnan(v) for v in dataclasses.astuple(stats.bootstrap_diff([], [1.0, 2.0], "mean")))
+    for a, b in (([10.0], [12.0, 14.0]), ([10.0, 12.0], [14.0])):
+        d = stats.bootstrap_diff(a, b, "mean")
+        assert d.delta == pytest.approx(np.mean(b) - np.mean(a)) and not d.has_ci
+        assert math.isnan(d.lo) and math.isnan(d.hi) and math.isnan(d.rel_hi)
+        assert d.rel_pct == pytest.approx(100 * (np.mean(b) / np.mean(a) - 1))
+    two = stats.bootstrap_diff([10.0, 12.0], [14.0, 16.0], "mean", seed=1)  # two a side is enough for a CI
+    assert two.has_ci and two.lo <= two.delta <= two.hi
+    zero = stats.bootstrap_diff([0.0, 0.0, 0.0], [1.0, 2.0, 3.0], "mean")
+    assert math.isnan(zero.rel_pct) and zero.delta == 2.0 and not zero.has_ci
+
+
+def test_bootstrap_difference_cis_follow_conf_and_the_relative_ci_is_b_over_a() -> None:
+    rng = np.random.default_rng(21)
+    a, b = rng.normal(100, 10, 300), rng.normal(110, 10, 300)
+    wide = stats.bootstrap_diff(a, b, "mean", seed=2)
+    narrow = stats.bootstrap_diff(a, b, "mean", conf=0.5, seed=2)
+    # 95% of a normal difference: +-1.96 * sqrt(100/300 + 100/300) = +-1.60; 50%: +-0.674 * 0.816 = +-0.55
+    assert (wide.hi - wide.lo) / 2 == pytest.approx(1.96 * math.sqrt(2 * 100 / 300), rel=0.12)
+    assert (narrow.hi - narrow.lo) / 2 == pytest.approx(0.674 * math.sqrt(2 * 100 / 300), rel=0.15)
+    # relative: ~ the absolute CI over mean(a) ~ 100, in percent
+    assert wide.rel_lo == pytest.approx(100 * wide.lo / a.mean(), abs=0.3)
+    assert wide.rel_hi == pytest.approx(100 * wide.hi / a.mean(), abs=0.3)
+    assert stats.bootstrap_diff(a, b, "mean") == stats.bootstrap_diff(a, b, "mean", seed=0)  # 0 is the default
+    assert wide != stats.bootstrap_diff(a, b, "mean", seed=3)
+
+
+def test_the_t_table_ends_at_30_degrees_of_freedom_where_the_expansion_takes_over() -> None:
+    assert stats.t975(30) == 2.042 and stats.t975(0.5) == 12.706 and stats.t975(2.9) == 4.303
+    assert stats.t975(31) == pytest.approx(2.039513, abs=1e-4)  # t(0.975, 31), R: qt(0.975, 31)
+    assert stats.t975(1000) == pytest.approx(1.962339, abs=1e-6)
