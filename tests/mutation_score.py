@@ -4,7 +4,8 @@
     python tests/mutation_score.py mutants                 # table: killed / survived / no tests, score per module
     python tests/mutation_score.py mutants --survivors     # also every surviving mutant's name (mutmut show NAME)
 Score = killed / (killed + survived + no tests): a mutant no selected test reaches counts as missed, and a timeout
-(the mutant looped) as killed, as mutmut reports them. Reads mutants/**/*.py.meta; writes nothing.
+(the mutant looped) as killed; mutants a restricted run skipped ("not run") stay out of it.
+Reads mutants/**/*.py.meta; writes nothing.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from pathlib import Path
 
 # mutmut 3's exit codes (mutmut/stats.py): pytest's own codes, plus its markers for no tests and timeouts
 OUTCOME = {1: "killed", 3: "killed", 36: "killed", 24: "killed", -24: "killed", 152: "killed", 255: "killed",
-           0: "survived", 5: "no tests", 33: "no tests"}
-COLUMNS = ("killed", "survived", "no tests", "other")
+           0: "survived", 5: "no tests", 33: "no tests", None: "not run"}
+COLUMNS = ("killed", "survived", "no tests", "not run", "other")
 
 
 def tally(root: Path) -> tuple[dict[str, collections.Counter], list[str]]:
@@ -26,8 +27,8 @@ def tally(root: Path) -> tuple[dict[str, collections.Counter], list[str]]:
     missed = []
     for meta in sorted(root.rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
-        if not codes:
-            continue
+        if all(code is None for code in codes.values()):
+            continue  # nothing of this module ran (an empty file, or a run restricted to other mutants)
         module = str(meta.relative_to(root)).removesuffix(".meta")
         counts = by_module.setdefault(module, collections.Counter())
         for name, code in codes.items():
