@@ -125,13 +125,20 @@ def _summary(rows: list[dict], p: dict) -> dict:
             "client_bound": offered is not None and achieved < 0.95 * offered}
 
 
-def _telemetry(rng: np.random.Generator, p: dict, t0: float, t1: float) -> list[dict]:
+def _telemetry(rng: np.random.Generator, p: dict, t0: float, t1: float, counters: dict) -> list[dict]:
+    """1 Hz samples as SGLang 0.5.17 exports them: the cache_hit_rate gauge reads 0.0 while decoding (it is the last
+    prefill batch's), the hit rate lives in the cumulative counters, which restart with each arm's server."""
     hit = MODEL[p["arm"]][2] if p["workload"] == "agent" and p["pattern"] != "cold" else 0.0
     conc = p["concurrency"] or min(p["num_prompts"], 256)
+    totals = counters.setdefault(p["arm"], {"prompt": 0.0, "cached": 0.0})
     lines = []
     for t in np.arange(t0, t1, 1.0):
         usage = min(0.97, 0.02 + conc * (0.004 if p["arm"] == "fp8-kv" else 0.008)) * rng.uniform(0.9, 1.0)
-        metrics = {"sglang:token_usage": usage, "sglang:cache_hit_rate": hit * rng.uniform(0.95, 1.0),
+        prompt = 4224.0 * conc
+        totals["prompt"] += prompt
+        totals["cached"] += round(prompt * hit * rng.uniform(0.95, 1.0))
+        metrics = {"sglang:token_usage": usage, "sglang:cache_hit_rate": 0.0,
+                   "sglang:prompt_tokens_total": totals["prompt"], "sglang:cached_tokens_total": totals["cached"],
                    "sglang:num_running_reqs": float(min(conc, 48)), "sglang:num_queue_reqs": float(max(0, conc - 48))}
         gpu = {"gpu_util_pct": min(100.0, 20 + conc * 2.0), "gpu_mem_used_gb": 126.5,
                "gpu_power_w": min(700.0, 180 + conc * 6.0 * rng.uniform(0.9, 1.1)), "gpu_sm_clock_mhz": 1980.0}
@@ -187,6 +194,7 @@ def make_run(root: Path, *, run_id: str = "20261129-120000", seed: int = 0, arms
     run = root / "bench" / run_id
     plan = build_quick_plan(arms, n) if quick else build_plan(arms, repeats, n)
     points, tele, clock = [], [], 1_764_417_600.0
+    counters: dict = {}  # per arm: cumulative prompt / cached tokens of that arm's server
     for idx, p in enumerate(plan):
         attempts = 2 if idx in (5, 11) and not quick else 1
         for attempt in range(1, attempts + 1):
@@ -206,7 +214,7 @@ def make_run(root: Path, *, run_id: str = "20261129-120000", seed: int = 0, arms
             if not failed:
                 _jsonl(run / line["requests_file"], rows, torn=torn and idx == 0)
             if telemetry:
-                tele += _telemetry(rng, p, clock, end)
+                tele += _telemetry(rng, p, clock, end, counters)
             clock = end + 3.0
     _jsonl(run / "points.jsonl", points, torn=torn)
     if telemetry:

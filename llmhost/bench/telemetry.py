@@ -29,7 +29,8 @@ METRICS_KEPT = (
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
     "sglang:gen_throughput", "sglang:kv_used_tokens", "sglang:kv_available_tokens", "sglang:kv_evictable_tokens",
     "sglang:max_total_num_tokens", "sglang:num_retracted_reqs", "sglang:utilization",
-    "sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:num_requests_total",
+    "sglang:prompt_tokens_total", "sglang:cached_tokens_total", "sglang:generation_tokens_total",
+    "sglang:num_requests_total",
     "sglang:time_to_first_token_seconds_sum", "sglang:time_to_first_token_seconds_count",
     "sglang:queue_time_seconds_sum", "sglang:queue_time_seconds_count",
 )

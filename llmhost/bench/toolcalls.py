@@ -27,7 +27,7 @@ class Case:
     expected_args: tuple[tuple[str, str], ...] = ()
 
 
-def _cases() -> list[Case]:
+def _cases() -> list[Case]:  # pragma: no mutate block (prompt wording is data for the model, not a rule)
     weather = [("Paris", "celsius"), ("Tokyo", "fahrenheit"), ("Nairobi", "celsius"), ("Chicago", "fahrenheit"),
                ("Oslo", "celsius"), ("Lima", "celsius"), ("Mumbai", "celsius"), ("Denver", "fahrenheit"),
                ("Cairo", "celsius"), ("Seattle", "fahrenheit")]

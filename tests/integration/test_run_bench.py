@@ -50,9 +50,9 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
         rows = _rows(run / rec["requests_file"])
         assert len(rows) == rec["num_prompts"] == rec["summary"]["completed"] + rec["summary"]["failed"]
         good = [r for r in rows if r["ok"]]
-        # Most requests succeed; the stand-in's stdlib HTTP server (listen backlog 5) may reset a connection when 16
-        # arrive at once on a loaded CI box, and a reset request is recorded as failed data, as it should be.
-        assert len(good) >= 0.5 * len(rows)
+        # every request succeeds: the stand-in listens with uvicorn's backlog (2048), so 16 at once are no reason
+        # for a reset, and a request that failed would be a bug in the load generator or the stand-in
+        assert len(good) == len(rows) and rec["summary"]["failed"] == 0
         assert all(rec["started_at"] <= r["start_s"] <= rec["ended_at"] for r in rows)
         assert all(r["ttft_ms"] > 0 and r["output_tokens"] == 256 and len(r["itl_ms"]) == 255 for r in good)
         assert all(r["e2e_ms"] >= r["ttft_ms"] for r in good)

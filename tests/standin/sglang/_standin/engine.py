@@ -108,7 +108,7 @@ class Stats:
         self.e2e_s: dict[bool, list[float]] = {False: [], True: []}
         self.itl_s: dict[bool, list[tuple[float, int]]] = {False: [], True: []}  # (mean ITL, tokens)
         self.queue_s: list[float] = []
-        self.last_hit_rate = 0.0
+        self.last_hit_rate = 0.0  # the last prefill batch's, 0.0 once a decode step ran (as SGLang)
         self.gen_throughput = 0.0
 
 
@@ -170,6 +170,10 @@ class Engine:
                     break
                 if i:
                     time.sleep(self.timing.itl_ms / 1000)
+                    # SGLang 0.5.17's decode stats set the gauge to 0.0: it is the last prefill batch's hit rate
+                    # only until the next decode step (captured /metrics after load reads 0.0)
+                    with self.lock:
+                        self.stats.last_hit_rate = 0.0
                 piece = rng.choice(GARBAGE)
                 req.output.append(piece)
                 if i == 0:

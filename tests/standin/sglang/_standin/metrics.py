@@ -3,6 +3,9 @@
 Live: request/queue gauges, token usage, cache hit rate, KV token counts, prompt/generation/request/cached-token
 counters, TTFT / e2e / inter-token-latency histograms (the captured bucket bounds), HTTP request counters.
 Every other family keeps the sample lines of a freshly started real server (tests/captures/GET_metrics.txt).
+As on SGLang 0.5.17: cache_hit_rate is the last prefill batch's and reads 0.0 once decoding ran, and the families
+missing from the fresh capture (cached_tokens_total, inter_token_latency_seconds, ...) appear with the first
+request that decodes or hits the cache (the ready check's one-token generation does neither).
 """
 from __future__ import annotations
 
@@ -66,6 +69,8 @@ def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, 
     eng_labels = ENGINE.format(m=m)
     with eng.lock:
         stats = eng.stats
+        # the ready check's one-token generation is no traffic: it neither decodes nor hits the cache
+        served = stats.cached_tokens > 0 or any(stats.itl_s.values())
         used = sum(len(r.prompt) + len(r.output) for r in eng.running.values())
         gauges = {
             "num_running_reqs": len(eng.running), "num_queue_reqs": eng.queued,
@@ -101,6 +106,8 @@ def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, 
     out: list[str] = []
     for name, fam in tpl.full.items():
         short = name.removeprefix("sglang:")
+        if name not in tpl.fresh and not served:
+            continue  # a family a real server shows only after traffic (cached_tokens_total, ITL histogram)
         out += fam["head"]
         if short in live:
             out += live[short]
