@@ -9,6 +9,7 @@ tool-call quality and the exact launch commands. Reads only the stored results, 
     ./make_dashboard.py results/bench/latest
     ./make_dashboard.py results/bench/latest --slo-ttft-ms 300 --slo-itl-ms 15 --slo-pct 95
     ./make_dashboard.py results/bench/20261129-120000 --compare results/bench/20261120-090000
+    ./make_dashboard.py results/bench/latest --gpu-hourly-usd 3.50   # + dollars per million output tokens
 
 Writes: RUN_DIR/dashboard.html (or --out FILE / --out DIR/), and summary.csv + summary.json beside it
 (X.summary.csv/.json for --out X.html; headline numbers per arm/workload/pattern/load with CIs). The last stdout line is one JSON document naming the files.
@@ -20,8 +21,12 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmhost import cli, deps, files, slo as slo_rule
+from llmhost import cli, config, deps, files, settings, slo as slo_rule
+
+if TYPE_CHECKING:  # types only: llmhost.cost needs numpy, which deps.ensure provides first
+    from llmhost import cost
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,6 +38,8 @@ class Options:
     slo_itl_ms: float | None
     slo_pct: float | None
     seed: int
+    is_price_given: bool  # --gpu-hourly-usd given (even empty: no cost card); else GPU_HOURLY_USD of the config
+    gpu_hourly_usd: float | None
 
 
 def parse_args(argv: list[str] | None) -> Options:
@@ -51,7 +58,17 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--compare", type=Path, metavar="OTHER_RUN", help="a second run directory: add a "
                         "regression view (matched points, deltas with CIs)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="bootstrap seed (default: 0; same seed, same CIs)")
+    parser.add_argument("--gpu-hourly-usd", metavar="USD", help="what an hour of the server's GPU costs, US dollars: "
+                        "adds dollars per million output tokens at the highest concurrency within the SLO; empty = "
+                        "none (default: GPU_HOURLY_USD of the current config, not the run's, so a price set after "
+                        "the run counts)")
     args = parser.parse_args(argv)
+    price = None
+    if args.gpu_hourly_usd is not None:
+        try:
+            price = settings.optional_price(args.gpu_hourly_usd)  # GPU_HOURLY_USD's own check
+        except ValueError as exc:
+            parser.error(f"--gpu-hourly-usd {args.gpu_hourly_usd} {exc}")
     problem = slo_rule.problem(args.slo_ttft_ms, args.slo_itl_ms, args.slo_pct)
     if problem:
         parser.error(problem)
@@ -61,7 +78,19 @@ def parse_args(argv: list[str] | None) -> Options:
     if args.out and files.writable_dir_problem(out.parent):  # the default's folder is RUN_DIR, checked on reading
         parser.error(f"--out {args.out}: {files.writable_dir_problem(out.parent)}")
     return Options(args.run_dir, out, args.compare, args.slo_ttft_ms,
-                   args.slo_itl_ms, args.slo_pct, args.seed)
+                   args.slo_itl_ms, args.slo_pct, args.seed, args.gpu_hourly_usd is not None, price)
+
+
+def gpu_price(opts: Options) -> cost.GpuPrice | None:
+    """The flag's price, else GPU_HOURLY_USD of config.env / config.local.env / the environment, named by source;
+    None: no cost card. Raises config.ConfigError (one line) for a bad config."""
+    from llmhost import cost
+    if opts.is_price_given:
+        return None if opts.gpu_hourly_usd is None else cost.GpuPrice(opts.gpu_hourly_usd, "--gpu-hourly-usd")
+    cfg = config.load()
+    if cfg.gpu_hourly_usd is None:
+        return None
+    return cost.GpuPrice(cfg.gpu_hourly_usd, f"GPU_HOURLY_USD, {cfg.source('GPU_HOURLY_USD')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     deps.ensure(__file__, ("numpy", "pandas", "plotly"), "dashboard")  # the host python3 lacks them
     from llmhost import stats
     from llmhost.report import dashboard, load
+
+    # --- the GPU's price: --gpu-hourly-usd, else the current config's (a price set after the run counts) ---
+    try:
+        price = gpu_price(opts)
+    except config.ConfigError as exc:
+        print(f"[dashboard] error: {exc} — fix it, or pass --gpu-hourly-usd ('' for no cost card)", file=sys.stderr)
+        return 1
 
     # --- read the stored results (never a live server) ---
     try:
@@ -93,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                     pct=opts.slo_pct or recorded["pct"])
 
     # --- build and write the page + summary files ---
-    dash = dashboard.build(run, slo, other=other, seed=opts.seed)
+    dash = dashboard.build(run, slo, other=other, seed=opts.seed, price=price)
     try:
         paths = dashboard.write(dash, opts.out)
     except OSError as exc:  # llmhost.files.WriteError: one line naming the path and the free space

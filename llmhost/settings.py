@@ -156,6 +156,15 @@ def arm_specs(text: str) -> str:
     return text
 
 
+def optional_price(text: str) -> float | None:
+    """Empty (no price: costs are not shown) or a positive amount of money such as 3.50; no sign, exponent or nan."""
+    if not text:
+        return None
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?|\.[0-9]+", text) or float(text) == 0:
+        raise ValueError("must be empty (costs not shown) or a positive price in US dollars per hour, e.g. 3.50")
+    return float(text)
+
+
 def index_url(text: str) -> str:
     """A package index (PEP 503 simple API) setup's installers can use: http(s), or file:// for a local mirror."""
     if not re.fullmatch(r"(https?|file)://\S+", text):
@@ -191,4 +200,5 @@ CHECKS: Dict[str, Check] = {  # every config.env key, in config.env's order; the
     "READY_TIMEOUT_S": at_least(1, " seconds"),  # 0 would give up before the first poll
     "TMUX_SESSION": tmux_session,
     "BENCH_USER_ARMS": arm_specs,
+    "GPU_HOURLY_USD": optional_price,
 }

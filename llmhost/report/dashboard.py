@@ -2,6 +2,7 @@
 
     build(run, slo)                 -> Dashboard (the HTML text and the summary rows)
     build(run, slo, other=run_b)    -> the same page plus a regression section (run vs run_b)
+    build(run, slo, price=GpuPrice(3.5, "--gpu-hourly-usd"))  -> plus the cost card (dollars per M output tokens)
     write(dashboard, out_html)      -> out_html, summary.csv and summary.json beside it (atomic writes)
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from llmhost import files, stats
+from llmhost import cost, files, stats
 from llmhost.report import figures, kpis, page, steady, steady_page, tables, timeline
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
@@ -33,8 +34,10 @@ class Dashboard:
     meta: dict[str, Any]
 
 
-def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> Dashboard:
-    """The page for `run` (and the regression view against `other`), plus the summary rows."""
+def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
+          price: cost.GpuPrice | None = None) -> Dashboard:
+    """The page for `run` (the regression view against `other`; the cost card with `price`), plus the summary
+    rows."""
     groups = tables.build_groups(run)
     rows = tables.summary_rows(groups, slo, seed)
     ctx = figures.Context(run, groups, rows, tables.baseline_rows(run, groups, slo, seed), slo)
@@ -42,7 +45,8 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> 
     windows = steady.window_groups(run, groups, seed)
     steady_rows = steady.steady_rows(groups, windows, slo, seed)
     paired, unsteady = steady.paired_rows(run, groups, windows), steady.not_steady_rows(groups, windows)
-    sections = [("overview", "Overview", env_card(run, slo) + page.cards(kpis.build_cards(run, rows, slo), colors)),
+    cards = kpis.build_cards(run, rows, slo, price)
+    sections = [("overview", "Overview", env_card(run, slo) + page.cards(cards, colors)),
                 ("baseline", "Settings vs baseline", baseline_html(ctx)),
                 ("steady", "Steady state and repeats", steady_page.section_html(run, steady_rows, paired, unsteady,
                                                                                  slo))]
@@ -57,7 +61,9 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0) -> 
               "(stored results only; rebuild any time with other SLOs: ./make_dashboard.py RUN_DIR --slo-ttft-ms …)"
               "</p>")
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
-            "baseline": ctx.baseline, "steady": steady_rows, "paired": paired, "not_steady": unsteady}
+            "baseline": ctx.baseline, "steady": steady_rows, "paired": paired, "not_steady": unsteady,
+            "cost": price and {**dataclasses.asdict(price), "points": kpis.cost_rows(
+                rows, [a.name for a in run.arms], price.usd_per_hour)}}
     return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)
 
 
@@ -220,6 +226,8 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
         "that completed with TTFT ≤ "
         f"{slo.ttft_ms:g} ms and TPOT ((end-to-end − TTFT) / (output tokens − 1), as bench_serving) ≤ {slo.itl_ms:g} ms; a load meets the SLO "
         f"when ≥ {slo.pct:g}% are good. Capacity = highest load with it and every lower load meeting the SLO. "
+        "Cost per million output tokens (with a GPU price): price per hour / (output tok/s × 3600) × 10⁶ at the "
+        "capacity's mean throughput, its CI the throughput CI inverted (the upper bound gives the lower cost). "
         "ITL percentiles pool every token gap (bench_serving's definition).</p>"
         "<p class=read>Steady state and repeats: each repeat is windowed (llmhost/bench/window.py) and measured on "
         "its own; means and percentiles get CIs across repeats (Student t; a percentile's from resampling repeats "

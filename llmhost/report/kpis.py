@@ -11,11 +11,13 @@ import dataclasses
 import math
 from typing import Any
 
-from llmhost import stats
+from llmhost import cost, stats
 from llmhost.report.load import Run
 
 
 FULL_RUN = "a full ./run_bench.py (without --quick) measures it"
+_LOAD_KEY = {"concurrency": "concurrency", "qps": "request_rate"}
+_UNIT = {"concurrency": "", "qps": " req/s"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,29 +43,50 @@ def fmt(value: Any, digits: int = 0, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
+def _sweeps(rows: list[dict], arm: str, pattern: str) -> dict[str, list[dict]]:
+    """workload -> the arm's rows of `pattern` that have a load, in run order."""
+    mine = [r for r in rows if r["arm"] == arm and r["pattern"] == pattern]
+    return {wl: [r for r in mine if r["workload"] == wl and r[_LOAD_KEY[pattern]] is not None]
+            for wl in dict.fromkeys(r["workload"] for r in mine)}
+
+
+def _verdicts(mine: list[dict], pattern: str) -> tuple[dict[float, bool], list[str]]:
+    """load -> met the SLO, for one workload's sweep, and notes on the loads that are no verdict or a failure to
+    serve (any repeat failed outright: missed; no request data: no verdict)."""
+    key, unit = _LOAD_KEY[pattern], _UNIT[pattern]
+    met: dict[float, bool] = {}
+    notes: list[str] = []
+    for r in mine:
+        load = float(r[key])
+        if r["points_failed"]:
+            met[load] = False
+            notes.append(f"{r['points_failed']} of {r['repeats']} runs at {load:g}{unit} failed: "
+                         f"{r['point_errors'] or 'no error text'}")
+        elif not r["requests"]:
+            notes.append(f"no request data at {load:g}{unit}")
+        else:
+            met[load] = bool(r["meets_slo"])
+    return met, notes
+
+
+def at_capacity(rows: list[dict], arm: str, pattern: str) -> dict[str, tuple[stats.Capacity, dict | None]]:
+    """workload -> (capacity, the arm's row at that highest load within the SLO; None: even the lowest misses it)."""
+    out: dict[str, tuple[stats.Capacity, dict | None]] = {}
+    for wl, mine in _sweeps(rows, arm, pattern).items():
+        cap = stats.max_load_within_slo(_verdicts(mine, pattern)[0])
+        out[wl] = cap, next((r for r in mine if float(r[_LOAD_KEY[pattern]]) == cap.load), None)
+    return out
+
+
 def _capacity(rows: list[dict], arm: str, pattern: str, slo_pct: float = 99.0) -> tuple[str, str, bool]:
     """Highest load within the SLO per workload. A load counts as missed when any repeat failed outright (the
     server did not serve it) and as unmeasured when its points left no request data; both are flagged and named,
     as is an edge verdict within 1 point of the SLO whose goodput CI straddles it (a coin flip: more requests
     would decide it). 256 of 256 good cannot *prove* 99% either, but 100% is no coin flip: not flagged)."""
     parts, details, flagged = [], [], False
-    key = "request_rate" if pattern == "qps" else "concurrency"
-    unit = " req/s" if pattern == "qps" else ""
-    for wl in dict.fromkeys(r["workload"] for r in rows if r["arm"] == arm and r["pattern"] == pattern):
-        mine = [r for r in rows if r["arm"] == arm and r["workload"] == wl and r["pattern"] == pattern
-                and r[key] is not None]
-        met: dict[float, bool] = {}
-        notes: list[str] = []
-        for r in mine:
-            load = float(r[key])
-            if r["points_failed"]:
-                met[load] = False
-                notes.append(f"{r['points_failed']} of {r['repeats']} runs at {load:g}{unit} failed: "
-                             f"{r['point_errors'] or 'no error text'}")
-            elif not r["requests"]:
-                notes.append(f"no request data at {load:g}{unit}")
-            else:
-                met[load] = bool(r["meets_slo"])
+    key, unit = _LOAD_KEY[pattern], _UNIT[pattern]
+    for wl, mine in _sweeps(rows, arm, pattern).items():
+        met, notes = _verdicts(mine, pattern)
         cap = stats.max_load_within_slo(met)
         if cap.load is None:
             parts.append(f"{wl}: none")
@@ -93,6 +116,57 @@ def _capacity(rows: list[dict], arm: str, pattern: str, slo_pct: float = 99.0) -
     if not parts:
         return "—", f"no {pattern} points in this run — {FULL_RUN}", False
     return " · ".join(parts), "; ".join(details), flagged
+
+
+def cost_rows(rows: list[dict], arms: list[str], gpu_hourly_usd: float | None) -> list[dict]:
+    """Per arm and workload: output tok/s at the highest concurrency within the SLO (Student-t CI over repeats) and
+    what a million output tokens cost there (llmhost.cost); none without a price. The cost card and summary.json
+    read these."""
+    out = []
+    for arm in arms:
+        for wl, (cap, row) in at_capacity(rows, arm, "concurrency").items():
+            tok_s = stats.Interval(row["output_throughput"], row["output_throughput_lo"], row["output_throughput_hi"],
+                                   row["points_ok"]) if row else stats.Interval(math.nan, math.nan, math.nan, 0)
+            usd = cost.usd_per_million_tokens(gpu_hourly_usd, tok_s)
+            if usd is None:
+                return []
+            out.append({"arm": arm, "workload": wl, "concurrency": row["concurrency"] if row else None,
+                        "is_bracketed": cap.is_bracketed,
+                        "client_bound": bool(row and row["client_bound"]), "output_throughput": tok_s.value,
+                        "output_throughput_lo": tok_s.lo, "output_throughput_hi": tok_s.hi,
+                        "usd_per_m_output_tokens": usd.value, "usd_per_m_output_tokens_lo": usd.lo,
+                        "usd_per_m_output_tokens_hi": usd.hi})
+    return out
+
+
+def usd(value: float, digits: int = 2) -> str:
+    """'$0.20'; an unbounded CI end '∞', missing '—'."""
+    return "—" if math.isnan(value) else "∞" if math.isinf(value) else f"${value:,.{digits}f}"
+
+
+def _cost(costs: list[dict], arm: str) -> Entry:
+    mine = [c for c in costs if c["arm"] == arm]
+    if not mine:
+        return Entry(arm, "—", f"no concurrency points in this run — {FULL_RUN}", False)
+    parts, details = [], []
+    for c in mine:
+        wl, value = c["workload"], c["usd_per_m_output_tokens"]
+        if c["concurrency"] is None:
+            parts.append(f"{wl}: —")
+            details.append(f"{wl}: no concurrency within the SLO, so no cost at it")
+            continue
+        digits = max(2, 1 - math.floor(math.log10(value))) if 0 < value < math.inf else 2  # 2 significant digits
+        parts.append(f"{wl}: {usd(value, digits)}")
+        lo, hi = c["usd_per_m_output_tokens_lo"], c["usd_per_m_output_tokens_hi"]
+        ci = f" [{usd(lo, digits)}, {usd(hi, digits)}]" if not math.isnan(lo) else " (no CI: one repeat; --repeat 3)"
+        tok_ci = (f" [{fmt(c['output_throughput_lo'])}, {fmt(c['output_throughput_hi'])}]"
+                  if not math.isnan(c["output_throughput_lo"]) else "")
+        details.append(f"{wl}: {usd(value, digits)}{ci} at c={c['concurrency']:g}, "
+                       f"{fmt(c['output_throughput'], 0, 'tok/s')}{tok_ci}"
+                       + ("" if c["is_bracketed"] else " (no measured load failed: a higher one may cost less)")
+                       + (" (client-bound: the server could do more)" if c["client_bound"] else ""))
+    flagged = any(c["concurrency"] is None or c["client_bound"] for c in mine)
+    return Entry(arm, " · ".join(parts) + " per M output tokens", "; ".join(details), flagged)
 
 
 def reference_point(rows: list[dict]) -> tuple[str, int] | None:
@@ -186,8 +260,17 @@ def _errors(rows: list[dict], arm: str) -> Entry:
     return Entry(arm, f"{failed:,} requests", f"of {sent:,}; {points} failed point(s)", failed > 0 or points > 0)
 
 
-def build_cards(run: Run, rows: list[dict], slo: stats.Slo) -> list[Card]:
-    """The KPI cards, in reading order."""
+def _cost_card(rows: list[dict], arms: list[str], price: cost.GpuPrice) -> Card:
+    costs = cost_rows(rows, arms, price.usd_per_hour)
+    return Card("Cost per million output tokens",
+                f"What do a million output tokens cost at the highest concurrency within the SLO, at "
+                f"${price.usd_per_hour:,.2f} per GPU-hour ({price.source}, read when this page was built)? "
+                "Set against a provider's price per million output tokens.",
+                tuple(_cost(costs, a) for a in arms))
+
+
+def build_cards(run: Run, rows: list[dict], slo: stats.Slo, price: cost.GpuPrice | None = None) -> list[Card]:
+    """The KPI cards, in reading order; the cost card only when a GPU price is set."""
     arms = [a.name for a in run.arms]
     slo_text = f"TTFT ≤ {slo.ttft_ms:g} ms and TPOT ≤ {slo.itl_ms:g} ms for ≥ {slo.pct:g}% of requests"
 
@@ -197,6 +280,7 @@ def build_cards(run: Run, rows: list[dict], slo: stats.Slo) -> list[Card]:
     return [
         Card("Max concurrency within SLO", f"How many concurrent users before the SLO ({slo_text}) breaks?",
              cap("concurrency")),
+        *([_cost_card(rows, arms, price)] if price else []),
         Card("Max QPS within SLO", "What Poisson arrival rate can it take within the same SLO?", cap("qps")),
         Card("Peak output throughput", "What is the most tokens/s it produced in any sweep point?",
              tuple(_peak(rows, a) for a in arms)),

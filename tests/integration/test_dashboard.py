@@ -19,18 +19,20 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "make_dashboard.py"
 
 
-def dashboard(*args: str) -> subprocess.CompletedProcess[str]:
+def dashboard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """make_dashboard.py ARGS; `env` adds to this process's environment (e.g. a GPU_HOURLY_USD override)."""
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO)
+                          cwd=REPO, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two runs of the same plan (the second one faster) and the first one's dashboard with --compare."""
+    """Two runs of the same plan (the second one faster) and the first one's dashboard with --compare and a GPU
+    price."""
     root = tmp_path_factory.mktemp("bench")
     other = make_run(root, run_id="20261128-090000", seed=3, n=16, repeats=1, speed=1.25)
     current = make_run(root, run_id="20261129-120000", seed=0, n=16, repeats=2)
-    proc = dashboard(str(current), "--compare", str(other))
+    proc = dashboard(str(current), "--compare", str(other), "--gpu-hourly-usd", "3.50")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"run": current, "other": other, "html": Path(doc["html"]), "csv": Path(doc["summary_csv"]),
@@ -72,6 +74,36 @@ def test_compare_view_finds_the_faster_run_faster(built: dict) -> None:
     regression = html[html.index("id=compare"):html.index("id=points")]
     assert regression.count("<tr>") > 40  # every shared point
     assert "worse" in regression  # the other run was 25% faster, so this run's latencies read worse
+
+
+def test_a_gpu_price_adds_what_a_million_output_tokens_cost_with_the_ci_inverted(built: dict) -> None:
+    summary = json.loads(built["json"].read_text())
+    assert summary["cost"]["usd_per_hour"] == 3.5 and summary["cost"]["source"] == "--gpu-hourly-usd"
+    priced = [p for p in summary["cost"]["points"] if p["usd_per_m_output_tokens"] is not None]
+    assert priced and {p["arm"] for p in summary["cost"]["points"]} == {"baseline", "no-prefix-cache", "fp8-kv",
+                                                                         "triton"}
+    for p in priced:  # $3.50/h over the tokens an hour at that throughput makes; its upper bound gives the lower cost
+        assert p["usd_per_m_output_tokens"] == pytest.approx(3.5e6 / (p["output_throughput"] * 3600))
+        assert p["usd_per_m_output_tokens_lo"] == pytest.approx(3.5e6 / (p["output_throughput_hi"] * 3600))
+    html = built["html"].read_text()
+    assert "<h3>Cost per million output tokens</h3>" in html and "$3.50 per GPU-hour (--gpu-hourly-usd" in html
+    assert re.search(r"\$[0-9.]+ \[\$[0-9.]+, \$[0-9.,]+\] at c=", html)  # value [CI] at the capacity load
+
+
+def test_the_price_defaults_to_the_current_config_and_an_empty_one_hides_the_card(tmp_path: Path) -> None:
+    run = make_run(tmp_path, n=16, quick=True)
+    loose = ("--slo-ttft-ms", "100000", "--slo-itl-ms", "1000")  # the quick run's one load meets it
+    proc = dashboard(str(run), *loose, env={"GPU_HOURLY_USD": "2.5"})  # set after the run: the manifest has no price
+    assert proc.returncode == 0, proc.stderr
+    html = (run / "dashboard.html").read_text()
+    assert "$2.50 per GPU-hour (GPU_HOURLY_USD, environment" in html and "no CI: one repeat" in html
+    proc = dashboard(str(run), "--gpu-hourly-usd", "", env={"GPU_HOURLY_USD": "2.5"})
+    assert proc.returncode == 0, proc.stderr
+    assert "<h3>Cost per million" not in (run / "dashboard.html").read_text()
+    assert json.loads((run / "summary.json").read_text())["cost"] is None
+    bad = dashboard(str(run), env={"GPU_HOURLY_USD": "-1"})
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    assert "environment: GPU_HOURLY_USD=-1 must be empty (costs not shown) or a positive price" in bad.stderr
 
 
 def test_slo_options_change_the_verdicts_without_a_rerun(tmp_path: Path) -> None:
@@ -138,6 +170,8 @@ def test_a_quick_run_with_one_point_per_arm_still_compares_every_arm(tmp_path: P
     (["RUN"], 1, "manifest.json is missing — pass a run directory of run_bench.py"),
     (["RUN", "--slo-pct", "0"], 2, "--slo-pct must be in (0, 100]"),
     (["RUN", "--slo-ttft-ms", "-5"], 2, "--slo-ttft-ms must be a number of milliseconds > 0"),
+    (["RUN", "--gpu-hourly-usd", "abc"], 2, "--gpu-hourly-usd abc must be empty (costs not shown) or a positive"),
+    (["RUN", "--gpu-hourly-usd", "0"], 2, "--gpu-hourly-usd 0 must be empty"),
 ])
 def test_bad_input_ends_in_one_line_and_an_exit_code(tmp_path: Path, args: list[str], code: int,
                                                      needle: str) -> None:

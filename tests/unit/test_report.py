@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fixtures_bench import ARMS, make_run
-from llmhost import stats
+from llmhost import cost, stats
 from llmhost.bench.records import RequestRecord, ToolCallCase
 from llmhost.report import figures, kpis, load, page, tables, timeline
 
@@ -154,6 +154,16 @@ def test_cards_cover_every_arm_in_manifest_order(run: load.Run, ctx: figures.Con
         assert [e.arm for e in card.entries] == [a["name"] for a in ARMS]
     tail = next(c for c in cards if c.title.startswith("TTFT"))
     assert all(e.is_flagged and "p99.9" in e.detail for e in tail.entries)  # long run of 192 < 10,000
+
+
+def test_the_cost_card_follows_capacity_only_when_a_price_is_set(run: load.Run, ctx: figures.Context) -> None:
+    assert "Cost per million output tokens" not in [c.title for c in kpis.build_cards(run, ctx.rows, SLO)]
+    cards = kpis.build_cards(run, ctx.rows, SLO, cost.GpuPrice(3.5, "GPU_HOURLY_USD, config.local.env:3"))
+    priced = cards[1]
+    assert priced.title == "Cost per million output tokens"
+    assert [e.arm for e in priced.entries] == [a["name"] for a in ARMS]
+    assert "$3.50 per GPU-hour (GPU_HOURLY_USD, config.local.env:3, read when this page was built)" in priced.question
+    assert all(e.value.endswith(" per M output tokens") for e in priced.entries)
 
 
 def test_every_figure_is_built_with_manifest_colours_and_order(ctx: figures.Context) -> None:

@@ -28,8 +28,19 @@ def test_every_key_of_config_env_has_a_check_and_a_config_field():
     ("TOKENIZER_WORKER_NUM", "auto", "0"), ("CHUNKED_PREFILL_SIZE", "-1", "0"), ("HOST", "::1", "a b"),
     ("SERVER_ENV", "A=1 B='x y'", "A"), ("BENCH_USER_ARMS", "c4k=--chunked-prefill-size 4096;", "x y=--a"),
     ("MODEL_ID", "Qwen/Qwen3-4B", "Qwen/Qwen3 4B"), ("SGLANG_VERSION", "0.5.17rc1", "latest"),
+    ("GPU_HOURLY_USD", "3.50", "abc"), ("GPU_HOURLY_USD", "", "-1"), ("GPU_HOURLY_USD", "0.01", "0"),
+    ("GPU_HOURLY_USD", ".5", "nan"), ("GPU_HOURLY_USD", "12", "1e3"),
 ])
 def test_checks_draw_the_line_where_the_setting_stops_working(key, good, bad):
     settings.CHECKS[key](good)
     with pytest.raises(ValueError):
         settings.CHECKS[key](bad)
+
+
+def test_a_gpu_price_is_a_number_or_nothing_and_a_bad_one_is_one_line():
+    assert config.load({"GPU_HOURLY_USD": "3.50"}).gpu_hourly_usd == 3.5
+    assert config.load({"GPU_HOURLY_USD": ""}).gpu_hourly_usd is None  # empty: no cost shown
+    for bad in ("abc", "-1", "0"):
+        with pytest.raises(config.ConfigError, match=rf"^environment: GPU_HOURLY_USD={bad} must be empty \(costs "
+                                                     r"not shown\) or a positive price in US dollars per hour"):
+            config.load({"GPU_HOURLY_USD": bad})
