@@ -4,8 +4,8 @@
     extra = extra_repeats(records, model, spare_s)                    # during the run, at the end of each boot
 
 What goes in, in this order, each point only while the cost model (llmhost.bench.costs) says the plan still fits:
-1. the headline points (agent c=64, chat c=64) on every arm, MIN_REPEATS repeats each, repeat by repeat so a tight
-   budget still pairs every arm on the same seeds;
+1. the headline points (agent c=64, chat c=64) on every arm, MIN_REPEATS repeats each, an arm's all together or
+   none (a tight budget drops the last arms rather than leave every arm with an unquotable CI);
 2. the baseline's full sweep, its 10,000-request tail run and its 2,000-request burst, one repeat;
 3. every other arm's points that its one setting can change (ARM_SCOPE, data per arm), one repeat, arm by arm.
 Steps 2-3 stop at 1 - RESERVE_SHARE of the budget. A point that does not fit is left out and listed; the time left
@@ -65,15 +65,16 @@ def arm_rows(arm: Arm, workloads: list[str], loads: points.Loads) -> list[points
     return [r for r in rows if r[0] in workloads and (arm.is_baseline or scope is None or (r[0], r[1]) in scope)]
 
 
-def candidates(arms: list[Arm], workloads: list[str], loads: points.Loads) -> list[Point]:
-    """Every point the budget may take, most important first (the module docstring's order)."""
+def candidates(arms: list[Arm], workloads: list[str], loads: points.Loads) -> list[list[Point]]:
+    """Every point the budget may take, in units taken whole or not at all, most important first (the module
+    docstring's order)."""
     rows = {arm.name: arm_rows(arm, workloads, loads) for arm in arms}
-    head = [(arm, r) for arm in arms for r in rows[arm.name] if is_headline(r[0], r[1], r[2])]
-    out = [points.make_point(arm.name, *r, rep) for rep in range(1, MIN_REPEATS + 1) for arm, r in head]
+    out = [[points.make_point(arm.name, *r, rep) for rep in range(1, MIN_REPEATS + 1) for r in rows[arm.name]
+            if is_headline(r[0], r[1], r[2])] for arm in arms]
     ordered = sorted(arms, key=lambda a: not a.is_baseline)  # the baseline's sweep before the arms'
-    out += [points.make_point(arm.name, *r, 1) for arm in ordered for r in rows[arm.name]
+    out += [[points.make_point(arm.name, *r, 1)] for arm in ordered for r in rows[arm.name]
             if not is_headline(r[0], r[1], r[2])]
-    return out
+    return [unit for unit in out if unit]
 
 
 def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: CostModel, budget_s: float,
@@ -85,15 +86,16 @@ def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: Cost
     left_out: list[Point] = []
     booted: set[str] = set()
     spent_s = 0.0
-    for p in candidates(arms, workloads, loads):
-        cost_s = model.point_s(p) + (0.0 if lead[p.arm] in booted else model.boot_s(quick))
-        limit_s = budget_s if is_headline(p.workload, p.pattern, p.concurrency) else budget_s * (1 - RESERVE_SHARE)
-        if spent_s + cost_s <= limit_s:
-            taken.append(p)
-            booted.add(lead[p.arm])
+    for unit in candidates(arms, workloads, loads):
+        arm = unit[0].arm
+        cost_s = sum(map(model.point_s, unit)) + (0.0 if lead[arm] in booted else model.boot_s(quick))
+        is_head = is_headline(unit[0].workload, unit[0].pattern, unit[0].concurrency)
+        if spent_s + cost_s <= (budget_s if is_head else budget_s * (1 - RESERVE_SHARE)):
+            taken += unit
+            booted.add(lead[arm])
             spent_s += cost_s
         else:
-            left_out.append(p)
+            left_out += unit
     return BudgetPlan(taken, left_out, spent_s, budget_s)
 
 

@@ -50,7 +50,7 @@ class Eta:
         """Re-fit; held within ±SWING of the counted-down previous ETA unless `is_free`."""
         now = self.clock()
         fitted, expected = self.refit(), self.seconds_left(now)
-        if not is_free and expected > 0:
+        if not is_free and expected > 0 and (self.left or self.boots_left):  # nothing left is exactly 0
             fitted = min(max(fitted, (1 - SWING) * expected), (1 + SWING) * expected)
         self.fit_s, self.fit_at = fitted, now
 

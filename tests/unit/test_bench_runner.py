@@ -35,7 +35,7 @@ class FakeBench:
     def progress(self, text: str) -> None:
         self.lines.append(text)
 
-    def spend(self, estimate_s: float) -> None:
+    def spend(self, point, wall_s: float) -> None:
         pass
 
 
@@ -150,6 +150,30 @@ def test_dry_run_estimate_counts_restarts_only_for_arms_with_points(capsys, run_
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["arms"] == ["baseline"] and doc["points"] == 1
     assert doc["estimate_s"] < runner.arm_overhead_s(True) * 2
+
+
+def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp_path, capsys, run_bench,
+                                                                             monkeypatch):
+    standin = str(REPO_ROOT / "tests" / "standin")
+    monkeypatch.setenv("SGLANG_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p))
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    args = ["--arms", "baseline", "--workloads", "chat", "--concurrency", "64", "--budget-min", "20", "--dry-run"]
+    assert run_bench.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "uncalibrated" in next(line for line in out if line.startswith("[bench] estimate:"))
+    doc = json.loads(out[-1])
+    assert not doc["calibrated"] and doc["budget_s"] == 1200 and doc["estimate_s"] <= 1200
+    head = points.make_point("baseline", "chat", "concurrency", 64, None, 256, 1)
+    run = store.RunStore.create(tmp_path)
+    run.append_point(PointRecord.of(head, attempt=1, status="ok", error=None, started_at=0.0, ended_at=60.0,
+                                    cache_flushed=True, summary=None, requests_file="requests/x.jsonl"))
+    assert run_bench.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
+        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 130 s, "
+        f"unseen points x{60 / points.estimate_s(head):.2f})")
+    assert json.loads(out[-1])["calibrated"]
 
 
 def test_sigterm_stops_the_run_and_its_load_generator_like_ctrl_c(tmp_path):
@@ -394,7 +418,8 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     monkeypatch.setattr(runner, "check_tools", lambda b, arm: None)
     monkeypatch.setattr(runner, "run_point", lambda b, arm, p, attempt: ran.append((b.loadgen.pid, arm.name, p)))
     bench = SimpleNamespace(store=run, cfg=SimpleNamespace(sglang_python="python"), module="m", env={}, seed=3,
-                            loadgen=None, est_left_s=0.0, only_missing=False, progress=lambda text: None)
+                            loadgen=None, clock=None, budget_end=None, only_missing=False,
+                            progress=lambda text: None)
     runner.run_arms(bench, chosen, plan, quick=True)
     assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot
     assert sorted(p.point_id for _, _, p in ran) == sorted(p.point_id for p in plan)
