@@ -9,7 +9,9 @@ a verified prefix-cache flush, in a seeded shuffle; repeat k uses seed SEED + k 
 request is recorded with its start/end time, TTFT (first token of any kind), ITLs and cached tokens; telemetry
 (/metrics + GPU) is sampled every second on the same clock.
 
-    ./run_bench.py --dry-run                 # the plan, with a time estimate; checks what a run needs, runs nothing
+    ./run_bench.py --dry-run                 # the plan fitted to --budget-min 45, with its estimate (calibrated on
+                                             # this host's last runs, or says "uncalibrated"); runs nothing
+    ./run_bench.py --budget-min 20 --arms baseline,no-prefix-cache,fp8-kv
     ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"

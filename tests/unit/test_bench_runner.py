@@ -2,7 +2,6 @@
 restart when the server is dead, and recorded as failed when the retry fails too."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -108,15 +107,6 @@ def test_eta_and_durations_read_like_the_progress_lines():
     assert runner.fmt_s(190) == "3m10s" and runner.fmt_s(3 * 3600 + 120) == "3h02m"
 
 
-@pytest.fixture
-def run_bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("run_bench_cli", REPO_ROOT / "run_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "run_bench_cli", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("text,damage", [
     ('{"schema": 1', "is not readable JSON"),
     ('{"schema": 1, "plan": []}', "is not a manifest run_bench.py wrote (manifest lacks 'created_at')"),
@@ -150,30 +140,6 @@ def test_dry_run_estimate_counts_restarts_only_for_arms_with_points(capsys, run_
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["arms"] == ["baseline"] and doc["points"] == 1
     assert doc["estimate_s"] < runner.arm_overhead_s(True) * 2
-
-
-def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp_path, capsys, run_bench,
-                                                                             monkeypatch):
-    standin = str(REPO_ROOT / "tests" / "standin")
-    monkeypatch.setenv("SGLANG_PYTHON", sys.executable)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p))
-    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
-    args = ["--arms", "baseline", "--workloads", "chat", "--concurrency", "64", "--budget-min", "20", "--dry-run"]
-    assert run_bench.main(args) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert "uncalibrated" in next(line for line in out if line.startswith("[bench] estimate:"))
-    doc = json.loads(out[-1])
-    assert not doc["calibrated"] and doc["budget_s"] == 1200 and doc["estimate_s"] <= 1200
-    head = points.make_point("baseline", "chat", "concurrency", 64, None, 256, 1)
-    run = store.RunStore.create(tmp_path)
-    run.append_point(PointRecord.of(head, attempt=1, status="ok", error=None, started_at=0.0, ended_at=60.0,
-                                    cache_flushed=True, summary=None, requests_file="requests/x.jsonl"))
-    assert run_bench.main(args) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
-        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 130 s, "
-        f"unseen points x{60 / points.estimate_s(head):.2f})")
-    assert json.loads(out[-1])["calibrated"]
 
 
 def test_sigterm_stops_the_run_and_its_load_generator_like_ctrl_c(tmp_path):

@@ -1,7 +1,9 @@
 """The cost model (learned from synthetic runs, or uncalibrated), the --budget-min planner, adaptive repeats, and
 the ETA's stability over a simulated run."""
 import json
+import os
 import random
+import sys
 import time
 from types import SimpleNamespace
 
@@ -10,6 +12,7 @@ import pytest
 from llmhost import repeats
 from llmhost.bench import arms as arms_mod, budget, costs, points, runner, store
 from llmhost.bench.eta import SWING, Eta
+from llmhost.config import REPO_ROOT
 from llmhost.bench.records import PointRecord, PointSummary, ServerRecord, append_records
 
 ALL_ARMS = list(arms_mod.REGISTRY.values())
@@ -231,3 +234,27 @@ def test_a_boot_spends_its_share_of_the_spare_budget_on_repeats_until_the_ci_is_
     run.append_point(done(points.make_point("baseline", "agent", "concurrency", 64, None, 256, 1), 40.0, 1.0))
     runner.run_extra_repeats(b, {"baseline": ALL_ARMS[0]})
     assert ran == []
+
+
+def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp_path, capsys, run_bench,
+                                                                             monkeypatch):
+    standin = str(REPO_ROOT / "tests" / "standin")
+    monkeypatch.setenv("SGLANG_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p))
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    args = ["--arms", "baseline", "--workloads", "chat", "--concurrency", "64", "--budget-min", "20", "--dry-run"]
+    assert run_bench.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "uncalibrated" in next(line for line in out if line.startswith("[bench] estimate:"))
+    doc = json.loads(out[-1])
+    assert not doc["calibrated"] and doc["budget_s"] == 1200 and doc["estimate_s"] <= 1200
+    head = points.make_point("baseline", "chat", "concurrency", 64, None, 256, 1)
+    run = store.RunStore.create(tmp_path)
+    run.append_point(PointRecord.of(head, attempt=1, status="ok", error=None, started_at=0.0, ended_at=60.0,
+                                    cache_flushed=True, summary=None, requests_file="requests/x.jsonl"))
+    assert run_bench.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
+        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 130 s, "
+        f"unseen points x{60 / points.estimate_s(head):.2f})")
+    assert json.loads(out[-1])["calibrated"]
