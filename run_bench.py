@@ -383,7 +383,8 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     latest = run.latest_attempts()
     ok = sum(1 for p in plan if p.point_id in latest and latest[p.point_id].status == "ok")
     print(json.dumps({"run_dir": str(run.root), "run_id": run.run_id, "points_planned": len(plan), "points_ok": ok,
-                      "points_failed": len(plan) - ok, "adaptive_repeats": len(set(latest) - {p.point_id for p in plan}),
+                      "points_failed": len(plan) - ok,
+                      "adaptive_repeats": len(set(latest) - {p.point_id for p in plan}),
                       "telemetry_ticks": b.sampler.ticks,
                       "telemetry_gaps": len(b.sampler.gaps)}))
     return 0 if ok == len(plan) else 1
