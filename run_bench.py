@@ -9,7 +9,9 @@ a verified prefix-cache flush, in a seeded shuffle; repeat k uses seed SEED + k 
 request is recorded with its start/end time, TTFT (first token of any kind), ITLs and cached tokens; telemetry
 (/metrics + GPU) is sampled every second on the same clock.
 
-    ./run_bench.py --dry-run                 # the plan, with a time estimate; checks what a run needs, runs nothing
+    ./run_bench.py --dry-run                 # the plan fitted to --budget-min 45, with its estimate (calibrated on
+                                             # this host's last runs, or says "uncalibrated"); runs nothing
+    ./run_bench.py --budget-min 20 --arms baseline,no-prefix-cache,fp8-kv
     ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"
@@ -35,12 +37,14 @@ import math
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
-from llmhost.bench import points, records, runlock, runner, store, telemetry
-from llmhost.bench.runner import BenchError, arm_overhead_s, fmt_s
+from llmhost.bench import budget, costs, points, records, runlock, runner, store, telemetry
+from llmhost.bench.eta import Eta
+from llmhost.bench.runner import BenchError, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 SLO_DEFAULTS = slo_rule.DEFAULTS  # recorded in the manifest; the dashboard can override
@@ -54,7 +58,8 @@ class Options:
     user_arms: list[str]
     workloads: list[str]
     quick: bool
-    repeat: int
+    repeat: int | None  # None: the --budget-min plan decides
+    budget_min: float
     loads: points.Loads
     seed: int
     tag: str
@@ -75,7 +80,11 @@ def parse_args(argv: list[str]) -> Options:
                         help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
                         "Poisson points on the baseline (~13 min on an H200 with 5 arms: 5 restarts of ~130 s + 7 points)")
-    parser.add_argument("--repeat", type=int, default=1, help="repeats of every point (default: 1)")
+    parser.add_argument("--repeat", type=int, help="repeats of every point, no budget (default: the --budget-min "
+                        "plan: 3 on the headline points, 1 elsewhere, more where the throughput CI is wide)")
+    parser.add_argument("--budget-min", type=float, help="minutes the run should take on this host: the plan fits "
+                        "them by the cost model learned from the last runs; the time left goes to adaptive repeats "
+                        f"(default: {budget.DEFAULT_BUDGET_MIN:g})")
     parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed of repeat 1, >= 0; repeat k "
                         "uses SEED + k - 1, the same on every arm (default: 1)")
     parser.add_argument("--concurrency", metavar="N,N,...", help="closed-loop concurrency levels that replace the "
@@ -105,8 +114,9 @@ def parse_args(argv: list[str]) -> Options:
     slo = {k: getattr(args, f"slo_{k}") for k in SLO_DEFAULTS}
     loads = points.Loads(concurrency=levels(args.concurrency, int), rates=levels(args.rates, float),
                          duration_s=args.duration_s)
-    return Options(names, args.arm, workloads, args.quick, args.repeat, loads, args.seed, args.tag, args.resume,
-                   args.only_missing, args.dry_run, slo, list(argv))
+    budget_min = budget.DEFAULT_BUDGET_MIN if args.budget_min is None else args.budget_min
+    return Options(names, args.arm, workloads, args.quick, args.repeat, budget_min, loads, args.seed, args.tag,
+                   args.resume, args.only_missing, args.dry_run, slo, list(argv))
 
 
 def levels(text: str | None, kind: type) -> tuple | None:
@@ -129,8 +139,14 @@ def levels_problem(flag: str, text: str | None, kind: type) -> str | None:
 
 def usage_problem(args: argparse.Namespace) -> str | None:
     """The first argument that cannot work, as one line; None when all can. Nothing is read but the manifest."""
-    if args.repeat < 1:
+    if args.repeat is not None and args.repeat < 1:
         return "--repeat must be >= 1"
+    if args.budget_min is not None:
+        if not (math.isfinite(args.budget_min) and args.budget_min >= 1):
+            return f"--budget-min must be >= 1 minute (got {args.budget_min:g})"
+        fixed = "--quick" if args.quick else "--repeat" if args.repeat is not None else ""
+        if fixed:
+            return f"--budget-min plans the run, {fixed} fixes its plan: give one of them"
     problem = levels_problem("--concurrency", args.concurrency, int) or levels_problem("--rates", args.rates, float)
     if problem:
         return problem
@@ -159,6 +175,7 @@ def usage_problem(args: argparse.Namespace) -> str | None:
 def resume_problem(args: argparse.Namespace) -> str | None:
     """--resume takes arms, plan, seed and tag from the run's manifest, checked as make_dashboard.py checks it."""
     given = [flag for flag, value in (("--arms", args.arms), ("--arm", args.arm), ("--quick", args.quick),
+                                      ("--repeat", args.repeat), ("--budget-min", args.budget_min),
                                       ("--tag", args.tag), ("--concurrency", args.concurrency),
                                       ("--rates", args.rates), ("--duration-s", args.duration_s)) if value]
     if given:
@@ -172,39 +189,55 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], boots: int, restart_s: float) -> None:
-    """The dry-run table: every point with its load and estimate, then the total."""
+def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], boots: int, model: costs.CostModel, quick: bool,
+               planned: budget.BudgetPlan | None) -> None:
+    """The dry-run table: every point with its load and estimate, then the total, what the model learned from,
+    and what the budget left out."""
     print(f"[bench] plan: {len(plan)} points over {len(arms)} arms ({', '.join(a.name for a in arms)})")
     print(f"{'#':>4}  {'point_id':<48} {'pattern':<11} {'conc':>5} {'rate':>6} {'prompts':>7} {'est':>7}")
     for i, p in enumerate(plan, 1):
         rate = f"{p.request_rate:g}" if p.request_rate else "inf"
         print(f"{i:>4}  {p.point_id:<48} {p.pattern:<11} {p.concurrency or '-':>5} {rate:>6} {p.num_prompts:>7} "
-              f"{fmt_s(points.estimate_s(p)):>7}")
-    total = sum(map(points.estimate_s, plan)) + restart_s * boots
-    print(f"[bench] estimate: {fmt_s(total)} on an H200 ({boots} server boots x ~{restart_s:.0f}s restart/load "
-          "generator/warm-up + points)")
+              f"{fmt_s(model.point_s(p)):>7}")
+    print(f"[bench] estimate: {fmt_s(model.plan_s(plan, boots, quick))} ({boots} server boots x "
+          f"~{model.boot_s(quick):.0f}s restart/load generator/warm-up + points), {model.label}")
+    if planned is not None:
+        print(f"[bench] budget {fmt_s(planned.budget_s)}: {len(planned.left_out)} points left out"
+              f"{': ' + ', '.join(p.point_id for p in planned.left_out) if planned.left_out else ''}; "
+              f"{fmt_s(planned.reserve_s)} kept for adaptive repeats of headline points whose throughput CI is "
+              f"above {budget.CI_TARGET_PCT:g}%")
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
 
-def open_run(opts: Options, cfg: config.Config) -> tuple[store.RunStore, list[arms_mod.Arm], list[points.Point], int]:
-    """A new run (arms, plan, seed from the options) or the resumed one (all three from its manifest)."""
+def open_run(opts: Options, cfg: config.Config, model: costs.CostModel) -> tuple[
+        store.RunStore, list[arms_mod.Arm], list[points.Point], int, budget.BudgetPlan | None]:
+    """A new run (arms, plan, seed from the options; the plan fitted to --budget-min unless --quick or --repeat
+    fix it) or the resumed one (all three from its manifest, no budget)."""
     if opts.resume:
         run = store.RunStore(opts.resume)
         try:
             manifest = run.read_manifest()
         except records.RecordError as exc:  # one line, the words make_dashboard.py uses for the same file
             raise BenchError(f"--resume: {exc}") from None
-        return run, list(manifest.arms), list(manifest.plan), manifest.seed
+        return run, list(manifest.arms), list(manifest.plan), manifest.seed, None
     try:
         arms = arms_mod.select(opts.arms, opts.user_arms, arms_mod.config_arm_specs(cfg.bench_user_arms))
     except arms_mod.ArmError as exc:
         raise BenchError(f"{exc} — see ./run_bench.py --help") from None
-    plan = points.build_plan(arms, opts.workloads, opts.quick, opts.repeat, opts.loads)
+    planned = None
+    if opts.quick or opts.repeat is not None:
+        plan = points.build_plan(arms, opts.workloads, opts.quick, opts.repeat or 1, opts.loads)
+    else:
+        planned = budget.plan(arms, opts.workloads, opts.loads, model, opts.budget_min * 60)
+        plan = planned.points
+        if not plan and planned.left_out:
+            raise BenchError(f"nothing fits in --budget-min {opts.budget_min:g}: one boot and the first point take "
+                             f"~{fmt_s(model.boot_s(False) + model.point_s(planned.left_out[0]))} — raise it")
     if not plan:  # --quick has agent and chat points only
         raise BenchError(f"no points: {'--quick' if opts.quick else 'the sweep'} has none for workloads "
                          f"{','.join(opts.workloads)} — add agent or chat to --workloads, or drop --quick")
-    return None, arms, plan, opts.seed  # type: ignore[return-value]
+    return None, arms, plan, opts.seed, planned  # type: ignore[return-value]
 
 
 def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
@@ -245,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config.load()
         deps.ensure(__file__, ("openai", "numpy"), "bench")  # the host python3 lacks them; setup's venv has them
-        run, arms, plan, seed = open_run(opts, cfg)
+        model = costs.fit(cfg.results_path / "bench")  # this host's last runs, else the H200 defaults
+        run, arms, plan, seed, planned = open_run(opts, cfg, model)
         quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command
     except (config.ConfigError, BenchError) as exc:
         print(f"[bench] error: {exc}", file=sys.stderr)
@@ -255,9 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     if opts.dry_run:
         active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
         boots = len(runner.boots(active))
-        print_plan(plan, active, boots, arm_overhead_s(quick))
+        print_plan(plan, active, boots, model, quick, planned)
         print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
-                          "estimate_s": round(sum(map(points.estimate_s, plan)) + arm_overhead_s(quick) * boots),
+                          "estimate_s": round(model.plan_s(plan, boots, quick)), "calibrated": model.is_calibrated,
+                          "budget_s": planned.budget_s if planned else None,
+                          "left_out": [p.point_id for p in planned.left_out] if planned else [],
                           "problem": ready if isinstance(ready, str) else None}))
     if isinstance(ready, str):
         print(f"[bench] error: {ready}", file=sys.stderr)
@@ -286,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[bench] {line}", flush=True)
         sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key())
         bench = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), only_missing=opts.only_missing)
-        return execute(bench, arms, plan, quick)
+        return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None)
 
 
 def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
@@ -307,15 +343,18 @@ def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, ar
     return run
 
 
-def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> int:
-    """Telemetry on, every boot, telemetry off; the closing lines; the exit code."""
+def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool,
+            model: costs.CostModel, budget_s: float | None) -> int:
+    """Telemetry on, every boot, telemetry off; the closing lines; the exit code. `budget_s`: the --budget-min
+    budget, whose time left after the plan goes to adaptive repeats (None: no adaptive repeats)."""
     run = b.store
     b.sampler.start()
     done_before = run.done_points(b.only_missing)
     left = {p.arm for p in plan if p.point_id not in done_before}
     b.done = len(done_before)
-    b.est_left_s = (sum(points.estimate_s(p) for p in plan if p.point_id not in done_before)
-                    + arm_overhead_s(quick) * len(runner.boots([a for a in arms if a.name in left])))
+    b.clock = Eta(model, [p for p in plan if p.point_id not in done_before],
+                  len(runner.boots([a for a in arms if a.name in left])), quick)
+    b.budget_end = time.monotonic() + budget_s if budget_s else None
     runner.interrupt_on_sigterm()
     resume = f"./run_bench.py --resume {run.root}"
     try:
@@ -344,7 +383,9 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     latest = run.latest_attempts()
     ok = sum(1 for p in plan if p.point_id in latest and latest[p.point_id].status == "ok")
     print(json.dumps({"run_dir": str(run.root), "run_id": run.run_id, "points_planned": len(plan), "points_ok": ok,
-                      "points_failed": len(plan) - ok, "telemetry_ticks": b.sampler.ticks,
+                      "points_failed": len(plan) - ok,
+                      "adaptive_repeats": len(set(latest) - {p.point_id for p in plan}),
+                      "telemetry_ticks": b.sampler.ticks,
                       "telemetry_gaps": len(b.sampler.gaps)}))
     return 0 if ok == len(plan) else 1
 

@@ -1,6 +1,8 @@
-"""Shared fixtures: repo paths, captured SGLang transcripts, a free TCP port."""
+"""Shared fixtures: repo paths, captured SGLang transcripts, a free TCP port, run_bench.py as a module."""
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,13 @@ def site_python(tmp_path):
         return str(script)
 
     return make
+
+
+@pytest.fixture
+def run_bench(monkeypatch):
+    """run_bench.py imported as a module (its main(argv) called in-process)."""
+    spec = importlib.util.spec_from_file_location("run_bench_cli", REPO / "run_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "run_bench_cli", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

@@ -120,3 +120,15 @@ def server_overrides(arm: Arm) -> tuple[list[str], dict[str, str]]:
     """What the server restart for this arm takes, as data: (launch flags appended after SERVER_EXTRA_ARGS,
     {SETTING: value} for a flag the lifecycle owns through a setting, e.g. --chunked-prefill-size 4096)."""
     return _split_settings(arm.name, arm.flags)
+
+
+def boots(arms: list[Arm]) -> list[list[Arm]]:
+    """Consecutive arms with the same launch flags and settings share one server boot; a new boot (a restart)
+    only where they change."""
+    groups: list[list[Arm]] = []
+    for arm in arms:
+        if groups and server_overrides(groups[-1][0]) == server_overrides(arm):
+            groups[-1].append(arm)
+        else:
+            groups.append([arm])
+    return groups

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import config
-from llmhost.bench import points, records, salvage, store, telemetry, toolcalls
+from llmhost.bench import budget, costs, points, records, salvage, store, telemetry, toolcalls
+from llmhost.bench.eta import Eta
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
@@ -26,9 +27,6 @@ from llmhost.serve.console import Console, ServeError, ServerBusy
 from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
-RESTART_EST_S = 130.0  # measured on an H200 (SGLang 0.5.17, warm kernel caches): 102-162 s to ready; ~7 min cold
-LOADGEN_START_S = 12.0  # once per boot: the benchmark module's imports + the tokenizer load (H200 host)
-WARM_ARM_EST_S = 3.0  # the untimed warm pass of a full run: 16 short requests
 
 
 def fmt_s(seconds: float) -> str:
@@ -37,8 +35,8 @@ def fmt_s(seconds: float) -> str:
 
 
 def arm_overhead_s(quick: bool) -> float:
-    """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run."""
-    return RESTART_EST_S + LOADGEN_START_S + (0.0 if quick else WARM_ARM_EST_S)
+    """Per-boot time outside the points by the H200 defaults (llmhost.bench.costs learns this host's)."""
+    return costs.CostModel().boot_s(quick)
 
 
 class BenchError(Exception):
@@ -62,23 +60,21 @@ class Bench:
     total: int
     loadgen: LoadGenerator | None = None  # the running boot's load generator
     done: int = 0
-    est_left_s: float = 0.0
-    est_spent_s: float = 0.0
+    clock: Eta | None = None  # the ETA, re-fit as points finish (set before the run starts)
+    budget_end: float | None = None  # time.monotonic() the --budget-min budget ends; None: no adaptive repeats
     only_missing: bool = False  # --resume --only-missing: a point that failed its retry is not tried again
     started_at: float = dataclasses.field(default_factory=time.time)  # a ./serve.sh stop after this is the user's
-    t0: float = dataclasses.field(default_factory=time.monotonic)
 
     def eta(self) -> str:
-        """Remaining estimate, scaled by how the estimates compared with reality so far."""
-        factor = (time.monotonic() - self.t0) / self.est_spent_s if self.est_spent_s > 30 else 1.0
-        return fmt_s(self.est_left_s * min(max(factor, 0.3), 5.0))
+        return fmt_s(self.clock.seconds_left()) if self.clock else "?"
 
     def progress(self, text: str) -> None:
         print(f"[bench {self.done}/{self.total}] {text}  ETA {self.eta()}", flush=True)
 
-    def spend(self, estimate_s: float) -> None:
-        self.est_left_s -= estimate_s
-        self.est_spent_s += estimate_s
+    def spend(self, point: points.Point, wall_s: float) -> None:
+        """A point is done (ok or failed) after wall_s seconds: the ETA re-fits."""
+        if self.clock:
+            self.clock.point_done(point, wall_s)
 
 
 # --- the environment ---------------------------------------------------------------------------------------------
@@ -264,6 +260,7 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
     """Attempts until ok or failed on the retry; a dead server is restarted before the retry, unless the user
     stopped it (UserStopped then ends the run). Returns ok."""
     attempts = attempt_range(last)
+    started = time.monotonic()
     for attempt in attempts:
         b.progress(f"{point.point_id}: running{' (retry)' if attempt % 2 == 0 else ''}")
         record = attempt_point(b, point, attempt)
@@ -272,7 +269,7 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
         if record.status == "ok" and s is not None:
             note = "  CLIENT-BOUND" if s.client_bound else ""
             b.done += 1
-            b.spend(points.estimate_s(point))
+            b.spend(point, record.ended_at - record.started_at)
             b.progress(f"{point.point_id} ok {record.ended_at - record.started_at:.1f}s "
                        f"({s.completed} done, {s.failed} failed, {s.output_throughput:.0f} tok/s){note}")
             return True
@@ -285,7 +282,7 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
                 print(f"[bench] {error}", flush=True)
     check_user_stop(b)  # a stop during the last attempt: say so now, not at the next arm
     b.done += 1
-    b.spend(points.estimate_s(point))
+    b.spend(point, time.monotonic() - started)
     return False
 
 
@@ -298,16 +295,7 @@ def check_user_stop(b: Bench) -> None:
 
 # --- the run: boot by boot -------------------------------------------------------------------------------
 
-def boots(arms: list[arms_mod.Arm]) -> list[list[arms_mod.Arm]]:
-    """Consecutive arms with the same launch flags and settings share one server boot; a new boot (a restart)
-    only where they change."""
-    groups: list[list[arms_mod.Arm]] = []
-    for arm in arms:
-        if groups and arms_mod.server_overrides(groups[-1][0]) == arms_mod.server_overrides(arm):
-            groups[-1].append(arm)
-        else:
-            groups.append([arm])
-    return groups
+boots = arms_mod.boots  # which arms share a server boot (the budget planner prices boots by it too)
 
 
 def run_arms(b: Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool) -> None:
@@ -329,8 +317,8 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
     lead = group[0]
     b.progress(f"arm {'+'.join(a.name for a in group)}: restarting the server with "
                f"{' '.join(lead.flags) or 'the baseline flags'}")
+    booted = time.monotonic()
     error = restart_server(b, lead)
-    b.est_left_s -= arm_overhead_s(quick)
     if error:  # recorded as attempt-1 failures: --resume tries them again
         print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
         for p in todo:
@@ -338,7 +326,7 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
                                                 started_at=time.time(), ended_at=time.time(), cache_flushed=False,
                                                 summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
             b.done += 1
-            b.spend(points.estimate_s(p))
+            b.spend(p, 0.0)
         return
     for arm in group[1:]:
         share_boot(b, lead, arm)
@@ -352,7 +340,26 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
             for arm in group:
                 if arm.name not in b.store.toolcall_arms():
                     check_tools(b, arm)
+            if b.clock:
+                b.clock.boot_done(time.monotonic() - booted)
             for p in todo:
                 run_point(b, by_name[p.arm], p, last.get(p.point_id))
+            run_extra_repeats(b, by_name)
         finally:
             b.loadgen = None
+
+
+def run_extra_repeats(b: Bench, by_name: dict[str, arms_mod.Arm]) -> None:
+    """Adaptive repeats on this boot, while its share of the budget lasts: the spare time (budget left minus the
+    ETA of the planned work left) split evenly over this boot and the boots still to come."""
+    while b.budget_end is not None and b.clock is not None:
+        spare_s = (b.budget_end - time.monotonic() - b.clock.seconds_left()) / (b.clock.boots_left + 1)
+        extra = budget.extra_repeats(b.store.latest_attempts().values(), set(by_name), b.clock.model, spare_s)
+        if not extra:
+            return
+        b.total += len(extra)
+        b.clock.add(extra)
+        b.progress(f"adaptive repeats (throughput CI above {budget.CI_TARGET_PCT:g}%): "
+                   f"{', '.join(p.point_id for p in extra)}")
+        for p in extra:
+            run_point(b, by_name[p.arm], p, None)

@@ -160,6 +160,12 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
     (["--concurrency", "1,x"], 2, "--concurrency '1,x': give positive whole numbers like 1,16,64"),
     (["--rates", "0"], 2, "--rates '0': give positive numbers like 2,8,16"),
     (["--duration-s", "0.5"], 2, "--duration-s must be >= 1 second"),
+    (["--budget-min", "0"], 2, "--budget-min must be >= 1 minute (got 0)"),
+    (["--budget-min", "nan"], 2, "--budget-min must be >= 1 minute (got nan)"),
+    (["--budget-min", "soon"], 2, "argument --budget-min: invalid float value: 'soon'"),
+    (["--budget-min", "20", "--repeat", "3"], 2, "--budget-min plans the run, --repeat fixes its plan"),
+    (["--budget-min", "1", "--dry-run"], 2, "nothing fits in --budget-min 1"),
+    (["--resume", "/tmp", "--budget-min", "20"], 2, "drop --budget-min"),
     (["--resume", "/tmp", "--concurrency", "4"], 2, "drop --concurrency"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):

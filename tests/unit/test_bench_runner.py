@@ -2,7 +2,6 @@
 restart when the server is dead, and recorded as failed when the retry fails too."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -35,7 +34,7 @@ class FakeBench:
     def progress(self, text: str) -> None:
         self.lines.append(text)
 
-    def spend(self, estimate_s: float) -> None:
+    def spend(self, point, wall_s: float) -> None:
         pass
 
 
@@ -106,15 +105,6 @@ def test_a_server_the_user_stopped_is_not_restarted_and_ends_the_run(tmp_path, m
 
 def test_eta_and_durations_read_like_the_progress_lines():
     assert runner.fmt_s(190) == "3m10s" and runner.fmt_s(3 * 3600 + 120) == "3h02m"
-
-
-@pytest.fixture
-def run_bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("run_bench_cli", REPO_ROOT / "run_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "run_bench_cli", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("text,damage", [
@@ -394,7 +384,8 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     monkeypatch.setattr(runner, "check_tools", lambda b, arm: None)
     monkeypatch.setattr(runner, "run_point", lambda b, arm, p, attempt: ran.append((b.loadgen.pid, arm.name, p)))
     bench = SimpleNamespace(store=run, cfg=SimpleNamespace(sglang_python="python"), module="m", env={}, seed=3,
-                            loadgen=None, est_left_s=0.0, only_missing=False, progress=lambda text: None)
+                            loadgen=None, clock=None, budget_end=None, only_missing=False,
+                            progress=lambda text: None)
     runner.run_arms(bench, chosen, plan, quick=True)
     assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot
     assert sorted(p.point_id for _, _, p in ran) == sorted(p.point_id for p in plan)

@@ -1,0 +1,123 @@
+"""What a benchmark costs on this host: a server boot and each point's wall time, learned from its last runs.
+
+    model = costs.fit(cfg.results_path / "bench")   # the newest runs with finished points, else H200 defaults
+    model.point_s(point), model.boot_s(quick), model.label   # "calibrated on ..." or "uncalibrated: ..."
+
+How it learns (from points.jsonl and servers/*.json of up to MAX_RUNS newest runs):
+* A point costs its load: every ok attempt's wall time (ended_at - started_at: flush, warm-up, load, parse) minus
+  the fixed per-point overhead, divided by its requests, is the seconds per request of its kind (workload,
+  pattern, concurrency, rate). A planned point of a kind seen is predicted as overhead + requests x the median of
+  those; so a 10,000-request tail run is priced from the 1,000-request one only if they share a kind (they do not).
+* A kind never seen is priced by the physics estimate (points.estimate_s) x the median observed/estimated ratio of
+  the points seen: the host's systematic bias (overheads, batched decode slower than the single-stream ITL).
+* A boot is the median ready_s of the run's server records (shared boots, which copy their lead's record, counted
+  once) + the load generator's start + the warm pass.
+With no finished run the model is the documented H200 defaults below and says "uncalibrated".
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+from llmhost.bench import points, records
+from llmhost.bench.records import Point, PointRecord
+
+# H200 defaults (SGLang 0.5.17, Qwen3-4B, warm kernel caches), used until this host has a run to learn from.
+RESTART_EST_S = 130.0  # restart to ready: 102-162 s measured; ~7 min with cold kernel caches
+LOADGEN_START_S = 12.0  # once per boot: the benchmark module's imports + the tokenizer load
+WARM_ARM_EST_S = 3.0  # the untimed warm pass of a full run: 16 short requests
+MAX_RUNS = 3  # newest runs learned from: enough points per kind, recent enough to be this host as it is now
+RATIO_LIMITS = (0.2, 10.0)  # a bias outside this is a broken record, not a host
+
+Kind = tuple[str, str, int | None, float | None]  # (workload, pattern, concurrency, request rate)
+
+
+def kind_of(point: Point) -> Kind:
+    return point.workload, point.pattern, point.concurrency, point.request_rate
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CostModel:
+    per_request_s: dict[Kind, float] = dataclasses.field(default_factory=dict)  # median over the runs read
+    ratio: float = 1.0  # observed / physics estimate, median over the points read
+    ready_s: float = RESTART_EST_S
+    runs: tuple[str, ...] = ()  # run ids learned from, newest first
+    points_seen: int = 0
+    boots_seen: int = 0
+
+    @property
+    def is_calibrated(self) -> bool:
+        return bool(self.runs)
+
+    @property
+    def label(self) -> str:
+        if not self.is_calibrated:
+            return (f"uncalibrated: no finished run to learn from, H200 defaults (restart {RESTART_EST_S:.0f} s, "
+                    "points by prefill/decode arithmetic)")
+        return (f"calibrated on this host's last {len(self.runs)} run(s), newest {self.runs[0]} "
+                f"({self.points_seen} points, {self.boots_seen} boots: restart {self.ready_s:.0f} s, "
+                f"unseen points x{self.ratio:.2f})")
+
+    def point_s(self, point: Point) -> float:
+        """Seconds the point should take on this host."""
+        per = self.per_request_s.get(kind_of(point))
+        if per is not None:
+            return points.LOADGEN_OVERHEAD_S + point.num_prompts * per
+        return points.estimate_s(point) * self.ratio
+
+    def boot_s(self, quick: bool) -> float:
+        """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run."""
+        return self.ready_s + LOADGEN_START_S + (0.0 if quick else WARM_ARM_EST_S)
+
+    def plan_s(self, plan: list[Point], boots: int, quick: bool) -> float:
+        return sum(map(self.point_s, plan)) + boots * self.boot_s(quick)
+
+
+def ok_points(run: Path) -> list[PointRecord]:
+    """The run's ok attempts with a positive wall time; [] when points.jsonl is absent or unreadable."""
+    try:
+        rows = records.read_records(run / "points.jsonl", PointRecord.from_dict).records
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if r.status == "ok" and r.ended_at > r.started_at and r.num_prompts > 0]
+
+
+def ready_times(run: Path) -> list[float]:
+    """ready_s of each boot of the run (a shared boot's copied record, same started_at, once)."""
+    seen: dict[str, float] = {}
+    for path in sorted((run / "servers").glob("*.json")):
+        try:
+            rec = records.ServerRecord.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+        if rec.ready_s > 0:
+            seen.setdefault(rec.started_at, rec.ready_s)
+    return list(seen.values())
+
+
+def fit(bench_dir: Path, max_runs: int = MAX_RUNS) -> CostModel:
+    """The cost model learned from the newest runs under RESULTS_DIR/bench (run ids sort by time)."""
+    runs: list[tuple[str, list[PointRecord], list[float]]] = []
+    dirs = sorted((d for d in bench_dir.glob("*") if d.is_dir() and not d.is_symlink()), reverse=True) \
+        if bench_dir.is_dir() else []
+    for run in dirs:
+        done = ok_points(run)
+        if done:
+            runs.append((run.name, done, ready_times(run)))
+        if len(runs) == max_runs:
+            break
+    if not runs:
+        return CostModel()
+    done = [r for _, rows, _ in runs for r in rows]
+    per: dict[Kind, list[float]] = {}
+    for r in done:
+        wall_s = r.ended_at - r.started_at
+        per.setdefault(kind_of(r), []).append(max(0.0, wall_s - points.LOADGEN_OVERHEAD_S) / r.num_prompts)
+    ratio = statistics.median((r.ended_at - r.started_at) / points.estimate_s(r) for r in done)
+    ready = [s for _, _, times in runs for s in times]
+    return CostModel(per_request_s={k: statistics.median(v) for k, v in per.items()},
+                     ratio=min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1]),
+                     ready_s=statistics.median(ready) if ready else RESTART_EST_S,
+                     runs=tuple(name for name, _, _ in runs), points_seen=len(done), boots_seen=len(ready))

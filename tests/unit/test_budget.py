@@ -1,0 +1,260 @@
+"""The cost model (learned from synthetic runs, or uncalibrated), the --budget-min planner, adaptive repeats, and
+the ETA's stability over a simulated run."""
+import json
+import os
+import random
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from llmhost import repeats
+from llmhost.bench import arms as arms_mod, budget, costs, points, runner, store
+from llmhost.bench.eta import SWING, Eta
+from llmhost.config import REPO_ROOT
+from llmhost.bench.records import PointRecord, PointSummary, ServerRecord, append_records
+
+ALL_ARMS = list(arms_mod.REGISTRY.values())
+WORKLOADS = ["agent", "chat", "long", "agent-tools"]
+
+
+def summary(throughput: float = 1000.0) -> PointSummary:
+    return PointSummary(duration_s=10.0, completed=64, failed=0, request_throughput=6.4, input_throughput=1.0,
+                        output_throughput=throughput, total_throughput=throughput, offered_rate=None,
+                        achieved_rate=6.4, client_bound=False)
+
+
+def done(point: points.Point, wall_s: float, throughput: float = 1000.0, status: str = "ok") -> PointRecord:
+    return PointRecord.of(point, attempt=1, status=status, error=None, started_at=1000.0, ended_at=1000.0 + wall_s,
+                          cache_flushed=True, summary=summary(throughput), requests_file="requests/x.jsonl")
+
+
+def write_run(bench_dir, run_id: str, rows: list[PointRecord], ready_s: dict[str, float]):
+    run = bench_dir / run_id
+    (run / "servers").mkdir(parents=True)
+    append_records(run / "points.jsonl", rows)
+    for arm, seconds in ready_s.items():
+        rec = ServerRecord(arm=arm, launch_command=None, server_info={}, ready_s=seconds, started_at=f"t-{arm}")
+        (run / "servers" / f"{arm}.json").write_text(json.dumps(rec.to_dict()))
+    return run
+
+
+# --- the cost model ----------------------------------------------------------------------------------------------
+
+def test_without_a_run_the_model_is_the_h200_defaults_and_says_uncalibrated(tmp_path):
+    model = costs.fit(tmp_path / "bench")
+    p = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
+    assert not model.is_calibrated and model.label.startswith("uncalibrated")
+    assert model.point_s(p) == points.estimate_s(p) and model.boot_s(quick=True) == pytest.approx(142.0)
+
+
+def test_a_finished_run_prices_its_kinds_per_request_and_others_by_its_bias(tmp_path):
+    seen = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
+    other = points.make_point("baseline", "agent", "concurrency", 8, None, 32, 1)
+    rows = [done(seen, 2.5 + 64 * 0.5), done(other, 3 * points.estimate_s(other)),
+            done(points.make_point("baseline", "chat", "qps", None, 4.0, 64, 1), 60.0, status="failed")]
+    write_run(tmp_path / "bench", "20260101-120000", rows, {"baseline": 110.0, "fp8-kv": 150.0})
+    model = costs.fit(tmp_path / "bench")
+    assert model.is_calibrated and model.label.startswith("calibrated") and model.points_seen == 2
+    # the same kind with twice the requests costs twice the load: 2.5 s overhead + 128 x 0.5 s
+    assert model.point_s(points.make_point("x", "chat", "concurrency", 16, None, 128, 2)) == pytest.approx(66.5)
+    unseen = points.make_point("baseline", "long", "concurrency", 1, None, 16, 1)
+    assert model.point_s(unseen) == pytest.approx(points.estimate_s(unseen) * model.ratio) and model.ratio > 1
+    assert model.ready_s == pytest.approx(130.0)  # median of the two boots
+
+
+def test_the_newest_runs_win_and_a_shared_boot_counts_once(tmp_path):
+    p = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
+    write_run(tmp_path / "bench", "20250101-000000", [done(p, 200.0)], {"baseline": 500.0})
+    for i in range(costs.MAX_RUNS):
+        run = write_run(tmp_path / "bench", f"2026010{i + 1}-000000", [done(p, 34.5)], {"baseline": 100.0})
+        (run / "servers" / "shared.json").write_text((run / "servers" / "baseline.json").read_text())
+    model = costs.fit(tmp_path / "bench")
+    assert model.runs[0] == "20260103-000000" and "20250101-000000" not in model.runs
+    assert model.point_s(p) == pytest.approx(34.5) and model.ready_s == 100.0 and model.boots_seen == costs.MAX_RUNS
+
+
+# --- the planner -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("minutes", [20, 45, 90])
+def test_the_plan_fits_the_budget_with_three_repeats_on_each_planned_arms_headline(minutes):
+    model = costs.CostModel()
+    planned = budget.plan(ALL_ARMS, WORKLOADS, points.Loads(), model, minutes * 60)
+    boots = len(arms_mod.boots([a for a in ALL_ARMS if any(p.arm == a.name for p in planned.points)]))
+    assert planned.estimate_s == pytest.approx(model.plan_s(planned.points, boots, False))
+    assert planned.estimate_s <= minutes * 60 and len({p.point_id for p in planned.points}) == len(planned.points)
+    planned_arms = {p.arm for p in planned.points}
+    assert planned_arms == {a.name for a in ALL_ARMS} if minutes >= 45 else "baseline" in planned_arms
+    for arm in [a for a in ALL_ARMS if a.name in planned_arms]:
+        # the headline points the arm's setting can change: no chat c=64 without a prefix cache (chat has none)
+        heads = [r for r in budget.arm_rows(arm, WORKLOADS, points.Loads()) if budget.is_headline(*r[:3])]
+        assert len(heads) == (1 if arm.name == "no-prefix-cache" else 2)
+        for workload, pattern, concurrency, _, _ in heads:
+            reps = {p.repeat for p in planned.points
+                    if (p.arm, p.workload, p.pattern, p.concurrency) == (arm.name, workload, pattern, concurrency)}
+            assert reps == {1, 2, 3}
+    other = [p for p in planned.points if not budget.is_headline(p.workload, p.pattern, p.concurrency)]
+    assert all(p.repeat == 1 for p in other)
+
+
+def test_a_20_minute_budget_holds_the_baseline_and_two_arms_with_three_headline_repeats():
+    chosen = ALL_ARMS[:3]
+    planned = budget.plan(chosen, WORKLOADS, points.Loads(), costs.CostModel(), 20 * 60)
+    assert {p.arm for p in planned.points} == {a.name for a in chosen} and planned.estimate_s <= 20 * 60
+    # agent and chat c=64 x 3 repeats on baseline and fp8-kv, agent c=64 x 3 without a prefix cache
+    assert len([p for p in planned.points if budget.is_headline(p.workload, p.pattern, p.concurrency)]) == 5 * 3
+
+
+def test_a_generous_budget_runs_each_arm_only_where_its_setting_matters():
+    planned = budget.plan(ALL_ARMS, WORKLOADS, points.Loads(), costs.CostModel(), 10 * 3600)
+    assert not planned.left_out and planned.reserve_s > 0
+    by_arm = {a.name: {(p.workload, p.pattern) for p in planned.points if p.arm == a.name} for a in ALL_ARMS}
+    assert {("chat", "long"), ("chat", "burst"), ("long", "concurrency")} <= by_arm["baseline"]
+    assert {p.num_prompts for p in planned.points if p.pattern in ("long", "burst")} == {10_000, 2_000}
+    assert all(p.arm == "baseline" for p in planned.points if p.pattern in ("long", "burst"))
+    # no long-context or chat points without a prefix cache: those prompts share no prefix to cache
+    assert by_arm["no-prefix-cache"] == budget.ARM_SCOPE["no-prefix-cache"]
+    assert ("long", "concurrency") in by_arm["fp8-kv"]  # an arm not in ARM_SCOPE can change every sweep point
+
+
+def test_a_tight_budget_leaves_out_the_last_arms_sweep_first():
+    planned = budget.plan(ALL_ARMS, WORKLOADS, points.Loads(), costs.CostModel(), 30 * 60)
+    assert planned.left_out and all(not budget.is_headline(p.workload, p.pattern, p.concurrency)
+                                    for p in planned.left_out)
+    assert any(p.arm == "triton" for p in planned.left_out)
+    assert not any(p.arm == "baseline" and p.pattern == "concurrency" for p in planned.left_out)
+
+
+def test_the_users_loads_drive_the_budget_plan_too():
+    planned = budget.plan(ALL_ARMS[:1], ["chat"], points.Loads(concurrency=(4, 64)), costs.CostModel(), 3600)
+    assert {p.concurrency for p in planned.points if p.pattern == "concurrency"} == {4, 64}
+
+
+# --- adaptive repeats --------------------------------------------------------------------------------------------
+
+def headline_runs(arm: str, workload: str, values: list[float]) -> list[PointRecord]:
+    return [done(points.make_point(arm, workload, "concurrency", 64, None, 256, r), 40.0, v)
+            for r, v in enumerate(values, 1)]
+
+
+def test_extra_repeats_go_to_headline_points_whose_ci_is_still_wide():
+    tight = headline_runs("baseline", "agent", [1000.0, 1001.0, 999.0])  # half-width ~0.25%
+    wide = headline_runs("baseline", "chat", [900.0, 1100.0, 1000.0])  # half-width ~25%
+    wider = headline_runs("fp8-kv", "chat", [500.0, 1500.0, 1000.0])
+    extra = budget.extra_repeats(tight + wide + wider, {"baseline", "fp8-kv"}, costs.CostModel(), 3600)
+    assert [p.point_id for p in extra] == ["fp8-kv.chat.concurrency.c64.r4", "baseline.chat.concurrency.c64.r4"]
+    assert budget.extra_repeats(tight + wide, {"fp8-kv"}, costs.CostModel(), 3600) == []  # not this boot's arm
+
+
+def test_extra_repeats_wait_for_the_minimum_and_stop_when_the_budget_does():
+    model = costs.CostModel()
+    two = headline_runs("baseline", "chat", [900.0, 1100.0])
+    assert budget.extra_repeats(two, {"baseline"}, model, 3600) == []
+    wide = headline_runs("baseline", "chat", [900.0, 1100.0, 1000.0])
+    one_s = model.point_s(points.make_point("baseline", "chat", "concurrency", 64, None, 256, 4))
+    assert budget.extra_repeats(wide, {"baseline"}, model, one_s * 0.9) == []
+    capped = headline_runs("baseline", "chat", [900.0, 1100.0] * (budget.MAX_REPEATS // 2))
+    assert budget.extra_repeats(capped, {"baseline"}, model, 3600) == []
+
+
+# --- the ETA -----------------------------------------------------------------------------------------------------
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def simulate(plan: list[points.Point], slowdown: dict[str, float], seed: int) -> list[tuple[bool, float, float]]:
+    """Run the plan on a fake clock, each point taking its estimate x its arm's slowdown x noise; per point
+    (first of its arm?, ETA just before it finished counted down, ETA just after)."""
+    clock, model, rng = FakeClock(), costs.CostModel(), random.Random(seed)
+    eta = Eta(model, plan, boots=len({p.arm for p in plan}), quick=False, clock=clock)
+    seen, trace = set(), []
+    for arm in dict.fromkeys(p.arm for p in plan):
+        clock.now += model.boot_s(False) * slowdown[arm]
+        eta.boot_done(model.boot_s(False) * slowdown[arm])
+        for p in [p for p in plan if p.arm == arm]:
+            wall_s = model.point_s(p) * slowdown[arm] * rng.uniform(0.5, 2.0)
+            clock.now += wall_s
+            before = eta.seconds_left()
+            eta.point_done(p, wall_s)
+            trace.append((p.arm not in seen, before, eta.seconds_left()))
+            seen.add(p.arm)
+    return trace
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_eta_never_swings_more_than_25_percent_after_an_arms_first_point(seed):
+    plan = points.build_plan(ALL_ARMS[:3], ["agent", "chat"], quick=False, repeat=1)
+    trace = simulate(plan, {"baseline": 2.0, "no-prefix-cache": 1.2, "fp8-kv": 3.0}, seed)
+    for is_first, before, after in trace[:-1]:  # the last point leaves exactly nothing
+        if not is_first and before > 0:
+            assert (1 - SWING) * before - 1e-6 <= after <= (1 + SWING) * before + 1e-6
+    assert trace[-1][2] == 0.0
+    assert sum(is_first for is_first, _, _ in trace) == 3 and sum(b > 0 for _, b, _ in trace) > len(trace) / 2
+
+
+def test_the_eta_learns_a_slow_host_at_an_arms_first_point():
+    plan = points.build_plan(ALL_ARMS[:1], ["chat"], quick=False, repeat=1)
+    clock, model = FakeClock(), costs.CostModel()
+    eta = Eta(model, plan, boots=1, quick=False, clock=clock)
+    eta.boot_done(model.boot_s(False))
+    left_s = sum(model.point_s(p) for p in plan[1:])
+    clock.now += 3 * model.point_s(plan[0])
+    eta.point_done(plan[0], 3 * model.point_s(plan[0]))
+    assert eta.seconds_left() == pytest.approx(2 * left_s)  # ratio 3, damped by the prior 1: (1 + 3) / 2
+
+
+def test_a_boot_spends_its_share_of_the_spare_budget_on_repeats_until_the_ci_is_narrow(tmp_path, monkeypatch):
+
+    run = store.RunStore.create(tmp_path)
+    for rec in headline_runs("baseline", "chat", [970.0, 1030.0, 1000.0]):
+        run.append_point(rec)
+    ran: list[str] = []
+
+    def run_point(b, arm, p, last):  # each new repeat lands on the mean: the CI narrows as repeats add up
+        ran.append(p.point_id)
+        b.store.append_point(done(p, 40.0, 1000.0))
+
+    monkeypatch.setattr(runner, "run_point", run_point)
+    model = costs.CostModel()
+    b = SimpleNamespace(store=run, clock=Eta(model, [], boots=0, quick=False), total=3, progress=lambda text: None,
+                        budget_end=time.monotonic() + 3600)
+    runner.run_extra_repeats(b, {"baseline": ALL_ARMS[0]})
+    values = [970.0, 1030.0, 1000.0] + [1000.0] * len(ran)
+    assert ran[0] == "baseline.chat.concurrency.c64.r4" and 3 + len(ran) < budget.MAX_REPEATS
+    assert b.total == 3 + len(ran)
+    assert repeats.half_width_pct(repeats.across_repeats(values)) <= budget.CI_TARGET_PCT
+    assert repeats.half_width_pct(repeats.across_repeats(values[:-1])) > budget.CI_TARGET_PCT
+    b.budget_end, ran[:] = time.monotonic(), []  # no budget left: no repeats, however wide
+    run.append_point(done(points.make_point("baseline", "agent", "concurrency", 64, None, 256, 1), 40.0, 1.0))
+    runner.run_extra_repeats(b, {"baseline": ALL_ARMS[0]})
+    assert ran == []
+
+
+def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp_path, capsys, run_bench,
+                                                                             monkeypatch):
+    standin = str(REPO_ROOT / "tests" / "standin")
+    monkeypatch.setenv("SGLANG_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p))
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    args = ["--arms", "baseline", "--workloads", "chat", "--concurrency", "64", "--budget-min", "20", "--dry-run"]
+    assert run_bench.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "uncalibrated" in next(line for line in out if line.startswith("[bench] estimate:"))
+    doc = json.loads(out[-1])
+    assert not doc["calibrated"] and doc["budget_s"] == 1200 and doc["estimate_s"] <= 1200
+    head = points.make_point("baseline", "chat", "concurrency", 64, None, 256, 1)
+    run = store.RunStore.create(tmp_path)
+    run.append_point(PointRecord.of(head, attempt=1, status="ok", error=None, started_at=0.0, ended_at=60.0,
+                                    cache_flushed=True, summary=None, requests_file="requests/x.jsonl"))
+    assert run_bench.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
+        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 130 s, "
+        f"unseen points x{60 / points.estimate_s(head):.2f})")
+    assert json.loads(out[-1])["calibrated"]
