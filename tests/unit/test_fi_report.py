@@ -172,3 +172,26 @@ def test_without_plotly_the_page_keeps_every_table_and_says_why_the_charts_are_m
     assert "plotly-graph-div" not in html and html.count("Charts left out") == 2
     assert "Why each kernel stops where it does" in html and "fast_decode_plan us" in html
     assert len(html) < 1_000_000  # no plotly.js inlined
+
+
+def test_the_headline_answers_questions_from_the_summary_and_folds_the_rest():
+    from llmhost.fi.report import headline, page as fi_page
+
+    head = {"sparse": {"decode_gb_s_best": 4434.0, "decode_pct_peak_best": 92.4, "decode_pct_copy_best": 101.8,
+                       "best_case": "bf16 tensor-core 16x16384 page 4 contiguous", "decode_gb_s_sglang_like": 4371.0,
+                       "decode_pct_peak_sglang_like": 91.1, "pct_peak_by_kernel": {"bf16 tensor-core": "85-92%"},
+                       "scattered_over_contiguous_time": {"page 1": {"random": 1.005, "churned": 1.001}},
+                       "fp8_over_bf16_speedup": {"tensor-core": 1.1}, "fp8_limit": {"tensor-core": "elements"},
+                       "checks_failed": 0, "checks_bitwise": 96, "reference_checks_blind_to_a_dropped_token": 12,
+                       "timing": {"method": "graph", "event_over_precise_median": 1.012,
+                                  "event_over_precise_max": 1.034}},
+            "balance": None, "jit": {"variants": 10}, "trace": {}}
+    rows = headline.rows(head)
+    answers = {q: a for _, q, a in rows}
+    assert answers["How close does decode get to the bandwidth ceiling?"].startswith("4,434 GB/s = 92.4% of peak")
+    assert answers["Does scattering KV pages cost time?"].endswith("1.001-1.005x")
+    assert "0 checks failed; 96 scattered outputs bit-identical" in answers["Are the outputs right?"]
+    assert {stage for stage, _, _ in rows} == {"sparse", "jit"}  # no data, no questions
+    html = fi_page.headline_table(head)
+    assert html.index("question") < html.index("<details>") and "Every summary number" in html
+    assert headline.rows({"sparse": {"decode_pct_peak_best": 90}}) == []  # a partial summary: the folded table only

@@ -19,7 +19,7 @@ from pathlib import Path
 from llmhost import files
 from llmhost.fi import balance, env, sparse
 from llmhost.fi.report import balance_section, diagrams, jit_section, sparse_section, trace_section
-from llmhost.fi.report import figures
+from llmhost.fi.report import figures, headline
 from llmhost.report import page
 
 STAGES = ("sparse", "balance", "jit", "trace")
@@ -100,7 +100,14 @@ def env_card(docs: dict[str, dict | None]) -> str:
 
 
 def headline_table(head: dict) -> str:
-    """One row per headline number, flattened (nested dicts become 'a / b' labels)."""
+    """The questions a reader brings, answered; then every summary number, folded."""
+    answers = headline.rows(head)
+    short = figures.table(["stage", "question", "answer"], answers) if answers else ""
+    return f"{short}<details><summary>Every summary number</summary>{summary_table(head)}</details>"
+
+
+def summary_table(head: dict) -> str:
+    """One row per summary number, flattened (nested dicts become 'a / b' labels)."""
     rows = []
     for stage in STAGES:
         data = head.get(stage)
