@@ -91,6 +91,8 @@ def parse_args(argv: list[str]) -> Options:
                         "plan's, per workload with concurrency points (e.g. 1,16,64,128; default: the plan's)")
     parser.add_argument("--rates", metavar="R,R,...", help="Poisson request rates, req/s, that replace the plan's, "
                         "per workload with rate points (e.g. 2,8,16; default: the plan's)")
+    parser.add_argument("--patterns", metavar="P,P,...", help="only these kinds of point (of: "
+                        f"{', '.join(points.PATTERNS)}; e.g. concurrency,qps; default: all the plan has)")
     parser.add_argument("--duration-s", type=float, help="size each concurrency and rate point to last about this "
                         "many seconds on an H200 (default: the plan's request counts)")
     parser.add_argument("--tag", default="", help=f"suffix of the run id (letters, digits, - and _; at most {TAG_MAX})")
@@ -113,10 +115,14 @@ def parse_args(argv: list[str]) -> Options:
     names = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     slo = {k: getattr(args, f"slo_{k}") for k in SLO_DEFAULTS}
     loads = points.Loads(concurrency=levels(args.concurrency, int), rates=levels(args.rates, float),
-                         duration_s=args.duration_s)
+                         duration_s=args.duration_s, patterns=names_list(args.patterns))
     budget_min = budget.DEFAULT_BUDGET_MIN if args.budget_min is None else args.budget_min
     return Options(names, args.arm, workloads, args.quick, args.repeat, budget_min, loads, args.seed, args.tag,
                    args.resume, args.only_missing, args.dry_run, slo, list(argv))
+
+
+def names_list(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def levels(text: str | None, kind: type) -> tuple | None:
@@ -150,6 +156,10 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     problem = levels_problem("--concurrency", args.concurrency, int) or levels_problem("--rates", args.rates, float)
     if problem:
         return problem
+    unknown_patterns = [p for p in names_list(args.patterns) or () if p not in points.PATTERNS]
+    if args.patterns is not None and (unknown_patterns or not names_list(args.patterns)):
+        return (f"--patterns {args.patterns!r}: unknown {', '.join(unknown_patterns) or '(none given)'} "
+                f"(known: {', '.join(points.PATTERNS)})")
     if args.duration_s is not None and not (math.isfinite(args.duration_s) and args.duration_s >= 1):
         return f"--duration-s must be >= 1 second (got {args.duration_s:g})"
     if args.seed < 0:  # bench_serving seeds numpy with it: a negative seed fails every point
@@ -177,7 +187,8 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     given = [flag for flag, value in (("--arms", args.arms), ("--arm", args.arm), ("--quick", args.quick),
                                       ("--repeat", args.repeat), ("--budget-min", args.budget_min),
                                       ("--tag", args.tag), ("--concurrency", args.concurrency),
-                                      ("--rates", args.rates), ("--duration-s", args.duration_s)) if value]
+                                      ("--rates", args.rates), ("--patterns", args.patterns),
+                                      ("--duration-s", args.duration_s)) if value]
     if given:
         return f"--resume continues the run's own plan: drop {', '.join(given)}"
     if not (args.resume / "manifest.json").is_file():

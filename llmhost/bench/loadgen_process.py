@@ -15,6 +15,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,11 @@ class LoadGenerator:
             raise LoadgenError(str(why or f"it exited: {last_line(self.log_file)}"))
         self.version = str(hello.get("version", ""))
 
-    def run(self, argv: list[str], requests_file: Path, limit_s: float) -> tuple[dict[str, float] | None, str]:
+    def run(self, argv: list[str], requests_file: Path, limit_s: float,
+            watch: Callable[[], str] | None = None) -> tuple[dict[str, float] | None, str]:
         """One point -> (the module's totals, '') or (None, one-line error). Ctrl-C kills the process and
-        propagates; over limit_s the process is killed (a fresh one serves the next point)."""
+        propagates; over limit_s, or as soon as `watch` (asked every second) names a reason such as a dead
+        server, the process is killed (a fresh one serves the next point)."""
         if self.proc is None or self.proc.poll() is not None:
             try:
                 self.start()
@@ -77,12 +80,15 @@ class LoadGenerator:
         try:
             self.proc.stdin.write((json.dumps({"argv": argv, "requests_file": str(requests_file)}) + "\n").encode())
             self.proc.stdin.flush()
-            reply = self._reply(time.monotonic() + limit_s)
+            reply = self._reply(time.monotonic() + limit_s, watch or (lambda: ""))
         except BrokenPipeError:
             reply = {}
         except BaseException:
             self.kill()  # Ctrl-C, SIGTERM: never leave it loading the server on its own
             raise
+        if isinstance(reply, str):
+            self.kill()
+            return None, reply
         if reply is None:
             self.kill()
             return None, f"load generator exceeded {limit_s:.0f}s"
@@ -90,11 +96,12 @@ class LoadGenerator:
             self.kill()
             return None, f"load generator died: {last_line(self.log_file)}"
         if not reply.get("ok"):
-            return None, str(reply.get("error") or "no error text")[:500]
+            return None, one_line(str(reply.get("error") or "no error text"))
         return {k: float(v) for k, v in reply["summary"].items()}, ""
 
-    def _reply(self, deadline: float) -> dict[str, Any] | None:
-        """The next protocol line as JSON; None at the deadline, {} when the process closed its end."""
+    def _reply(self, deadline: float, watch: Callable[[], str] = lambda: "") -> dict[str, Any] | str | None:
+        """The next protocol line as JSON; None at the deadline, {} when the process closed its end, the
+        watch's reason when it gives one."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
@@ -102,6 +109,9 @@ class LoadGenerator:
             if left <= 0:
                 return None
             if not select.select([fd], [], [], min(left, 1.0))[0]:
+                reason = watch()
+                if reason:
+                    return reason
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -135,6 +145,16 @@ class LoadGenerator:
         except (OSError, subprocess.TimeoutExpired):
             pass
         self.kill()
+
+
+def one_line(error: str) -> str:
+    """An error as one line: a message that embeds a traceback (SGLang's "Warmup failed ... Error: Traceback")
+    keeps its head and the traceback's last line (the exception), at most 500 characters."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return (lines[0] if lines else "no error text")[:500]
+    head = lines[0].split("Traceback (most recent call last)")[0].strip()
+    return f"{head} … {lines[-1]}"[:500] if head and head != lines[-1] else lines[-1][:500]
 
 
 def last_line(path: Path) -> str:

@@ -19,6 +19,7 @@ import math
 import random
 import re
 import subprocess
+import typing
 from pathlib import Path
 
 from llmhost.bench.arms import Arm
@@ -41,6 +42,7 @@ def make_point(arm: str, workload: str, pattern: Pattern, concurrency: int | Non
     return Point(f"{arm}.{workload}.{pattern}.{load}.r{repeat}", arm, workload, pattern, concurrency, rate, n, repeat)
 
 
+PATTERNS: tuple[str, ...] = typing.get_args(Pattern)  # what --patterns accepts
 Row = tuple[str, Pattern, int | None, float | None, int]  # (workload, pattern, concurrency, request_rate, num_prompts)
 
 
@@ -85,13 +87,17 @@ class Loads:
     concurrency: tuple[int, ...] | None = None  # --concurrency 1,16,64
     rates: tuple[float, ...] | None = None  # --rates 2,8,16 (req/s)
     duration_s: float | None = None  # --duration-s: size concurrency and qps points to last about this long
+    patterns: tuple[str, ...] | None = None  # --patterns concurrency,qps: only these kinds of point
 
 
 def with_loads(rows: tuple[Row, ...], loads: Loads) -> list[Row]:
     """The rows with the user's loads: a workload's concurrency (qps) rows become one row per given level, at the
-    place of its first such row; --duration-s then resizes every concurrency and qps row."""
+    place of its first such row; --duration-s then resizes every concurrency and qps row; --patterns keeps only
+    its kinds of point."""
     out: list[Row] = []
     for row in rows:
+        if loads.patterns is not None and row[1] not in loads.patterns:
+            continue
         workload, pattern = row[0], row[1]
         levels = loads.concurrency if pattern == "concurrency" else loads.rates if pattern == "qps" else None
         if levels is None:

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
@@ -22,7 +23,7 @@ from llmhost.bench.eta import Eta
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
-from llmhost.serve import lifecycle, serverlog
+from llmhost.serve import lifecycle, process, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
 from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -150,7 +151,14 @@ def server_client(cfg: config.Config) -> ServerClient:
 
 
 def server_alive(cfg: config.Config) -> bool:
-    return server_client(cfg).health(timeout=10).ok
+    """The recorded server process lives and answers /health (its HTTP workers can outlive it)."""
+    return not process.server_gone(cfg.state_dir) and server_client(cfg).health(timeout=10).ok
+
+
+def server_watch(cfg: config.Config) -> Callable[[], str]:
+    """What the load generator asks every second of a pass: '' or why the pass cannot finish (the server's
+    process died: its requests would hang until the point's time limit)."""
+    return lambda: process.server_gone(cfg.state_dir)
 
 
 def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
@@ -161,7 +169,7 @@ def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
                              served_model_name=b.cfg.served_model_name, seed=b.seed,
                              output_file=raw / f"warm-{arm.name}.jsonl")
     assert b.loadgen is not None
-    _, error = b.loadgen.run(argv, raw / f"warm-{arm.name}.requests.jsonl", limit_s=300)
+    _, error = b.loadgen.run(argv, raw / f"warm-{arm.name}.requests.jsonl", limit_s=300, watch=server_watch(b.cfg))
     store.redact_jsonl(raw / f"warm-{arm.name}.jsonl")
     if error:
         print(f"[bench] warning: warm pass of arm {arm.name} failed ({error}) — continuing", flush=True)
@@ -190,7 +198,8 @@ def measure(b: Bench, point: points.Point, stem: str, prime: bool = False) -> tu
                              served_model_name=b.cfg.served_model_name, seed=points.point_seed(b.seed, point),
                              output_file=Path(f"{base}.jsonl"), prime=prime)
     assert b.loadgen is not None
-    totals, error = b.loadgen.run(argv, Path(f"{base}.requests.jsonl"), limit_s=points.timeout_s(point))
+    totals, error = b.loadgen.run(argv, Path(f"{base}.requests.jsonl"), limit_s=points.timeout_s(point),
+                                  watch=server_watch(b.cfg))
     store.redact_jsonl(Path(f"{base}.jsonl"))  # bench_serving copies /server_info, API key included, into it
     return totals, error
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmhost.config import REPO_ROOT
 from llmhost.files import write_bytes_atomic
-from llmhost.serve.procfs import group_alive, pgid_of
+from llmhost.serve.procfs import group_alive, pgid_of, pid_alive
 
 STATE_FILES = ("pid", "pgid", "started_at")
 # Secret-looking = ending in TOKEN, KEY, SECRET, PASSWORD... (HF_TOKEN, OPENAI_API_KEY): kept from the server.
@@ -33,6 +33,16 @@ def read_state(state_dir: Path) -> dict[str, str]:
         except OSError:
             continue
     return out
+
+
+def server_gone(state_dir: Path) -> str:
+    """'' while the recorded server process lives (or none is recorded); else one line saying it is gone. Its
+    HTTP workers can outlive it (SGLang's tokenizer workers keep accepting requests that never finish after the
+    launcher is killed -9), so /health alone cannot tell."""
+    pid = read_state(state_dir).get("pid", "")
+    if not pid.isdigit() or pid_alive(int(pid)):
+        return ""
+    return f"the server process (PID {pid}) is gone"
 
 
 def clear_state(state_dir: Path) -> None:

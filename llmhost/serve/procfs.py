@@ -102,6 +102,15 @@ def pgid_of(pid: int) -> int | None:
         return None
 
 
+def pid_alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a killed child its parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)

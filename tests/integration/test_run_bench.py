@@ -133,6 +133,33 @@ def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_e
     assert "restarting arm baseline before the retry" in output
 
 
+def test_a_killed_launcher_whose_http_workers_live_on_fails_the_point_at_once_and_is_restarted(env):
+    """SGLang's tokenizer workers serve HTTP in child processes: kill -9 of the launcher alone leaves them accepting
+    requests that never finish (seen on the H200), and /health cannot tell. The point must end within seconds,
+    not at its time limit, the server be restarted (its orphans with it) and the retry be ok."""
+    env = {**env, "TOKENIZER_WORKER_NUM": "2"}
+    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "chat", "--rates", "2",
+                             "--duration-s", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "baseline.chat.qps.r2.r1: running" in line:
+            break
+    time.sleep(3)
+    state = Path(env["WORK_DIR"]) / "server"
+    os.kill(int((state / "pid").read_text()), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=180)
+    output = "".join(lines) + out
+    assert proc.returncode == 0, output[-3000:]
+    run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
+    attempts = _rows(run / "points.jsonl")
+    assert [(r["attempt"], r["status"]) for r in attempts] == [(1, "failed"), (2, "ok")]
+    assert "server process" in attempts[0]["error"] and "is gone" in attempts[0]["error"]
+    assert attempts[0]["ended_at"] - attempts[0]["started_at"] < 20  # not the point's time limit
+    assert "restarting arm baseline before the retry" in output
+
+
 def test_dry_run_prints_the_plan_with_an_estimate_and_writes_nothing(env):
     proc = bench(env, "--dry-run", "--quick")
     assert proc.returncode == 0, proc.stderr

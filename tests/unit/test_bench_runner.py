@@ -178,7 +178,7 @@ class FakeLoadgen:
     def __init__(self, details: dict):
         self.details = details
 
-    def run(self, argv, requests_file, limit_s):
+    def run(self, argv, requests_file, limit_s, watch=None):
         from llmhost.bench import loadgen
         from types import SimpleNamespace
 
@@ -282,7 +282,7 @@ def test_a_flush_against_a_stopped_server_says_down_at_once_not_http_400(tmp_pat
 def test_a_point_killed_at_its_limit_keeps_the_requests_that_finished(tmp_path, monkeypatch):
     bench = _fake_attempt_env(tmp_path, monkeypatch, _details([""]))
 
-    def hung_loadgen(argv, requests_file, limit_s):
+    def hung_loadgen(argv, requests_file, limit_s, watch=None):
         from types import SimpleNamespace
 
         from llmhost.bench import loadgen
@@ -308,7 +308,7 @@ def test_a_failed_point_names_the_crash_the_server_logged_during_it(tmp_path, mo
     log.parent.mkdir()
     log.write_text("RuntimeError: an old crash, before this point\nfired up\n")
 
-    def crashing_loadgen(argv, requests_file, limit_s):
+    def crashing_loadgen(argv, requests_file, limit_s, watch=None):
         with log.open("a") as out:  # what SGLang's scheduler writes when it dies (the stand-in copies it)
             out.write("Scheduler hit an exception: Traceback (most recent call last):\n  File \"x.py\", line 1\n"
                       "RuntimeError: CUDA error: an illegal memory access was encountered\n"

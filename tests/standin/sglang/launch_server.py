@@ -18,6 +18,9 @@ the model path is only echoed. Knobs (environment variables):
   STANDIN_TOOL_ARGUMENTS        arguments of a named (forced) call: what random weights write (default "{}").
   STANDIN_NATURAL_TOOL_ARGUMENTS  behave like real weights: tool_choice auto calls the first tool with these.
 The prefix cache is off with --disable-radix-cache, like the real flag.
+With --tokenizer-worker-num > 1 the HTTP server runs in a child process, as in SGLang 0.5.17 (its tokenizer workers
+serve uvicorn): killed -9, the launcher leaves that child accepting requests that never finish (the scheduler died
+with it), so /health cannot tell a dead server; only the launcher's PID can.
 """
 from __future__ import annotations
 
@@ -105,12 +108,31 @@ def _timing(s: dict) -> engine.Timing:
                          itl_ms=float(env.get("STANDIN_ITL_MS", 2)), max_running=s["max_running"])
 
 
+def _http_in_a_child() -> None:
+    """Fork: the parent (launcher + scheduler) waits for the child; the child serves HTTP and, once its parent is
+    gone, hangs every generation step (nothing schedules them any more). Called before any thread starts."""
+    launcher = os.getpid()
+    child = os.fork()
+    if child:
+        _, status = os.waitpid(child, 0)
+        os._exit(os.waitstatus_to_exitcode(status))
+
+    def orphaned() -> None:
+        while os.getppid() == launcher:
+            time.sleep(0.2)
+        engine.SCHEDULER_GONE.set()
+
+    threading.Thread(target=orphaned, daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     print(f"{os.path.abspath(__file__)}:56: UserWarning: 'python -m sglang.launch_server' is still supported, but "
           "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
           "  warnings.warn(", file=sys.stderr, flush=True)
     parsed = args_mod.parse(sys.argv[1:] if argv is None else argv)  # exits 2 on bad argv, like argparse
     s, info = settings_from(parsed)
+    if int(parsed.get("tokenizer_worker_num") or 1) > 1:
+        _http_in_a_child()
     startup_s = float(os.environ.get("STANDIN_STARTUP_S", 0))
     if os.environ.get("STANDIN_CRASH_AFTER_S"):
         _crash_later(float(os.environ["STANDIN_CRASH_AFTER_S"]))

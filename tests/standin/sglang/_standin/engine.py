@@ -112,6 +112,9 @@ class Stats:
         self.gen_throughput = 0.0
 
 
+SCHEDULER_GONE = threading.Event()  # set when the launcher died under an HTTP child: steps never come
+
+
 class Engine:
     """Slots + prefix cache + stats; `run` is a generator of output pieces that really sleeps for the timing."""
 
@@ -168,6 +171,8 @@ class Engine:
             for i in range(req.max_new_tokens):
                 if cancelled is not None and cancelled.is_set():
                     break
+                while SCHEDULER_GONE.is_set():
+                    time.sleep(1)  # a request the dead scheduler will never finish
                 if i:
                     time.sleep(self.timing.itl_ms / 1000)
                     # SGLang 0.5.17's decode stats set the gauge to 0.0: it is the last prefill batch's hit rate
