@@ -74,6 +74,24 @@ def test_the_live_trace_sees_cuda_graph_decode_steps_and_prefix_sharing(results,
     assert trace["summary"]["decode"]["sharing_ratio"] > 0.5  # shared system prompts: the radix cache at work
 
 
+def cache_hit_agreement(run_dir: Path) -> tuple[float, float]:
+    """(the dashboard cache chart's last value: the server's cumulative cached / prompt tokens from /metrics,
+    the same share from the load generator's per-request cached tokens), in percent. They differ only by the few
+    requests the client does not record (each point's one warm-up request, the server's own warm-up)."""
+    from llmhost.report.timeline import CACHED, PROMPT
+    last: dict[tuple[str, str], float] = {}
+    for line in (run_dir / "telemetry.jsonl").read_text().splitlines():
+        s = json.loads(line)
+        if s["name"] in (CACHED, PROMPT):
+            last[(s["name"], json.dumps(s["labels"], sort_keys=True))] = s["value"]
+    cached = sum(v for (name, _), v in last.items() if name == CACHED)
+    prompt = sum(v for (name, _), v in last.items() if name == PROMPT)
+    rows = [json.loads(line) for f in sorted((run_dir / "raw").glob("*requests*.jsonl"))
+            for line in f.read_text().splitlines() if line.strip().endswith("}")]  # a killed pass's torn line
+    client = 100.0 * sum(r["cached_tokens"] for r in rows) / max(1, sum(r["prompt_tokens"] for r in rows))
+    return 100.0 * cached / max(prompt, 1.0), client
+
+
 def test_a_small_benchmark_completes_every_point(results, record):
     summary, seconds = run(results, "run_bench.py", "--quick", "--arms", "baseline", timeout=1200)
     record.step("bench_baseline_quick", wall_s=seconds, **summary)
@@ -89,4 +107,7 @@ def test_a_small_benchmark_completes_every_point(results, record):
     assert all(r["cached_tokens"] >= 4000 and r["prompt_tokens"] - r["cached_tokens"] >= 100 for r in rows if r["ok"])
     assert all(r["start_s"] < r["end_s"] and r["ttft_ms"] > 0 for r in rows if r["ok"])
     assert (run_dir / "telemetry.jsonl").stat().st_size > 0
+    server_pct, client_pct = cache_hit_agreement(run_dir)
+    record.step("bench_baseline_quick", server_hit_pct=server_pct, client_hit_pct=client_pct)
+    assert abs(server_pct - client_pct) <= 3.0, (server_pct, client_pct)
     subprocess.run([str(REPO / "serve.sh"), "stop"], env=results, capture_output=True, timeout=120)
