@@ -231,3 +231,19 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("error,expected", [
+    # SGLang's warm-up failure embeds the whole traceback (seen on the H200 when the server was stopped mid-point)
+    ("ValueError: Warmup failed - Please make sure benchmark arguments are correctly specified. Error: Traceback "
+     "(most recent call last):\n  File \"aiohttp/connector.py\", line 1301, in _wrap_create_connection\n"
+     "    sock = await start_connection(\naiohttp.client_exceptions.ClientConnectorError: Cannot connect to host",
+     "ValueError: Warmup failed - Please make sure benchmark arguments are correctly specified. Error: … "
+     "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host"),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'ttft'", "KeyError: 'ttft'"),
+    ("one line", "one line"),
+    ("", "no error text"),
+])
+def test_a_load_generator_error_is_one_line_with_its_exception(error, expected):
+    from llmhost.bench.loadgen_process import one_line
+    assert one_line(error) == expected and "\n" not in one_line(error * 30) and len(one_line(error * 30)) <= 500

@@ -175,6 +175,15 @@ def test_duration_sizes_the_concurrency_and_rate_points_and_nothing_else():
     assert next(p for p in plan if p.pattern == "long").num_prompts == 10_000
 
 
+def test_patterns_keep_only_those_kinds_of_point_with_the_users_loads():
+    plan = points.build_plan(ALL_ARMS[:1], ["agent", "chat"], False, 2,
+                             points.Loads(concurrency=(64,), patterns=("concurrency",)))
+    assert sorted(p.point_id for p in plan) == sorted(f"baseline.{w}.concurrency.c64.r{r}"
+                                                      for w in ("agent", "chat") for r in (1, 2))
+    assert {p.pattern for p in points.build_plan(ALL_ARMS[:1], ["chat"], False, 1,
+                                                  points.Loads(patterns=("burst", "long")))} == {"burst", "long"}
+
+
 def test_repeats_get_consecutive_seeds_that_every_arm_shares():
     plan = points.build_plan(ALL_ARMS[:2], ["agent"], True, 3)
     seeds = {(p.arm, p.repeat): points.point_seed(5, p) for p in plan}
