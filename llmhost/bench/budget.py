@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable
 
 from llmhost import repeats
-from llmhost.bench import points
+from llmhost.bench import costs, points
 from llmhost.bench.arms import Arm, boots
 from llmhost.bench.costs import CostModel
 from llmhost.bench.records import Point, PointRecord
@@ -45,7 +45,7 @@ ARM_SCOPE: dict[str, frozenset[tuple[str, str]]] = {
 class BudgetPlan:
     points: list[Point]
     left_out: list[Point]  # candidates that did not fit
-    estimate_s: float  # points + boots, by the cost model
+    estimate_s: float  # points + boots + the run's fixed part, by the cost model
     budget_s: float
 
     @property
@@ -85,7 +85,7 @@ def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: Cost
     taken: list[Point] = []
     left_out: list[Point] = []
     booted: set[str] = set()
-    spent_s = 0.0
+    spent_s = costs.RUN_FIXED_S
     for unit in candidates(arms, workloads, loads):
         arm = unit[0].arm
         cost_s = sum(map(model.point_s, unit)) + (0.0 if lead[arm] in booted else model.boot_s(quick))

@@ -46,19 +46,20 @@ def test_without_a_run_the_model_is_the_h200_defaults_and_says_uncalibrated(tmp_
     model = costs.fit(tmp_path / "bench")
     p = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
     assert not model.is_calibrated and model.label.startswith("uncalibrated")
-    assert model.point_s(p) == points.estimate_s(p) and model.boot_s(quick=True) == pytest.approx(142.0)
+    assert model.point_s(p) == points.estimate_s(p) and model.boot_s(quick=True) == pytest.approx(160.0)
 
 
 def test_a_finished_run_prices_its_kinds_per_request_and_others_by_its_bias(tmp_path):
     seen = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
     other = points.make_point("baseline", "agent", "concurrency", 8, None, 32, 1)
-    rows = [done(seen, 2.5 + 64 * 0.5), done(other, 3 * points.estimate_s(other)),
+    rows = [done(seen, points.LOADGEN_OVERHEAD_S + 64 * 0.5), done(other, 3 * points.estimate_s(other)),
             done(points.make_point("baseline", "chat", "qps", None, 4.0, 64, 1), 60.0, status="failed")]
     write_run(tmp_path / "bench", "20260101-120000", rows, {"baseline": 110.0, "fp8-kv": 150.0})
     model = costs.fit(tmp_path / "bench")
     assert model.is_calibrated and model.label.startswith("calibrated") and model.points_seen == 2
-    # the same kind with twice the requests costs twice the load: 2.5 s overhead + 128 x 0.5 s
-    assert model.point_s(points.make_point("x", "chat", "concurrency", 16, None, 128, 2)) == pytest.approx(66.5)
+    # the same kind with twice the requests costs twice the load: the per-point overhead + 128 x 0.5 s
+    assert model.point_s(points.make_point("x", "chat", "concurrency", 16, None, 128, 2)) == \
+        pytest.approx(points.LOADGEN_OVERHEAD_S + 64)
     unseen = points.make_point("baseline", "long", "concurrency", 1, None, 16, 1)
     assert model.point_s(unseen) == pytest.approx(points.estimate_s(unseen) * model.ratio) and model.ratio > 1
     assert model.ready_s == pytest.approx(130.0)  # median of the two boots
@@ -119,7 +120,7 @@ def test_a_generous_budget_runs_each_arm_only_where_its_setting_matters():
 
 
 def test_a_tight_budget_leaves_out_the_last_arms_sweep_first():
-    planned = budget.plan(ALL_ARMS, WORKLOADS, points.Loads(), costs.CostModel(), 30 * 60)
+    planned = budget.plan(ALL_ARMS, WORKLOADS, points.Loads(), costs.CostModel(), 45 * 60)
     assert planned.left_out and all(not budget.is_headline(p.workload, p.pattern, p.concurrency)
                                     for p in planned.left_out)
     assert any(p.arm == "triton" for p in planned.left_out)
@@ -255,6 +256,6 @@ def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp
     assert run_bench.main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
-        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 130 s, "
+        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 160 s, "
         f"unseen points x{60 / points.estimate_s(head):.2f})")
     assert json.loads(out[-1])["calibrated"]
