@@ -288,7 +288,8 @@ class Manifest(Record):
     slo: dict[str, float] | None  # ttft_ms, itl_ms, pct: the SLO the run was planned with
     arms: tuple[Arm, ...]
     workloads: tuple[WorkloadRecord, ...]
-    plan: tuple[Point, ...]
+    plan: tuple[Point, ...]  # adaptive repeats join it when the run decides them
+    adaptive_repeats: tuple[str, ...] = ()  # point ids of the plan added during the run (llmhost.bench.budget)
     schema: int = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

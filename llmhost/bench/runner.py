@@ -380,6 +380,7 @@ def run_extra_repeats(b: Bench, by_name: dict[str, arms_mod.Arm]) -> None:
         extra = budget.extra_repeats(b.store.latest_attempts().values(), set(by_name), b.clock.model, spare_s)
         if not extra:
             return
+        b.store.add_adaptive_repeats(extra)  # in the manifest's plan first: a --resume after a kill runs them
         b.total += len(extra)
         b.clock.add(extra)
         b.progress(f"adaptive repeats (throughput CI above {budget.CI_TARGET_PCT:g}%): "

@@ -85,6 +85,8 @@ def env_card(run: Run, slo: stats.Slo) -> str:
                      + ("" if run.slo == slo else " (none recorded: defaults)" if run.slo is None
                         else " (overridden at build time)")),
              ("Points", f"{len(done)} recorded of {len(planned) or len(done)} planned"
+                        + (f" ({len(run.manifest.adaptive_repeats)} of them adaptive repeats: a headline point's "
+                           "throughput CI was still wide)" if run.manifest.adaptive_repeats else "")
                         + (f", {failed} failed (see All points)" if failed else "")
                         + (f" — {len(planned - done)} never ran: ./run_bench.py --resume {run.path}"
                            if planned - done else ""))]

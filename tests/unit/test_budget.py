@@ -13,7 +13,8 @@ from llmhost import repeats
 from llmhost.bench import arms as arms_mod, budget, costs, points, runner, store
 from llmhost.bench.eta import SWING, Eta
 from llmhost.config import REPO_ROOT
-from llmhost.bench.records import PointRecord, PointSummary, ServerRecord, append_records
+from llmhost.bench.records import Manifest, PointRecord, PointSummary, ServerRecord, append_records
+from llmhost.provenance import Gpu, Provenance
 
 ALL_ARMS = list(arms_mod.REGISTRY.values())
 WORKLOADS = ["agent", "chat", "long", "agent-tools"]
@@ -213,7 +214,12 @@ def test_the_eta_learns_a_slow_host_at_an_arms_first_point():
 def test_a_boot_spends_its_share_of_the_spare_budget_on_repeats_until_the_ci_is_narrow(tmp_path, monkeypatch):
 
     run = store.RunStore.create(tmp_path)
-    for rec in headline_runs("baseline", "chat", [970.0, 1030.0, 1000.0]):
+    planned = headline_runs("baseline", "chat", [970.0, 1030.0, 1000.0])
+    provenance = Provenance(created_at="2026-12-01T10:00:00Z", command=("run_bench.py",), git_commit=None,
+                            versions={}, gpu=Gpu("NVIDIA H200", 1, 139.8, "580"), git_dirty=None)
+    plan = tuple(points.make_point("baseline", "chat", "concurrency", 64, None, 256, r) for r in (1, 2, 3))
+    run.write_manifest(Manifest("r", provenance, {}, 1, None, (), (), plan))
+    for rec in planned:
         run.append_point(rec)
     ran: list[str] = []
 
@@ -229,6 +235,8 @@ def test_a_boot_spends_its_share_of_the_spare_budget_on_repeats_until_the_ci_is_
     values = [970.0, 1030.0, 1000.0] + [1000.0] * len(ran)
     assert ran[0] == "baseline.chat.concurrency.c64.r4" and 3 + len(ran) < budget.MAX_REPEATS
     assert b.total == 3 + len(ran)
+    manifest = run.read_manifest()  # each joined the plan before it ran: a --resume would run it
+    assert manifest.adaptive_repeats == tuple(ran) and [p.point_id for p in manifest.plan[3:]] == ran
     assert repeats.half_width_pct(repeats.across_repeats(values)) <= budget.CI_TARGET_PCT
     assert repeats.half_width_pct(repeats.across_repeats(values[:-1])) > budget.CI_TARGET_PCT
     b.budget_end, ran[:] = time.monotonic(), []  # no budget left: no repeats, however wide
