@@ -252,7 +252,7 @@ def measure_point(b: Bench, point: points.Point, stem: str) -> tuple[PointSummar
     try:
         if totals is not None:
             rows = records.read_records(requests_file, RequestRecord.from_dict).records
-            summary = points.summarize(totals, rows, point.request_rate)
+            summary = with_window(point, points.summarize(totals, rows, point.request_rate), rows)
         else:
             rows = salvage.completed_requests(requests_file)
             summary = salvage.summarize(rows, point.request_rate) if rows else None
@@ -266,6 +266,18 @@ def measure_point(b: Bench, point: points.Point, stem: str) -> tuple[PointSummar
     if not error and not server_alive(b.cfg):
         error = "the server stopped answering /health during the point"
     return summary, rel, error
+
+
+def with_window(point: points.Point, summary: PointSummary, rows: list[RequestRecord]) -> PointSummary:
+    """The summary with its steady window's length and output tok/s (adaptive repeats aim at the CI of what the
+    dashboard's headline quotes: the steady windows)."""
+    from llmhost.bench import window  # numpy: imported once a point is summarised (run_bench.py checked it)
+
+    w, steadiness = window.measure(point, rows)
+    if not w.has_window:
+        return summary
+    return dataclasses.replace(summary, steady_window_s=w.duration_s,
+                               steady_output_throughput=w.output_throughput if steadiness.is_steady else None)
 
 
 def attempt_range(last: PointRecord | None) -> range:

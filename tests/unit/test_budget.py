@@ -1,5 +1,6 @@
 """The cost model (learned from synthetic runs, or uncalibrated), the --budget-min planner, adaptive repeats, and
 the ETA's stability over a simulated run."""
+import dataclasses
 import json
 import os
 import random
@@ -13,7 +14,7 @@ from llmhost import repeats
 from llmhost.bench import arms as arms_mod, budget, costs, points, runner, store
 from llmhost.bench.eta import SWING, Eta
 from llmhost.config import REPO_ROOT
-from llmhost.bench.records import Manifest, PointRecord, PointSummary, ServerRecord, append_records
+from llmhost.bench.records import Manifest, PointRecord, PointSummary, RequestRecord, ServerRecord, append_records
 from llmhost.provenance import Gpu, Provenance
 
 ALL_ARMS = list(arms_mod.REGISTRY.values())
@@ -147,6 +148,41 @@ def test_extra_repeats_go_to_headline_points_whose_ci_is_still_wide():
     extra = budget.extra_repeats(tight + wide + wider, {"baseline", "fp8-kv"}, costs.CostModel(), 3600)
     assert [p.point_id for p in extra] == ["fp8-kv.chat.concurrency.c64.r4", "baseline.chat.concurrency.c64.r4"]
     assert budget.extra_repeats(tight + wide, {"fp8-kv"}, costs.CostModel(), 3600) == []  # not this boot's arm
+
+
+def test_the_h200_chat_c64_repeats_have_a_5_5_pct_ci_and_their_steady_windows_one_of_2_1_pct():
+    """gpu4 run on the H200 (SGLang 0.5.17): chat c=64, 640 prompts, three repeats. Whole points: 6287, 6044,
+    6279 tok/s -> 6203 [5861, 6546], half-width 5.5% (t(0.975, 2) = 4.30): an adaptive repeat. Their steady
+    windows, which the headline card quotes: 6304, 6289, 6389 -> 2.1%: none."""
+    ci = repeats.across_repeats([6287.06, 6044.0, 6279.0])
+    assert (round(ci.value), round(ci.lo), round(ci.hi)) == (6203, 5860, 6546)
+    assert repeats.half_width_pct(ci) == pytest.approx(5.53, abs=0.01)
+    whole = headline_runs("baseline", "chat", [6287.06, 6044.0, 6279.0])
+    assert [p.point_id for p in budget.extra_repeats(whole, {"baseline"}, costs.CostModel(), 3600)] == \
+        ["baseline.chat.concurrency.c64.r4"]
+    windowed = [dataclasses.replace(r, summary=dataclasses.replace(r.summary, steady_window_s=20.8,
+                                                                   steady_output_throughput=v))
+                for r, v in zip(whole, [6304.0, 6289.0, 6389.0])]
+    assert budget.extra_repeats(windowed, {"baseline"}, costs.CostModel(), 3600) == []
+    # a repeat that was not steady leaves two, fewer than a quotable CI needs: one more repeat (numbered after
+    # every recorded one)
+    unsteady = windowed[:2] + [dataclasses.replace(windowed[2], summary=dataclasses.replace(
+        windowed[2].summary, steady_output_throughput=None))]
+    assert [p.point_id for p in budget.extra_repeats(unsteady, {"baseline"}, costs.CostModel(), 3600)] == \
+        ["baseline.chat.concurrency.c64.r4"]
+
+
+def test_the_runner_records_a_closed_loop_points_steady_window_in_its_summary():
+    point = points.make_point("baseline", "chat", "concurrency", 4, None, 40, 1)
+    # 10 waves of 4 requests, 1 s each, 100 tokens: the window runs from the 4th completion (1001) to the last send
+    # (1009) and counts the requests that end in it, both ends included: 9 waves x 400 tokens / 8 s
+    rows = [RequestRecord(start_s=1000.0 + i // 4, ok=True, error="", prompt_tokens=10, output_tokens=100,
+                          ttft_ms=50.0, itl_ms=(9.5,) * 99, e2e_ms=1000.0, end_s=1001.0 + i // 4)
+            for i in range(40)]
+    out = runner.with_window(point, summary(), rows)
+    assert out.steady_window_s == pytest.approx(8.0) and out.steady_output_throughput == pytest.approx(450.0)
+    burst = points.make_point("baseline", "chat", "burst", None, None, 40, 1)
+    assert runner.with_window(burst, summary(), rows) == summary()  # no window: nothing recorded
 
 
 def test_extra_repeats_wait_for_the_minimum_and_stop_when_the_budget_does():
