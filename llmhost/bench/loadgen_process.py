@@ -99,7 +99,9 @@ class LoadGenerator:
         """One point -> (the module's totals, '') or (None, one-line error). Ctrl-C kills the process and
         propagates; over limit_s, or as soon as `watch` (asked every second) names a reason such as a dead
         server, the process is killed (a fresh one serves the next point)."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() is not None:
+            self.kill()  # it died between points: reaped, and a fresh one serves this point
+        if self.proc is None:
             try:
                 self.start()
             except LoadgenError as exc:

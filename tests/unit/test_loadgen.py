@@ -222,6 +222,18 @@ def test_a_point_over_its_limit_is_killed_and_the_next_point_gets_a_fresh_proces
         assert error == "" and totals["completed"] == 4 and gen.proc.pid != first
 
 
+def test_a_load_generator_that_died_between_points_is_replaced_by_a_fresh_one(tmp_path, free_port):
+    point = points.make_point("baseline", "chat", "concurrency", 2, None, 4, 1)
+    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv, \
+            LoadGenerator(sys.executable, MODULE, standin_env(), tmp_path / "log") as gen:
+        gen.start()
+        first = gen.proc.pid
+        os.kill(first, signal.SIGKILL)
+        gen.proc.wait()
+        totals, error = gen.run(_argv(point, srv.url, tmp_path / "o"), tmp_path / "r", limit_s=60)
+        assert error == "" and totals["completed"] == 4 and gen.proc.pid != first
+
+
 def test_ctrl_c_during_a_point_also_stops_the_load_generator(tmp_path, hanging_url):
     point = points.make_point("baseline", "chat", "concurrency", 2, None, 4, 1)
     with LoadGenerator(sys.executable, MODULE, standin_env(), tmp_path / "log") as gen:
