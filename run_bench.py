@@ -12,7 +12,7 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
     ./run_bench.py --dry-run                 # the plan fitted to --budget-min 45, with its estimate (calibrated on
                                              # this host's last runs, or says "uncalibrated"); runs nothing
     ./run_bench.py --budget-min 20 --arms baseline,no-prefix-cache,fp8-kv
-    ./run_bench.py --quick                   # all five arms, small (~13 min on an H200 incl. 5 restarts)
+    ./run_bench.py --quick                   # all five arms, small (~15 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"
     ./run_bench.py --arms baseline --workloads chat --concurrency 1,16,64,128 --rates 2,8 --duration-s 60
@@ -79,7 +79,7 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
-                        "Poisson points on the baseline (~13 min on an H200 with 5 arms: 5 restarts of ~130 s + 7 points)")
+                        "Poisson points on the baseline (~15 min on an H200 with 5 arms: 5 restarts of ~160 s + 7 points)")
     parser.add_argument("--repeat", type=int, help="repeats of every point, no budget (default: the --budget-min "
                         "plan: 3 on the headline points, 1 elsewhere, more where the throughput CI is wide)")
     parser.add_argument("--budget-min", type=float, help="minutes the run should take on this host: the plan fits "

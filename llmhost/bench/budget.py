@@ -11,7 +11,9 @@ What goes in, in this order, each point only while the cost model (llmhost.bench
 Steps 2-3 stop at 1 - RESERVE_SHARE of the budget. A point that does not fit is left out and listed; the time left
 over (reserve_s) is for adaptive repeats: after a
 boot's planned points, a headline point whose throughput CI half-width across repeats (llmhost.repeats) is still
-above CI_TARGET_PCT gets one more repeat, widest first, while the boot's share of the budget remains.
+above CI_TARGET_PCT gets one more repeat, widest first, while the boot's share of the budget remains. The throughput
+is the one the dashboard's headline quotes: each steady repeat's steady-window output tok/s, as the runner recorded
+it in the point's summary (the whole point's for runs recorded before it did).
 """
 from __future__ import annotations
 
@@ -20,10 +22,10 @@ import math
 from collections.abc import Iterable
 
 from llmhost import repeats
-from llmhost.bench import points
+from llmhost.bench import costs, points
 from llmhost.bench.arms import Arm, boots
 from llmhost.bench.costs import CostModel
-from llmhost.bench.records import Point, PointRecord
+from llmhost.bench.records import Point, PointRecord, PointSummary
 
 HEADLINE: tuple[tuple[str, str, int], ...] = (("agent", "concurrency", 64), ("chat", "concurrency", 64))
 MIN_REPEATS = 3  # the fewest repeats whose Student-t CI is worth quoting (t(0.975, 2) = 4.3)
@@ -45,7 +47,7 @@ ARM_SCOPE: dict[str, frozenset[tuple[str, str]]] = {
 class BudgetPlan:
     points: list[Point]
     left_out: list[Point]  # candidates that did not fit
-    estimate_s: float  # points + boots, by the cost model
+    estimate_s: float  # points + boots + the run's fixed part, by the cost model
     budget_s: float
 
     @property
@@ -85,7 +87,7 @@ def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: Cost
     taken: list[Point] = []
     left_out: list[Point] = []
     booted: set[str] = set()
-    spent_s = 0.0
+    spent_s = costs.RUN_FIXED_S
     for unit in candidates(arms, workloads, loads):
         arm = unit[0].arm
         cost_s = sum(map(model.point_s, unit)) + (0.0 if lead[arm] in booted else model.boot_s(quick))
@@ -99,28 +101,42 @@ def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: Cost
     return BudgetPlan(taken, left_out, spent_s, budget_s)
 
 
-def throughput_by_repeat(done: Iterable[PointRecord]) -> dict[tuple, dict[int, float]]:
-    """Output throughput per repeat of every headline point with an ok summary, keyed by the point's identity
-    across repeats (the latest ok attempt of a repeat wins)."""
-    out: dict[tuple, dict[int, float]] = {}
+def throughput_by_repeat(done: Iterable[PointRecord]) -> dict[tuple, tuple[dict[int, float], int]]:
+    """Per headline point with an ok summary, keyed by its identity across repeats: (repeat -> the throughput its
+    headline card quotes, the number of ok repeats). That throughput is the steady window's output tok/s of each
+    repeat that had a steady one (llmhost.bench.window; the card averages those), else — no repeat of the point
+    recorded one — the whole point's. The latest ok attempt of a repeat wins."""
+    latest: dict[tuple, dict[int, PointSummary]] = {}
     for r in done:
         if r.status == "ok" and r.summary is not None and is_headline(r.workload, r.pattern, r.concurrency):
             key = (r.arm, r.workload, r.pattern, r.concurrency, r.request_rate, r.num_prompts)
-            out.setdefault(key, {})[r.repeat] = r.summary.output_throughput
+            latest.setdefault(key, {})[r.repeat] = r.summary
+    out = {}
+    for key, by_repeat in latest.items():
+        steady = {rep: s.steady_output_throughput for rep, s in by_repeat.items()
+                  if s.steady_output_throughput is not None}
+        has_windows = any(s.steady_window_s is not None for s in by_repeat.values())
+        out[key] = (steady if has_windows else {rep: s.output_throughput for rep, s in by_repeat.items()},
+                    len(by_repeat))
     return out
 
 
 def extra_repeats(done: Iterable[PointRecord], arms: set[str], model: CostModel, spare_s: float) -> list[Point]:
-    """One more repeat for each headline point of these arms that has MIN_REPEATS or more and a throughput CI
-    half-width above CI_TARGET_PCT, widest first, while their cost fits in spare_s."""
+    """One more repeat for each headline point of these arms that has MIN_REPEATS or more ok repeats and a
+    throughput CI half-width above CI_TARGET_PCT (or fewer than MIN_REPEATS steady ones), widest first, while their
+    cost fits in spare_s."""
     wide: list[tuple[float, Point]] = []
-    for key, by_repeat in throughput_by_repeat(done).items():
+    done = list(done)
+    last = {(r.arm, r.workload, r.pattern, r.concurrency, r.request_rate, r.num_prompts): r.repeat for r in
+            sorted(done, key=lambda r: r.repeat)}  # the highest recorded repeat, whatever its outcome
+    for key, (values, n_ok) in throughput_by_repeat(done).items():
         arm, workload, pattern, conc, rate, n = key
-        if arm not in arms or not MIN_REPEATS <= len(by_repeat) < MAX_REPEATS:
+        if arm not in arms or not MIN_REPEATS <= n_ok < MAX_REPEATS:
             continue
-        half_pct = repeats.half_width_pct(repeats.across_repeats(by_repeat))
-        if math.isnan(half_pct) or half_pct > CI_TARGET_PCT:  # nan: all zero, so no CI to trust either
-            nxt = points.make_point(arm, workload, pattern, conc, rate, n, max(by_repeat) + 1)
+        half_pct = repeats.half_width_pct(repeats.across_repeats(values)) if len(values) >= MIN_REPEATS \
+            else math.nan  # too few steady repeats for a CI worth quoting
+        if math.isnan(half_pct) or half_pct > CI_TARGET_PCT:  # nan: no CI to trust either
+            nxt = points.make_point(arm, workload, pattern, conc, rate, n, last[key] + 1)
             wide.append((math.inf if math.isnan(half_pct) else half_pct, nxt))
     out: list[Point] = []
     for _, p in sorted(wide, key=lambda x: -x[0]):

@@ -11,7 +11,7 @@ How it learns (from points.jsonl and servers/*.json of up to MAX_RUNS newest run
 * A kind never seen is priced by the physics estimate (points.estimate_s) x the median observed/estimated ratio of
   the points seen: the host's systematic bias (overheads, batched decode slower than the single-stream ITL).
 * A boot is the median ready_s of the run's server records (shared boots, which copy their lead's record, counted
-  once) + the load generator's start + the warm pass.
+  once), or the load generator's start if that is longer (they overlap), + the warm pass; a run adds RUN_FIXED_S.
 With no finished run the model is the documented H200 defaults below and says "uncalibrated".
 """
 from __future__ import annotations
@@ -25,9 +25,15 @@ from llmhost.bench import points, records
 from llmhost.bench.records import Point, PointRecord
 
 # H200 defaults (SGLang 0.5.17, Qwen3-4B, warm kernel caches), used until this host has a run to learn from.
-RESTART_EST_S = 130.0  # restart to ready: 102-162 s measured; ~7 min with cold kernel caches
-LOADGEN_START_S = 12.0  # once per boot: the benchmark module's imports + the tokenizer load
-WARM_ARM_EST_S = 3.0  # the untimed warm pass of a full run: 16 short requests
+RESTART_EST_S = 160.0  # restart to ready: 159-161 s on the H200 host (8 tokenizer workers); ~7 min, cold caches
+# Once per boot: the benchmark module's imports + the tokenizer load (25 s from ready to the warm pass on the H200
+# host). The load generator starts, and builds the boot's agent datasets, while the server boots: it adds only
+# what outlasts the restart.
+LOADGEN_START_S = 25.0
+WARM_ARM_EST_S = 7.0  # the untimed warm pass of a full run: 16 requests at c=8, 2.3 s + the per-point overhead
+# Once per run, outside boots and points: the load generator's --help check (a full import) before the manifest,
+# the dashboard after the last point (the H200 gpu4 run: 448 s wall, 421 s from the manifest to its last point).
+RUN_FIXED_S = 30.0
 MAX_RUNS = 3  # newest runs learned from: enough points per kind, recent enough to be this host as it is now
 RATIO_LIMITS = (0.2, 10.0)  # a bias outside this is a broken record, not a host
 
@@ -69,10 +75,10 @@ class CostModel:
 
     def boot_s(self, quick: bool) -> float:
         """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run."""
-        return self.ready_s + LOADGEN_START_S + (0.0 if quick else WARM_ARM_EST_S)
+        return max(self.ready_s, LOADGEN_START_S) + (0.0 if quick else WARM_ARM_EST_S)
 
     def plan_s(self, plan: list[Point], boots: int, quick: bool) -> float:
-        return sum(map(self.point_s, plan)) + boots * self.boot_s(quick)
+        return RUN_FIXED_S + sum(map(self.point_s, plan)) + boots * self.boot_s(quick)
 
 
 def ok_points(run: Path) -> list[PointRecord]:

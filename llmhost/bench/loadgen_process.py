@@ -1,6 +1,8 @@
 """The load-generator process of one server boot, seen from run_bench.py: start it, send it points, stop it.
 
     with LoadGenerator(python, module, env, log_file) as gen:      # imports SGLang's benchmark module once
+        gen.launch(prepare=[argv, ...])                             # optional: build datasets while the server boots
+        gen.start()                                                 # ready (and prepared)
         summary, error = gen.run(argv, requests_file, limit_s=300)  # one point, in that process
 
 The process (llmhost/bench/loadgen.py) lives in its own session, so a terminal's Ctrl-C reaches only run_bench.py;
@@ -15,13 +17,14 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from llmhost.bench.loadgen import PARENT_ENV
 
 START_LIMIT_S = 300.0  # imports + API check; ~12 s on an H200, minutes on a cold disk cache
+PREPARE_LIMIT_S = 900.0  # building a boot's agent datasets: 60 prompts/s on the H200 host, ~1,700 prompts at most
 
 
 class LoadgenError(Exception):
@@ -38,6 +41,7 @@ class LoadGenerator:
         self.proc: subprocess.Popen[bytes] | None = None
         self.version = ""
         self._buffer = b""
+        self._preparing = False  # a prepare command was sent and its answer is still to be read
 
     def __enter__(self) -> "LoadGenerator":
         return self
@@ -48,15 +52,30 @@ class LoadGenerator:
         else:  # Ctrl-C or an error between points: no grace period
             self.kill()
 
-    def start(self) -> None:
-        """Start the process and wait for its ready line; LoadgenError (one line) when it cannot drive points."""
+    def launch(self, prepare: Sequence[list[str]] = ()) -> None:
+        """Start the process without waiting for it; `prepare`: the points whose datasets it builds (through the
+        module's own cache) before it takes a point, which start() then waits for."""
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen([self.python, "-m", "llmhost.bench.loadgen", self.module],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.env,
                                          cwd=self.cwd, start_new_session=True)
         self._buffer = b""
+        self._preparing = bool(prepare)
+        if prepare:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps({"prepare": list(prepare)}) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def start(self) -> None:
+        """Launch the process unless launched, wait for its ready line (and its prepared datasets); LoadgenError
+        (one line) when it cannot drive points. A failed prepare is only a warning in the log: each point then
+        builds its own dataset."""
+        if self.proc is None:
+            self.launch()
         try:
             hello = self._reply(time.monotonic() + START_LIMIT_S)
+            prepared = self._reply(time.monotonic() + PREPARE_LIMIT_S) if self._preparing and hello \
+                and hello.get("ready") else None
         except BaseException:
             self.kill()
             raise
@@ -65,13 +84,24 @@ class LoadGenerator:
             why = hello.get("error") if hello else f"no ready line within {START_LIMIT_S:.0f} s"
             raise LoadgenError(str(why or f"it exited: {last_line(self.log_file)}"))
         self.version = str(hello.get("version", ""))
+        if self._preparing:
+            self._preparing = False
+            if not (isinstance(prepared, dict) and prepared.get("ok")):
+                why = prepared.get("error") if prepared else "no answer"
+                print(f"[bench] warning: building the datasets ahead failed ({why}) — each point builds its own",
+                      flush=True)
+                if not prepared:  # over its limit, or it died: the points get a fresh process
+                    self.kill()
+                    self.start()
 
     def run(self, argv: list[str], requests_file: Path, limit_s: float,
             watch: Callable[[], str] | None = None) -> tuple[dict[str, float] | None, str]:
         """One point -> (the module's totals, '') or (None, one-line error). Ctrl-C kills the process and
         propagates; over limit_s, or as soon as `watch` (asked every second) names a reason such as a dead
         server, the process is killed (a fresh one serves the next point)."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() is not None:
+            self.kill()  # it died between points: reaped, and a fresh one serves this point
+        if self.proc is None:
             try:
                 self.start()
             except LoadgenError as exc:

@@ -28,11 +28,23 @@ from llmhost.bench.records import Pattern, Point, PointSummary, RequestRecord
 from llmhost.bench.workloads import AGENT_GROUPS, REGISTRY as WORKLOADS, Workload, actual_prompts
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}  # checked for support in every point
-# Rough H200 costs for ETAs only (Qwen3-4B, measured: single-stream ITL 3.6 ms; batched decode is slower per step).
-LOADGEN_OVERHEAD_S = 2.5  # per point in the boot's load generator: ready check, warm-up request, the module's 1 s pause
+# H200 costs for ETAs and --duration-s sizing until llmhost.bench.costs has this host's own (SGLang 0.5.17, Qwen3-4B
+# bf16, FlashInfer, 8 tokenizer workers; measured on one H200 host).
+# Per point: prefix-cache flush, warm-up request, the module's 1 s pause, re-tokenising the outputs, writing the
+# records: chat c=64 took 30.2-30.9 s of wall time for 26.1-27.1 s of load. (An agent point took 10 s more to
+# tokenize its generated prompts at 60 prompts/s; the load generator now builds them while the server boots.)
+LOADGEN_OVERHEAD_S = 4.5
 PREFILL_TOK_S = 60_000.0
-DECODE_STEP_S = 0.006
-
+# Decode step (TPOT p50) of `batch` sequences of `context` tokens each, least-squares fit (residuals <= 0.11 ms):
+#   step = 3.63 ms + 0.0622 ms x batch + 0.00918 ms x batch x context / 1000
+# to batch 1 at ~1.15k tokens 3.8 ms (single stream), batch 8 at 1.15k 4.1 ms (chat c=8), batch 64 at 1.15k 8.3 ms
+# (chat c=64), batch 64 at 4.6k 10.3 ms (agent c=64): the weights read once a step, per-sequence work, KV reads.
+STEP_BASE_S, STEP_PER_SEQ_S, STEP_PER_KV_TOKEN_S = 3.63e-3, 6.22e-5, 9.18e-9
+# Closed loop: a request's TTFT is its own prefill plus ~7 ms per other request in flight (it is admitted behind
+# their prefill chunks and decode steps): TTFT mean chat c=64 425-488 ms, agent c=64 482-502 ms, chat c=8 96 ms.
+ADMIT_S = 0.007
+BURST_DECODE_WAVES = 4  # a 2,000-request burst decodes in a few admission waves (unmeasured; 64 is the largest
+#                         batch measured)
 
 def make_point(arm: str, workload: str, pattern: Pattern, concurrency: int | None, rate: float | None,
                num_prompts: int, repeat: int) -> Point:
@@ -113,7 +125,7 @@ def sized(row: Row, duration_s: float) -> Row:
     workload, pattern, conc, rate, _ = row
     if pattern == "qps":
         return workload, pattern, conc, rate, max(8, math.ceil((rate or 1.0) * duration_s))
-    waves = max(1, round(duration_s / request_s(WORKLOADS[workload])))
+    waves = max(1, round(duration_s / request_s(WORKLOADS[workload], conc or 1)))
     return workload, pattern, conc, rate, max(conc or 1, (conc or 1) * waves)
 
 
@@ -142,21 +154,31 @@ def boot_order(todo: list[Point], seed: int) -> list[Point]:
     return ordered
 
 
-def request_s(w: Workload) -> float:
-    """One request alone: prefill of its prompt, then its decode steps."""
-    return w.input_len / PREFILL_TOK_S + w.output_len * DECODE_STEP_S
+def decode_step_s(batch: int, context_tokens: float) -> float:
+    """One decode step of `batch` sequences holding `context_tokens` each (the fit above)."""
+    return STEP_BASE_S + batch * (STEP_PER_SEQ_S + context_tokens * STEP_PER_KV_TOKEN_S)
+
+
+def request_s(w: Workload, in_flight: int = 1) -> float:
+    """One request among `in_flight` (itself included): its TTFT, then its decode steps in a batch that size
+    (context: the prompt plus half the answer, on average over the answer)."""
+    ttft_s = w.input_len / PREFILL_TOK_S + (in_flight - 1) * ADMIT_S
+    return ttft_s + (w.output_len - 1) * decode_step_s(in_flight, w.input_len + w.output_len / 2)
 
 
 def estimate_s(point: Point) -> float:
-    """Seconds one point should take on an H200 (for ETAs; the arithmetic is in the constants above)."""
+    """Seconds one point should take on an H200 (for ETAs; the arithmetic is in the constants above). A closed
+    loop runs ceil(n / c) waves of c requests in flight: agent c=64, 576 prompts, 9 x 3.10 s = 27.9 s of load
+    (measured 28.6-28.7 s); chat c=64, 640 prompts, 10 x 2.57 s = 25.7 s (26.1-27.1 s)."""
     w = WORKLOADS[point.workload]
-    per_request_s = request_s(w)
     if point.request_rate:
-        load_s = point.num_prompts / point.request_rate + per_request_s
+        load_s = point.num_prompts / point.request_rate + request_s(w)
     elif point.concurrency:
-        load_s = math.ceil(point.num_prompts / point.concurrency) * per_request_s
-    else:  # burst: prefill of everything, then one long decode
-        load_s = point.num_prompts * w.input_len / PREFILL_TOK_S + w.output_len * DECODE_STEP_S * 4
+        in_flight = min(point.concurrency, point.num_prompts)
+        load_s = math.ceil(point.num_prompts / point.concurrency) * request_s(w, in_flight)
+    else:  # burst: prefill of everything, then its decode at the largest batch measured
+        load_s = point.num_prompts * w.input_len / PREFILL_TOK_S \
+            + BURST_DECODE_WAVES * w.output_len * decode_step_s(64, w.input_len + w.output_len / 2)
     # the warm point's priming pass: one short request per system prompt
     prime_s = LOADGEN_OVERHEAD_S + AGENT_GROUPS * w.input_len / PREFILL_TOK_S if point.pattern == "warm" else 0.0
     return LOADGEN_OVERHEAD_S + load_s + prime_s

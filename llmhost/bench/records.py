@@ -172,6 +172,10 @@ class PointSummary(Record):
     client_bound: bool
     samples: dict[str, int] = dataclasses.field(default_factory=dict)  # ttft_ms/itl_ms/e2e_ms sample counts
     low_support: tuple[str, ...] = ()  # percentiles with too few samples beyond them, e.g. "ttft_ms.p99.9"
+    # The steady window (llmhost.bench.window) as the runner saw it, for adaptive repeats: its length (None: not
+    # windowed) and output tok/s (None: no window, or the steadiness check failed). The dashboard recomputes both.
+    steady_window_s: float | None = None
+    steady_output_throughput: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -288,7 +292,8 @@ class Manifest(Record):
     slo: dict[str, float] | None  # ttft_ms, itl_ms, pct: the SLO the run was planned with
     arms: tuple[Arm, ...]
     workloads: tuple[WorkloadRecord, ...]
-    plan: tuple[Point, ...]
+    plan: tuple[Point, ...]  # adaptive repeats join it when the run decides them
+    adaptive_repeats: tuple[str, ...] = ()  # point ids of the plan added during the run (llmhost.bench.budget)
     schema: int = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

@@ -190,13 +190,25 @@ def check_tools(b: Bench, arm: arms_mod.Arm) -> None:
 
 # --- one point: flush, (prime), measure, parse --------------------------------------------------------------------
 
+def point_argv(b: Bench, point: points.Point, output_file: Path, prime: bool = False) -> list[str]:
+    return points.bench_argv(point, WORKLOADS[point.workload], base_url=b.cfg.base_url, model_dir=b.cfg.model_dir,
+                             served_model_name=b.cfg.served_model_name, seed=points.point_seed(b.seed, point),
+                             output_file=output_file, prime=prime)
+
+
+def dataset_argvs(b: Bench, todo: list[points.Point]) -> list[list[str]]:
+    """Every pass of these points (a warm point's priming pass too), for the load generator to build their datasets
+    while the server boots; the output file is never written by a prepare."""
+    unused = b.store.raw_dir() / "prepare.jsonl"
+    return [point_argv(b, p, unused, prime) for p in todo for prime in ((False, True) if p.pattern == "warm"
+                                                                         else (False,))]
+
+
 def measure(b: Bench, point: points.Point, stem: str, prime: bool = False) -> tuple[dict[str, float] | None, str]:
     """One pass of the point through the boot's load generator -> (the module's totals, '') or (None, error).
     Its request records land in <stem>[.prime].requests.jsonl, the module's own output in <stem>[.prime].jsonl."""
     base = f"{stem}.prime" if prime else stem
-    argv = points.bench_argv(point, WORKLOADS[point.workload], base_url=b.cfg.base_url, model_dir=b.cfg.model_dir,
-                             served_model_name=b.cfg.served_model_name, seed=points.point_seed(b.seed, point),
-                             output_file=Path(f"{base}.jsonl"), prime=prime)
+    argv = point_argv(b, point, Path(f"{base}.jsonl"), prime)
     assert b.loadgen is not None
     totals, error = b.loadgen.run(argv, Path(f"{base}.requests.jsonl"), limit_s=points.timeout_s(point),
                                   watch=server_watch(b.cfg))
@@ -240,7 +252,7 @@ def measure_point(b: Bench, point: points.Point, stem: str) -> tuple[PointSummar
     try:
         if totals is not None:
             rows = records.read_records(requests_file, RequestRecord.from_dict).records
-            summary = points.summarize(totals, rows, point.request_rate)
+            summary = with_window(point, points.summarize(totals, rows, point.request_rate), rows)
         else:
             rows = salvage.completed_requests(requests_file)
             summary = salvage.summarize(rows, point.request_rate) if rows else None
@@ -254,6 +266,18 @@ def measure_point(b: Bench, point: points.Point, stem: str) -> tuple[PointSummar
     if not error and not server_alive(b.cfg):
         error = "the server stopped answering /health during the point"
     return summary, rel, error
+
+
+def with_window(point: points.Point, summary: PointSummary, rows: list[RequestRecord]) -> PointSummary:
+    """The summary with its steady window's length and output tok/s (adaptive repeats aim at the CI of what the
+    dashboard's headline quotes: the steady windows)."""
+    from llmhost.bench import window  # numpy: imported once a point is summarised (run_bench.py checked it)
+
+    w, steadiness = window.measure(point, rows)
+    if not w.has_window:
+        return summary
+    return dataclasses.replace(summary, steady_window_s=w.duration_s,
+                               steady_output_throughput=w.output_throughput if steadiness.is_steady else None)
 
 
 def attempt_range(last: PointRecord | None) -> range:
@@ -327,20 +351,22 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
     b.progress(f"arm {'+'.join(a.name for a in group)}: restarting the server with "
                f"{' '.join(lead.flags) or 'the baseline flags'}")
     booted = time.monotonic()
-    error = restart_server(b, lead)
-    if error:  # recorded as attempt-1 failures: --resume tries them again
-        print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
-        for p in todo:
-            b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
-                                                started_at=time.time(), ended_at=time.time(), cache_flushed=False,
-                                                summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
-            b.done += 1
-            b.spend(p, 0.0)
-        return
-    for arm in group[1:]:
-        share_boot(b, lead, arm)
     by_name = {a.name: a for a in group}
     with LoadGenerator(b.cfg.sglang_python, b.module, b.env, b.store.raw_dir() / f"loadgen-{lead.name}.log") as gen:
+        gen.launch(prepare=dataset_argvs(b, todo))  # the agent datasets get built while the server boots
+        error = restart_server(b, lead)
+        if error:  # recorded as attempt-1 failures: --resume tries them again
+            print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
+            for p in todo:
+                b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
+                                                    started_at=time.time(), ended_at=time.time(), cache_flushed=False,
+                                                    summary=None, requests_file=f"requests/{p.point_id}.jsonl"))
+                b.done += 1
+                b.spend(p, 0.0)
+            gen.kill()
+            return
+        for arm in group[1:]:
+            share_boot(b, lead, arm)
         gen.start()  # LoadgenError (an SGLang whose API this toolkit does not drive) ends the run in one line
         b.loadgen = gen
         try:
@@ -366,6 +392,7 @@ def run_extra_repeats(b: Bench, by_name: dict[str, arms_mod.Arm]) -> None:
         extra = budget.extra_repeats(b.store.latest_attempts().values(), set(by_name), b.clock.model, spare_s)
         if not extra:
             return
+        b.store.add_adaptive_repeats(extra)  # in the manifest's plan first: a --resume after a kill runs them
         b.total += len(extra)
         b.clock.add(extra)
         b.progress(f"adaptive repeats (throughput CI above {budget.CI_TARGET_PCT:g}%): "

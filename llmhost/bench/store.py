@@ -1,6 +1,7 @@
 """The results store of one benchmark run: $RESULTS_DIR/bench/<run_id>/, written as llmhost.bench.records.
 
-    manifest.json             Manifest: run metadata, provenance + the plan (written atomically, once, first)
+    manifest.json             Manifest: run metadata, provenance + the plan (written atomically, first; rewritten
+                              whole when adaptive repeats join the plan, before they run)
     points.jsonl              PointRecord: one line per finished attempt of a point
     requests/<point_id>.jsonl RequestRecord: one line per request of the point's latest attempt
     telemetry.jsonl           TelemetrySample: /metrics + GPU samples (llmhost/bench/telemetry.py)
@@ -14,6 +15,7 @@ DIR`) without losing a recorded point.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -103,6 +105,17 @@ class RunStore:
         """The run's manifest (run_bench.py --resume and the dashboard read it alike); RecordError, one line, when
         it is missing, damaged or written by a newer toolkit."""
         return read_manifest(self.root / "manifest.json")
+
+    def add_adaptive_repeats(self, extra: list[records.Point]) -> None:
+        """Adaptive repeats join the manifest's plan before they run, so a --resume after a kill runs those not
+        finished and the dashboard counts them as planned."""
+        manifest = self.read_manifest()
+        known = {p.point_id for p in manifest.plan}
+        new = tuple(p for p in extra if p.point_id not in known)
+        if new:
+            self.write_manifest(dataclasses.replace(
+                manifest, plan=manifest.plan + new,
+                adaptive_repeats=manifest.adaptive_repeats + tuple(p.point_id for p in new)))
 
     def raw_dir(self) -> Path:
         path = self.root / "raw"

@@ -45,7 +45,8 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
     windows = steady.window_groups(run, groups, seed)
     steady_rows = steady.steady_rows(groups, windows, slo, seed)
     paired, unsteady = steady.paired_rows(run, groups, windows), steady.not_steady_rows(groups, windows)
-    cards = kpis.build_cards(run, rows, slo, price)
+    headline = kpis.steady_view(rows, steady_rows, slo.pct)  # the cards' numbers: steady windows where there are
+    cards = kpis.build_cards(run, headline, slo, price)
     sections = [("overview", "Overview", env_card(run, slo) + page.cards(cards, colors)),
                 ("baseline", "Settings vs baseline", baseline_html(ctx)),
                 ("steady", "Steady state and repeats", steady_page.section_html(run, steady_rows, paired, unsteady,
@@ -63,7 +64,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
             "baseline": ctx.baseline, "steady": steady_rows, "paired": paired, "not_steady": unsteady,
             "cost": price and {**dataclasses.asdict(price), "points": kpis.cost_rows(
-                rows, [a.name for a in run.arms], price.usd_per_hour)}}
+                headline, [a.name for a in run.arms], price.usd_per_hour)}}
     return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)
 
 
@@ -84,6 +85,8 @@ def env_card(run: Run, slo: stats.Slo) -> str:
                      + ("" if run.slo == slo else " (none recorded: defaults)" if run.slo is None
                         else " (overridden at build time)")),
              ("Points", f"{len(done)} recorded of {len(planned) or len(done)} planned"
+                        + (f" ({len(run.manifest.adaptive_repeats)} of them adaptive repeats: a headline point's "
+                           "throughput CI was still wide)" if run.manifest.adaptive_repeats else "")
                         + (f", {failed} failed (see All points)" if failed else "")
                         + (f" — {len(planned - done)} never ran: ./run_bench.py --resume {run.path}"
                            if planned - done else ""))]

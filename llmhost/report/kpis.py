@@ -1,6 +1,10 @@
 """Headline KPI cards: each card answers one question and lists every arm's answer (manifest order).
 
-Built from summary rows (tables.summary_rows), so the cards and summary.csv never disagree.
+Built from summary rows (tables.summary_rows) seen through steady_view: a point with a steady window (llmhost.report.
+steady) gives the cards its steady-state throughput, TTFT and goodput (its steady repeats, CIs across them), so the
+start-up wave and the drain do not set the headline; a point without one (cold, burst, every repeat not steady)
+keeps its numbers over all requests. Each entry says which (`basis`); the transients are in the steady section.
+ITL has no steady-window statistic: its card stays over all requests and says so.
 Where the tail percentiles come from: the arm's `long` point (it exists to collect enough samples for p99.9); without
 one, the reference point (first workload, highest concurrency every arm ran), so arms compare like with like;
 without that, the arm's lowest concurrency point.
@@ -16,6 +20,33 @@ from llmhost.report.load import Run
 
 
 FULL_RUN = "a full ./run_bench.py (without --quick) measures it"
+STEADY, POOLED = "steady window", "all requests"
+# summary-row field <- the steady row's field that replaces it where the point has steady repeats
+STEADY_FIELDS = {
+    "output_throughput": "steady_output_throughput", "output_throughput_lo": "steady_output_throughput_lo",
+    "output_throughput_hi": "steady_output_throughput_hi", "ttft_n": "steady_ttft_n",
+    "ttft_p50_ms": "steady_ttft_p50_ms", "ttft_p99_ms": "steady_ttft_p99_ms", "ttft_p999_ms": "steady_ttft_p999_ms",
+    "ttft_p99_sufficient": "steady_ttft_p99_sufficient", "ttft_p999_sufficient": "steady_ttft_p999_sufficient",
+    "goodput_pct": "steady_goodput_pct", "goodput_lo_pct": "steady_goodput_pct_lo",
+    "goodput_hi_pct": "steady_goodput_pct_hi",
+}
+
+
+def steady_view(rows: list[dict], steady_rows: list[dict], slo_pct: float) -> list[dict]:
+    """The summary rows, each with `basis`; a row whose point has steady repeats takes its steady-window numbers
+    (STEADY_FIELDS) and SLO verdict (goodput in the window >= slo_pct; decided when its CI is clear of it)."""
+    key = ("arm", "workload", "pattern", "concurrency", "request_rate", "num_prompts")
+    steady = {tuple(r[k] for k in key): r for r in steady_rows if r["repeats_steady"]}
+    out = []
+    for row in rows:
+        s = steady.get(tuple(row[k] for k in key))
+        if s is None:
+            out.append({**row, "basis": POOLED})
+            continue
+        out.append({**row, **{mine: s[theirs] for mine, theirs in STEADY_FIELDS.items()}, "basis": STEADY,
+                    "meets_slo": s["steady_goodput_pct"] >= slo_pct - 1e-9,
+                    "slo_decided": s["steady_slo"] in ("met", "missed")})
+    return out
 _LOAD_KEY = {"concurrency": "concurrency", "qps": "request_rate"}
 _UNIT = {"concurrency": "", "qps": " req/s"}
 
@@ -97,7 +128,8 @@ def _capacity(rows: list[dict], arm: str, pattern: str, slo_pct: float = 99.0) -
             at_cap = next(r for r in mine if float(r[key]) == cap.load)
             details.append((f"{wl}: fails at {cap.first_failing:g}{unit}" if cap.is_bracketed
                             else f"{wl}: no measured load failed")
-                           + f"; {fmt(at_cap['output_throughput'], 0, 'tok/s')} at {cap.load:g}{unit}")
+                           + f"; {fmt(at_cap['output_throughput'], 0, 'tok/s')} at {cap.load:g}{unit}"
+                           + f" ({at_cap.get('basis', POOLED)})")
             if at_cap["client_bound"]:
                 details[-1] += f" (the load generator could not offer {cap.load:g}{unit}: client-bound)"
                 flagged = True
@@ -131,6 +163,7 @@ def cost_rows(rows: list[dict], arms: list[str], gpu_hourly_usd: float | None) -
             if usd is None:
                 return []
             out.append({"arm": arm, "workload": wl, "concurrency": row["concurrency"] if row else None,
+                        "basis": row.get("basis", POOLED) if row else POOLED,
                         "is_bracketed": cap.is_bracketed,
                         "client_bound": bool(row and row["client_bound"]), "output_throughput": tok_s.value,
                         "output_throughput_lo": tok_s.lo, "output_throughput_hi": tok_s.hi,
@@ -162,7 +195,7 @@ def _cost(costs: list[dict], arm: str) -> Entry:
         tok_ci = (f" [{fmt(c['output_throughput_lo'])}, {fmt(c['output_throughput_hi'])}]"
                   if not math.isnan(c["output_throughput_lo"]) else "")
         details.append(f"{wl}: {usd(value, digits)}{ci} at c={c['concurrency']:g}, "
-                       f"{fmt(c['output_throughput'], 0, 'tok/s')}{tok_ci}"
+                       f"{fmt(c['output_throughput'], 0, 'tok/s')}{tok_ci} ({c['basis']})"
                        + ("" if c["is_bracketed"] else " (no measured load failed: a higher one may cost less)")
                        + (" (client-bound: the server could do more)" if c["client_bound"] else ""))
     flagged = any(c["concurrency"] is None or c["client_bound"] for c in mine)
@@ -209,7 +242,9 @@ def _tail(rows: list[dict], arm: str, metric: str) -> Entry:
     note = "" if sufficient else f" — p99.9 needs ≥{stats.needed_samples(99.9):,}"
     if metric == "ttft" and not row["ttft_p99_sufficient"]:
         note = f" — p99 needs ≥{stats.needed_samples(99.0):,}, p99.9 ≥{stats.needed_samples(99.9):,}"
-    return Entry(arm, value, f"{row['workload']} {row['pattern']} {row['load']}, n={n:,}{note}", not sufficient)
+    basis = row.get("basis", POOLED) if metric == "ttft" else f"{POOLED}, start-up and drain included"
+    return Entry(arm, value, f"{row['workload']} {row['pattern']} {row['load']}, {basis}, n={n:,}{note}",
+                 not sufficient)
 
 
 def _peak(rows: list[dict], arm: str) -> Entry:
@@ -219,7 +254,8 @@ def _peak(rows: list[dict], arm: str) -> Entry:
         return Entry(arm, "—", "no successful sweep point", True)
     best = max(mine, key=lambda r: r["output_throughput"])
     missed = not best["meets_slo"]
-    return Entry(arm, fmt(best["output_throughput"], 0, "tok/s"), f"{best['workload']} {best['load']}"
+    return Entry(arm, fmt(best["output_throughput"], 0, "tok/s"),
+                 f"{best['workload']} {best['load']} ({best.get('basis', POOLED)})"
                  + (" — misses the SLO there (the capacity card gives throughput within it)" if missed else ""),
                  missed)
 
@@ -277,16 +313,20 @@ def build_cards(run: Run, rows: list[dict], slo: stats.Slo, price: cost.GpuPrice
     def cap(pattern: str) -> tuple[Entry, ...]:
         return tuple(Entry(a, *_capacity(rows, a, pattern, slo.pct)) for a in arms)
 
+    steady = " In the steady window (warm-up and drain left out) where the point has one."
     return [
-        Card("Max concurrency within SLO", f"How many concurrent users before the SLO ({slo_text}) breaks?",
-             cap("concurrency")),
+        Card("Max concurrency within SLO", f"How many concurrent users before the SLO ({slo_text}) breaks?"
+             + steady, cap("concurrency")),
         *([_cost_card(rows, arms, price)] if price else []),
-        Card("Max QPS within SLO", "What Poisson arrival rate can it take within the same SLO?", cap("qps")),
-        Card("Peak output throughput", "What is the most tokens/s it produced in any sweep point?",
+        Card("Max QPS within SLO", "What Poisson arrival rate can it take within the same SLO?" + steady,
+             cap("qps")),
+        Card("Peak output throughput", "What is the most tokens/s it produced in any sweep point?" + steady,
              tuple(_peak(rows, a) for a in arms)),
-        Card("TTFT p50 / p99 / p99.9", "How long until the first token, typically and in the tail?",
+        Card("TTFT p50 / p99 / p99.9", "How long until the first token, typically and in the tail?" + steady
+             + " The start-up wave and the drain are in 'Steady state and repeats'.",
              tuple(_tail(rows, a, "ttft") for a in arms)),
-        Card("ITL p50 / p99 / p99.9", "How smooth is streaming once it starts (all token gaps pooled)?",
+        Card("ITL p50 / p99 / p99.9", "How smooth is streaming once it starts (all token gaps of all requests "
+             "pooled)?",
              tuple(_tail(rows, a, "itl") for a in arms)),
         Card("Cold-start TTFT", "What does a flushed prefix cache cost the first requests (p50)?",
              tuple(_cold(rows, a) for a in arms)),

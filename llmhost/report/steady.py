@@ -76,7 +76,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
     """One point: steady-window statistics over its steady repeats, transients beside them, per-repeat values."""
     steady = [r for r in reps if r.is_steady]
     ttft = [r.ttft_ms["steady"] for r in steady]
-    p50, p99 = repeats.percentile_ci(ttft, 50, seed=seed), repeats.percentile_ci(ttft, 99, seed=seed)
+    p50, p99, p999 = (repeats.percentile_ci(ttft, pct, seed=seed) for pct in (50, 99, 99.9))
     thr = repeats.across_repeats({r.repeat: r.window.output_throughput for r in steady})
     hits = np.concatenate([r.prefix.hit_ttft_ms for r in steady]) if steady else np.array([])
     misses = np.concatenate([r.prefix.miss_ttft_ms for r in steady]) if steady else np.array([])
@@ -94,6 +94,8 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_ttft_p50_ms", p50), **_ci_fields("steady_ttft_p99_ms", p99),
         "steady_ttft_p99_slo": repeats.slo_verdict(p99, slo.ttft_ms, is_higher_better=False),
         "steady_ttft_p99_sufficient": stats.is_sufficient(int(sum(x.size for x in ttft)), 99.0),
+        **_ci_fields("steady_ttft_p999_ms", p999),
+        "steady_ttft_p999_sufficient": stats.is_sufficient(int(sum(x.size for x in ttft)), 99.9),
         **_ci_fields("steady_goodput_pct", good),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,

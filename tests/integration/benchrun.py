@@ -28,7 +28,8 @@ def isolated_env(tmp_path: Path, server_env: str = "") -> Iterator[dict[str, str
     port = free_port()
     server = f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=0.5 STANDIN_ITL_MS=1 STANDIN_PREFILL_US_PER_TOKEN=5 {server_env}"
     env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
-           "RESULTS_DIR": str(tmp_path / "results"), "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",
+           "RESULTS_DIR": str(tmp_path / "results"), "HOME": str(tmp_path / "home"),
+           "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",
            "PORT": str(port), "DASHBOARD_PORT": str(free_port()), "TMUX_SESSION": f"b{os.getpid()}{port}",
            "SERVER_ENV": server.strip(), "API_KEY_FILE": "", "READY_TIMEOUT_S": "60", "SERVER_EXTRA_ARGS": "",
            "LOAD_FORMAT": "dummy", "LLMHOST_CONFIG": "", "BENCH_USER_ARMS": "",

@@ -84,7 +84,10 @@ def test_a_gpu_price_adds_what_a_million_output_tokens_cost_with_the_ci_inverted
                                                                          "triton"}
     for p in priced:  # $3.50/h over the tokens an hour at that throughput makes; its upper bound gives the lower cost
         assert p["usd_per_m_output_tokens"] == pytest.approx(3.5e6 / (p["output_throughput"] * 3600))
-        assert p["usd_per_m_output_tokens_lo"] == pytest.approx(3.5e6 / (p["output_throughput_hi"] * 3600))
+        if p["output_throughput_hi"] is None:  # one steady repeat at that load: no CI, on either
+            assert p["usd_per_m_output_tokens_lo"] is None and p["basis"] == "steady window"
+        else:
+            assert p["usd_per_m_output_tokens_lo"] == pytest.approx(3.5e6 / (p["output_throughput_hi"] * 3600))
     html = built["html"].read_text()
     assert "<h3>Cost per million output tokens</h3>" in html and "$3.50 per GPU-hour (--gpu-hourly-usd" in html
     assert re.search(r"\$[0-9.]+ \[\$[0-9.]+, \$[0-9.,]+\] at c=", html)  # value [CI] at the capacity load

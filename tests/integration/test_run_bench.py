@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchrun import BENCH, REPO, bench
+from benchrun import BENCH, REPO, bench, isolated_env
 from benchrun import rows as _rows
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
 
@@ -104,6 +104,42 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
     assert after[:len(before)] == before
     assert sorted(r["point_id"] for r in after) == sorted(planned)  # each point exactly once
     assert all(r["status"] == "ok" for r in after)
+
+
+@pytest.fixture
+def noisy_env(tmp_path):
+    """Each point runs at another speed (the stand-in's ITL cycles at every cache flush): repeats disagree."""
+    yield from isolated_env(tmp_path, "STANDIN_ITL_MS=1,3,2")
+
+
+def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_runs_them(noisy_env):
+    env = noisy_env
+    proc = subprocess.Popen([*BENCH, "--arms", "baseline", "--workloads", "chat", "--patterns", "concurrency",
+                             "--concurrency", "64", "--budget-min", "6"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    manifest = Path(env["RESULTS_DIR"]) / "bench" / "latest" / "manifest.json"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (manifest.is_file()
+                                               and json.loads(manifest.read_text()).get("adaptive_repeats")):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)  # mid adaptive repeat: it is in the plan, not yet in points.jsonl
+    proc.wait(10)
+    run = manifest.parent.resolve()
+    doc = json.loads(manifest.read_text())
+    extra = doc["adaptive_repeats"]
+    assert extra == ["baseline.chat.concurrency.c64.r4"] and extra[0] in [p["point_id"] for p in doc["plan"]]
+    assert not any(r["point_id"] == extra[0] and r["status"] == "ok" for r in _rows(run / "points.jsonl"))
+
+    again = bench(env, "--resume", str(run))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "resume: 3 of 4 points ok (kept), 0 failed, 1 not yet run" in again.stdout
+    ok = {r["point_id"] for r in _rows(run / "points.jsonl") if r["status"] == "ok"}
+    assert ok == {p["point_id"] for p in doc["plan"]} and len(ok) == 4
+    built = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=env, cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    assert "4 recorded of 4 planned (1 of them adaptive repeats" in (run / "dashboard.html").read_text()
 
 
 def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_event_recorded(env):

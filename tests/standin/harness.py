@@ -19,6 +19,9 @@ import urllib.request
 from pathlib import Path
 
 STANDIN_DIR = Path(__file__).resolve().parent
+# The stand-in load generator caches agent datasets under $HOME/.cache/sglang like the real one: tests keep that
+# out of the user's home unless they give their own HOME.
+STANDIN_HOME = Path(tempfile.gettempdir()) / "llmhost-standin-home"
 
 
 def free_port() -> int:
@@ -30,7 +33,7 @@ def free_port() -> int:
 
 def standin_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that makes `python -m sglang.launch_server` resolve to the stand-in."""
-    merged = {**os.environ, **(env or {})}
+    merged = {**os.environ, "HOME": str(STANDIN_HOME), **(env or {})}
     merged["PYTHONPATH"] = os.pathsep.join(p for p in (str(STANDIN_DIR), merged.get("PYTHONPATH", "")) if p)
     return merged
 

@@ -366,9 +366,11 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
                                           server_info={}, ready_s=1.0, started_at="2026-01-01T00:00:00Z"))
         return ""
 
+    prepared: list[list[str]] = []
+
     class Gen:
         def __init__(self, *args: object) -> None:
-            self.pid = len(boots)
+            self.pid = -1
 
         def __enter__(self):
             return self
@@ -376,18 +378,24 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
         def __exit__(self, *exc: object) -> None:
             pass
 
+        def launch(self, prepare: list[list[str]]) -> None:
+            prepared.extend(prepare)
+
         def start(self) -> None:
-            pass
+            self.pid = len(boots)  # after its boot's restart
 
     monkeypatch.setattr(runner, "restart_server", restart)
     monkeypatch.setattr(runner, "LoadGenerator", Gen)
     monkeypatch.setattr(runner, "check_tools", lambda b, arm: None)
     monkeypatch.setattr(runner, "run_point", lambda b, arm, p, attempt: ran.append((b.loadgen.pid, arm.name, p)))
-    bench = SimpleNamespace(store=run, cfg=SimpleNamespace(sglang_python="python"), module="m", env={}, seed=3,
+    cfg = SimpleNamespace(sglang_python="python", base_url="http://h:1", model_dir="/m", served_model_name="q")
+    bench = SimpleNamespace(store=run, cfg=cfg, module="m", env={}, seed=3,
                             loadgen=None, clock=None, budget_end=None, only_missing=False,
                             progress=lambda text: None)
     runner.run_arms(bench, chosen, plan, quick=True)
     assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot
+    warm = sum(p.pattern == "warm" for p in plan)  # a warm point's priming pass has its own dataset
+    assert len(prepared) == len(plan) + warm  # every pass's dataset offered to the load generator before its boot
     assert sorted(p.point_id for _, _, p in ran) == sorted(p.point_id for p in plan)
     assert all(name == p.arm for _, name, p in ran)
     assert {pid for pid, name, _ in ran if name in ("page-16", "p16b")} == {2}  # one load generator for the boot

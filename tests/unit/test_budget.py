@@ -1,5 +1,6 @@
 """The cost model (learned from synthetic runs, or uncalibrated), the --budget-min planner, adaptive repeats, and
 the ETA's stability over a simulated run."""
+import dataclasses
 import json
 import os
 import random
@@ -13,7 +14,8 @@ from llmhost import repeats
 from llmhost.bench import arms as arms_mod, budget, costs, points, runner, store
 from llmhost.bench.eta import SWING, Eta
 from llmhost.config import REPO_ROOT
-from llmhost.bench.records import PointRecord, PointSummary, ServerRecord, append_records
+from llmhost.bench.records import Manifest, PointRecord, PointSummary, RequestRecord, ServerRecord, append_records
+from llmhost.provenance import Gpu, Provenance
 
 ALL_ARMS = list(arms_mod.REGISTRY.values())
 WORKLOADS = ["agent", "chat", "long", "agent-tools"]
@@ -46,19 +48,20 @@ def test_without_a_run_the_model_is_the_h200_defaults_and_says_uncalibrated(tmp_
     model = costs.fit(tmp_path / "bench")
     p = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
     assert not model.is_calibrated and model.label.startswith("uncalibrated")
-    assert model.point_s(p) == points.estimate_s(p) and model.boot_s(quick=True) == pytest.approx(142.0)
+    assert model.point_s(p) == points.estimate_s(p) and model.boot_s(quick=True) == pytest.approx(160.0)
 
 
 def test_a_finished_run_prices_its_kinds_per_request_and_others_by_its_bias(tmp_path):
     seen = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
     other = points.make_point("baseline", "agent", "concurrency", 8, None, 32, 1)
-    rows = [done(seen, 2.5 + 64 * 0.5), done(other, 3 * points.estimate_s(other)),
+    rows = [done(seen, points.LOADGEN_OVERHEAD_S + 64 * 0.5), done(other, 3 * points.estimate_s(other)),
             done(points.make_point("baseline", "chat", "qps", None, 4.0, 64, 1), 60.0, status="failed")]
     write_run(tmp_path / "bench", "20260101-120000", rows, {"baseline": 110.0, "fp8-kv": 150.0})
     model = costs.fit(tmp_path / "bench")
     assert model.is_calibrated and model.label.startswith("calibrated") and model.points_seen == 2
-    # the same kind with twice the requests costs twice the load: 2.5 s overhead + 128 x 0.5 s
-    assert model.point_s(points.make_point("x", "chat", "concurrency", 16, None, 128, 2)) == pytest.approx(66.5)
+    # the same kind with twice the requests costs twice the load: the per-point overhead + 128 x 0.5 s
+    assert model.point_s(points.make_point("x", "chat", "concurrency", 16, None, 128, 2)) == \
+        pytest.approx(points.LOADGEN_OVERHEAD_S + 64)
     unseen = points.make_point("baseline", "long", "concurrency", 1, None, 16, 1)
     assert model.point_s(unseen) == pytest.approx(points.estimate_s(unseen) * model.ratio) and model.ratio > 1
     assert model.ready_s == pytest.approx(130.0)  # median of the two boots
@@ -119,7 +122,7 @@ def test_a_generous_budget_runs_each_arm_only_where_its_setting_matters():
 
 
 def test_a_tight_budget_leaves_out_the_last_arms_sweep_first():
-    planned = budget.plan(ALL_ARMS, WORKLOADS, points.Loads(), costs.CostModel(), 30 * 60)
+    planned = budget.plan(ALL_ARMS, WORKLOADS, points.Loads(), costs.CostModel(), 45 * 60)
     assert planned.left_out and all(not budget.is_headline(p.workload, p.pattern, p.concurrency)
                                     for p in planned.left_out)
     assert any(p.arm == "triton" for p in planned.left_out)
@@ -145,6 +148,41 @@ def test_extra_repeats_go_to_headline_points_whose_ci_is_still_wide():
     extra = budget.extra_repeats(tight + wide + wider, {"baseline", "fp8-kv"}, costs.CostModel(), 3600)
     assert [p.point_id for p in extra] == ["fp8-kv.chat.concurrency.c64.r4", "baseline.chat.concurrency.c64.r4"]
     assert budget.extra_repeats(tight + wide, {"fp8-kv"}, costs.CostModel(), 3600) == []  # not this boot's arm
+
+
+def test_the_h200_chat_c64_repeats_have_a_5_5_pct_ci_and_their_steady_windows_one_of_2_1_pct():
+    """gpu4 run on the H200 (SGLang 0.5.17): chat c=64, 640 prompts, three repeats. Whole points: 6287, 6044,
+    6279 tok/s -> 6203 [5861, 6546], half-width 5.5% (t(0.975, 2) = 4.30): an adaptive repeat. Their steady
+    windows, which the headline card quotes: 6304, 6289, 6389 -> 2.1%: none."""
+    ci = repeats.across_repeats([6287.06, 6044.0, 6279.0])
+    assert (round(ci.value), round(ci.lo), round(ci.hi)) == (6203, 5860, 6546)
+    assert repeats.half_width_pct(ci) == pytest.approx(5.53, abs=0.01)
+    whole = headline_runs("baseline", "chat", [6287.06, 6044.0, 6279.0])
+    assert [p.point_id for p in budget.extra_repeats(whole, {"baseline"}, costs.CostModel(), 3600)] == \
+        ["baseline.chat.concurrency.c64.r4"]
+    windowed = [dataclasses.replace(r, summary=dataclasses.replace(r.summary, steady_window_s=20.8,
+                                                                   steady_output_throughput=v))
+                for r, v in zip(whole, [6304.0, 6289.0, 6389.0])]
+    assert budget.extra_repeats(windowed, {"baseline"}, costs.CostModel(), 3600) == []
+    # a repeat that was not steady leaves two, fewer than a quotable CI needs: one more repeat (numbered after
+    # every recorded one)
+    unsteady = windowed[:2] + [dataclasses.replace(windowed[2], summary=dataclasses.replace(
+        windowed[2].summary, steady_output_throughput=None))]
+    assert [p.point_id for p in budget.extra_repeats(unsteady, {"baseline"}, costs.CostModel(), 3600)] == \
+        ["baseline.chat.concurrency.c64.r4"]
+
+
+def test_the_runner_records_a_closed_loop_points_steady_window_in_its_summary():
+    point = points.make_point("baseline", "chat", "concurrency", 4, None, 40, 1)
+    # 10 waves of 4 requests, 1 s each, 100 tokens: the window runs from the 4th completion (1001) to the last send
+    # (1009) and counts the requests that end in it, both ends included: 9 waves x 400 tokens / 8 s
+    rows = [RequestRecord(start_s=1000.0 + i // 4, ok=True, error="", prompt_tokens=10, output_tokens=100,
+                          ttft_ms=50.0, itl_ms=(9.5,) * 99, e2e_ms=1000.0, end_s=1001.0 + i // 4)
+            for i in range(40)]
+    out = runner.with_window(point, summary(), rows)
+    assert out.steady_window_s == pytest.approx(8.0) and out.steady_output_throughput == pytest.approx(450.0)
+    burst = points.make_point("baseline", "chat", "burst", None, None, 40, 1)
+    assert runner.with_window(burst, summary(), rows) == summary()  # no window: nothing recorded
 
 
 def test_extra_repeats_wait_for_the_minimum_and_stop_when_the_budget_does():
@@ -212,7 +250,12 @@ def test_the_eta_learns_a_slow_host_at_an_arms_first_point():
 def test_a_boot_spends_its_share_of_the_spare_budget_on_repeats_until_the_ci_is_narrow(tmp_path, monkeypatch):
 
     run = store.RunStore.create(tmp_path)
-    for rec in headline_runs("baseline", "chat", [970.0, 1030.0, 1000.0]):
+    planned = headline_runs("baseline", "chat", [970.0, 1030.0, 1000.0])
+    provenance = Provenance(created_at="2026-12-01T10:00:00Z", command=("run_bench.py",), git_commit=None,
+                            versions={}, gpu=Gpu("NVIDIA H200", 1, 139.8, "580"), git_dirty=None)
+    plan = tuple(points.make_point("baseline", "chat", "concurrency", 64, None, 256, r) for r in (1, 2, 3))
+    run.write_manifest(Manifest("r", provenance, {}, 1, None, (), (), plan))
+    for rec in planned:
         run.append_point(rec)
     ran: list[str] = []
 
@@ -228,6 +271,8 @@ def test_a_boot_spends_its_share_of_the_spare_budget_on_repeats_until_the_ci_is_
     values = [970.0, 1030.0, 1000.0] + [1000.0] * len(ran)
     assert ran[0] == "baseline.chat.concurrency.c64.r4" and 3 + len(ran) < budget.MAX_REPEATS
     assert b.total == 3 + len(ran)
+    manifest = run.read_manifest()  # each joined the plan before it ran: a --resume would run it
+    assert manifest.adaptive_repeats == tuple(ran) and [p.point_id for p in manifest.plan[3:]] == ran
     assert repeats.half_width_pct(repeats.across_repeats(values)) <= budget.CI_TARGET_PCT
     assert repeats.half_width_pct(repeats.across_repeats(values[:-1])) > budget.CI_TARGET_PCT
     b.budget_end, ran[:] = time.monotonic(), []  # no budget left: no repeats, however wide
@@ -255,6 +300,6 @@ def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp
     assert run_bench.main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
-        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 130 s, "
+        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 160 s, "
         f"unseen points x{60 / points.estimate_s(head):.2f})")
     assert json.loads(out[-1])["calibrated"]

@@ -49,7 +49,7 @@ def test_the_cost_card_prices_the_highest_concurrency_within_the_slo():
     assert row["concurrency"] == 4 and row["usd_per_m_output_tokens"] == pytest.approx(1.0)  # not c=16, which fails
     entry = kpis._cost([row], "a")
     assert entry.value == "w: $1.00 per M output tokens" and not entry.is_flagged
-    assert entry.detail == "w: $1.00 [$0.80, $1.25] at c=4, 1,000 tok/s [800, 1,250]"
+    assert entry.detail == "w: $1.00 [$0.80, $1.25] at c=4, 1,000 tok/s [800, 1,250] (all requests)"
     assert kpis.cost_rows(SWEEP, ["a"], None) == []
 
 

@@ -73,6 +73,39 @@ def test_one_process_runs_every_point_of_a_boot_with_wall_clock_requests_and_cac
     assert not any(loadgen.completed_file(tmp_path / name).exists() for name in ("p.req", "w.req", "c.req"))
 
 
+def test_agent_datasets_built_while_the_server_boots_are_the_ones_each_point_would_build(tmp_path, free_port):
+    """Prepared before any server answers, through the module's own get_dataset and disk cache: the point then
+    loads its dataset, and that dataset is byte for byte the one a point builds by itself."""
+    point = points.make_point("baseline", "agent", "qps", None, 50.0, 32, 2)
+    chat = points.make_point("baseline", "chat", "concurrency", 4, None, 8, 2)
+    cache = lambda home: sorted((home / ".cache" / "sglang" / "benchmark").glob("*.pkl"))  # noqa: E731
+    with LoadGenerator(sys.executable, MODULE, standin_env({"HOME": str(tmp_path / "a")}), tmp_path / "log") as gen:
+        gen.launch(prepare=[_argv(p, "http://127.0.0.1:1", tmp_path / "x", seed=2) for p in (point, chat)])
+        with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv:
+            gen.start()
+            assert len(cache(tmp_path / "a")) == 1  # random ids are not cached by the module: nothing built
+            _, error = gen.run(_argv(point, srv.url, tmp_path / "o.jsonl", seed=2), tmp_path / "r", 60)
+    assert error == "" and "Loading cached generated input data" in (tmp_path / "log").read_text()
+    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv, \
+            LoadGenerator(sys.executable, MODULE, standin_env({"HOME": str(tmp_path / "b")}), tmp_path / "l2") as gen:
+        gen.start()
+        _, error = gen.run(_argv(point, srv.url, tmp_path / "o2.jsonl", seed=2), tmp_path / "r2", 60)
+    assert error == "" and "Caching generated input data" in (tmp_path / "l2").read_text()
+    (built,), (own,) = cache(tmp_path / "a"), cache(tmp_path / "b")
+    assert built.name == own.name and built.read_bytes() == own.read_bytes()
+
+
+def test_a_prepare_that_fails_is_a_warning_and_the_points_still_run(tmp_path, free_port, capsys):
+    point = points.make_point("baseline", "agent", "concurrency", 4, None, 16, 1)
+    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv, \
+            LoadGenerator(sys.executable, MODULE, standin_env({"HOME": str(tmp_path)}), tmp_path / "log") as gen:
+        gen.launch(prepare=[["--no-such-flag"]])
+        gen.start()
+        totals, error = gen.run(_argv(point, srv.url, tmp_path / "o.jsonl"), tmp_path / "r", 60)
+    assert error == "" and totals["completed"] == 16
+    assert "building the datasets ahead failed (bad benchmark arguments: " in capsys.readouterr().out
+
+
 def test_the_chat_path_reports_cached_tokens_from_sglext(tmp_path, free_port):
     point = points.make_point("baseline", "agent-tools", "concurrency", 4, None, 32, 1)
     with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv, \
@@ -186,6 +219,18 @@ def test_a_point_over_its_limit_is_killed_and_the_next_point_gets_a_fresh_proces
         assert not _alive(first)
         with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv:
             totals, error = gen.run(_argv(point, srv.url, tmp_path / "o"), tmp_path / "r", limit_s=60)
+        assert error == "" and totals["completed"] == 4 and gen.proc.pid != first
+
+
+def test_a_load_generator_that_died_between_points_is_replaced_by_a_fresh_one(tmp_path, free_port):
+    point = points.make_point("baseline", "chat", "concurrency", 2, None, 4, 1)
+    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv, \
+            LoadGenerator(sys.executable, MODULE, standin_env(), tmp_path / "log") as gen:
+        gen.start()
+        first = gen.proc.pid
+        os.kill(first, signal.SIGKILL)
+        gen.proc.wait()
+        totals, error = gen.run(_argv(point, srv.url, tmp_path / "o"), tmp_path / "r", limit_s=60)
         assert error == "" and totals["completed"] == 4 and gen.proc.pid != first
 
 

@@ -138,7 +138,7 @@ def _row(conc: int, met: bool, client_bound: bool = False, key: str = "concurren
 
 def test_capacity_card_brackets_flags_and_explains() -> None:
     value, detail, flagged = kpis._capacity([_row(1, True), _row(4, True), _row(16, False)], "a", "concurrency")
-    assert (value, detail, flagged) == ("w: 4", "w: fails at 16; 400 tok/s at 4", False)
+    assert (value, detail, flagged) == ("w: 4", "w: fails at 16; 400 tok/s at 4 (all requests)", False)
     value, detail, flagged = kpis._capacity([_row(2, False), _row(8, False)], "a", "concurrency")
     assert value == "w: none" and "even 2 misses" in detail and flagged
     rows = [_row(2, True, key="request_rate"), _row(32, True, True, key="request_rate")]
@@ -289,7 +289,7 @@ def test_a_capacity_whose_goodput_ci_straddles_the_slo_is_flagged() -> None:
     assert value == "w: 4" and "at 16 goodput 98.8% [96.6, 99.6] straddles the SLO" in detail and flagged
     # 256 of 256 good is "undecided" for 99% (Wilson lower bound 98.5%) on every run: that alone is no flag
     clean = [_row(4, True, slo_decided=False, goodput_pct=100.0), _row(16, False, goodput_pct=60.0)]
-    assert kpis._capacity(clean, "a", "concurrency") == ("w: 4", "w: fails at 16; 400 tok/s at 4", False)
+    assert kpis._capacity(clean, "a", "concurrency") == ("w: 4", "w: fails at 16; 400 tok/s at 4 (all requests)", False)
 
 
 def test_goodput_ci_is_wilson_and_the_slo_verdict_knows_when_it_is_undecided() -> None:
@@ -324,3 +324,26 @@ def test_cold_start_ttft_is_the_first_wave_not_the_whole_point() -> None:
         start_s=start[::-1].copy(), ok=np.ones(n, bool), ttft_ms=ttft[::-1].copy(), n=n))
     assert tables._first_wave_ttft_p50(group) == 900.0
     assert stats.percentile(ttft, 50) == 40.0  # what the card used to show: no cold cost at all
+
+
+def _steady(conc: int, goodput_pct: float, tok_s: float, **extra: object) -> dict:
+    """A steady row (llmhost.report.steady) of _row's point at `conc`."""
+    fields = {theirs: math.nan for theirs in kpis.STEADY_FIELDS.values()}
+    return {**fields, "arm": "a", "workload": "w", "pattern": "concurrency", "concurrency": conc,
+            "request_rate": None, "num_prompts": None, "repeats_steady": 3, "steady_output_throughput": tok_s,
+            "steady_goodput_pct": goodput_pct, "steady_slo": "met" if goodput_pct >= 99 else "missed", **extra}
+
+
+def test_the_headline_cards_take_a_points_steady_window_where_it_has_one_and_say_so() -> None:
+    # c=64 missed the SLO over all requests (its start-up wave) but meets it in its steady window
+    rows = [_row(c, c == 16, num_prompts=None, load=f"c={c}") for c in (16, 64)]
+    view = kpis.steady_view(rows, [_steady(64, 99.6, 7000.0)], 99.0)
+    assert [r["basis"] for r in view] == [kpis.POOLED, kpis.STEADY]
+    assert view[1]["meets_slo"] and view[1]["slo_decided"] and view[1]["output_throughput"] == 7000.0
+    assert rows[1]["output_throughput"] == 6400.0  # the summary rows themselves are unchanged
+    value, detail, _ = kpis._capacity(view, "a", "concurrency")
+    assert value == "w: 64+" and detail.endswith("7,000 tok/s at 64 (steady window)")
+    assert kpis._peak(view, "a").detail == "w c=64 (steady window)"
+    # a point whose repeats were all not steady keeps its numbers over all requests
+    unsteady = kpis.steady_view(rows, [_steady(64, 99.6, 7000.0, repeats_steady=0)], 99.0)
+    assert unsteady[1]["basis"] == kpis.POOLED and unsteady[1]["output_throughput"] == 6400.0

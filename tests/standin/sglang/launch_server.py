@@ -11,7 +11,8 @@ the model path is only echoed. Knobs (environment variables):
   STANDIN_CRASH_AFTER_S         exit 1 after N seconds with a scheduler traceback in the log (crash tests).
   STANDIN_TTFT_MS               fixed prefill cost per request (default 5).
   STANDIN_PREFILL_US_PER_TOKEN  added per UNCACHED prompt token (default 20), so prefix-cache hits are faster.
-  STANDIN_ITL_MS                time between output tokens (default 2).
+  STANDIN_ITL_MS                time between output tokens (default 2); a list (1,3) cycles, one step per cache
+                                flush, so successive benchmark points (each flushes) differ like noisy repeats.
   STANDIN_MAX_RUNNING           concurrent requests; more wait in the queue (num_queue_reqs). Default
                                 --max-running-requests, else 4096.
   STANDIN_NO_TOOL_CALLS=1       a named tool_choice returns no call (to test a missing tool call).
@@ -105,7 +106,8 @@ def _timing(s: dict) -> engine.Timing:
     env = os.environ
     return engine.Timing(ttft_ms=float(env.get("STANDIN_TTFT_MS", 5)),
                          prefill_us_per_token=float(env.get("STANDIN_PREFILL_US_PER_TOKEN", 20)),
-                         itl_ms=float(env.get("STANDIN_ITL_MS", 2)), max_running=s["max_running"])
+                         itl_cycle_ms=tuple(float(x) for x in env.get("STANDIN_ITL_MS", "2").split(",")),
+                         max_running=s["max_running"])
 
 
 def _http_in_a_child() -> None:

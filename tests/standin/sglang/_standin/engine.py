@@ -76,7 +76,7 @@ class PrefixCache:
 class Timing:
     ttft_ms: float = 5.0
     prefill_us_per_token: float = 20.0
-    itl_ms: float = 2.0
+    itl_cycle_ms: tuple[float, ...] = (2.0,)  # the ITL, one step further at each cache flush
     max_running: int = 4096
 
 
@@ -127,7 +127,12 @@ class Engine:
         self.running: dict[str, Request] = {}
         self.queued = 0
         self.stats = Stats()
+        self.flushes = 0
         self.log = lambda msg: None  # the server sets this to its log function
+
+    @property
+    def itl_ms(self) -> float:
+        return self.timing.itl_cycle_ms[self.flushes % len(self.timing.itl_cycle_ms)]
 
     def busy(self) -> bool:
         with self.lock:
@@ -139,6 +144,7 @@ class Engine:
             if self.running or self.queued:
                 return False
             self.cache.flush()
+            self.flushes += 1
             return True
 
     def used_tokens(self) -> int:
@@ -174,7 +180,7 @@ class Engine:
                 while SCHEDULER_GONE.is_set():
                     time.sleep(1)  # a request the dead scheduler will never finish
                 if i:
-                    time.sleep(self.timing.itl_ms / 1000)
+                    time.sleep(self.itl_ms / 1000)
                     # SGLang 0.5.17's decode stats set the gauge to 0.0: it is the last prefill batch's hit rate
                     # only until the next decode step (captured /metrics after load reads 0.0)
                     with self.lock:

@@ -15,7 +15,8 @@ the toolkit drives, with the same names and signatures (read against the real 0.
     Poisson arrivals; --max-concurrency.
 Datasets are made without a tokenizer, from the module-level `random` seeded with --seed like the real one:
 random-ids sends random input_ids; generated-shared-prefix draws every group's system prompt first, then the
-questions, then shuffles (so the same seed gives the same system prompts whatever the question count).
+questions, then shuffles (so the same seed gives the same system prompts whatever the question count), and is
+cached on disk like the real one (`get_dataset(args, tokenizer, model_id)`).
 
     PYTHONPATH=tests/standin python -m sglang.benchmark.serving --backend sglang --dataset-name random-ids \
         --num-prompts 8 --base-url http://127.0.0.1:30000 --output-file out.jsonl --output-details
@@ -29,6 +30,8 @@ import http.client
 import json
 import math
 import os
+import pathlib
+import pickle
 import random
 import statistics
 import sys
@@ -212,15 +215,27 @@ _BACKEND_API_PATHS = {"sglang": "/generate", "sglang-native": "/generate", "sgla
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2048)
 
 
-def get_dataset(a: argparse.Namespace, tokenizer: object, model_id: str | None = None) -> list[DatasetRow]:
+def get_dataset(args: argparse.Namespace, tokenizer: object, model_id: str | None = None) -> list[DatasetRow]:
+    a = args
     if a.dataset_name == "random-ids":
         return [DatasetRow([random.randrange(100, 150_000) for _ in range(a.random_input_len)], a.random_input_len,
                            a.random_output_len) for _ in range(a.num_prompts)]
+    # Like the real one: generated-shared-prefix datasets are pickled under ~/.cache/sglang/benchmark, keyed by seed
+    # and sizes, and loaded from there (without drawing from the RNG) when present.
+    cache = (pathlib.Path.home() / ".cache" / "sglang" / "benchmark"
+             / f"gen_shared_prefix_{a.seed}_{a.gsp_num_groups}_{a.gsp_prompts_per_group}_{a.gsp_system_prompt_len}_"
+               f"{a.gsp_question_len}_{a.gsp_output_len}_StandinTokenizer.pkl")
+    if cache.exists():
+        print(f"\nLoading cached generated input data from {cache}")
+        return pickle.loads(cache.read_bytes())
     words = lambda n: " ".join(f"w{random.randrange(10_000)}" for _ in range(n))  # noqa: E731
     systems = [words(a.gsp_system_prompt_len) for _ in range(a.gsp_num_groups)]
     rows = [DatasetRow(system + "\n\n" + words(a.gsp_question_len), a.gsp_system_prompt_len + a.gsp_question_len,
                        a.gsp_output_len) for system in systems for _ in range(a.gsp_prompts_per_group)]
     random.shuffle(rows)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    print(f"Caching generated input data to {cache}")
+    cache.write_bytes(pickle.dumps(rows))
     return rows
 
 
