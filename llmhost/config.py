@@ -58,6 +58,11 @@ class Config:
     ready_timeout_s: int
     tmux_session: str
     bench_user_arms: str
+    tp_size: int
+    dp_size: int
+    gpus: str
+    nnodes: int
+    dist_init_addr: str
     gpu_hourly_usd: float | None
     _sources: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 

@@ -165,6 +165,23 @@ def optional_price(text: str) -> float | None:
     return float(text)
 
 
+def device_list(text: str) -> str:
+    """Empty (every visible GPU) or nvidia-smi indices separated by commas, each once: 0,1."""
+    indices = text.split(",") if text else []
+    if any(not i.isdigit() for i in indices) or len(set(map(int, indices))) != len(indices):
+        raise ValueError("must be empty (every visible GPU) or GPU indices separated by commas, each once (e.g. 0,1)")
+    return text
+
+
+def optional_endpoint(text: str) -> str:
+    """Empty or host:port (IPv6 in brackets), as SGLang's --dist-init-addr takes it."""
+    if text and not re.fullmatch(r"([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}", text):
+        raise ValueError("must be empty or host:port of node 0 (e.g. 10.0.0.1:25000)")
+    if text:
+        port(text.rsplit(":", 1)[1])
+    return text
+
+
 def index_url(text: str) -> str:
     """A package index (PEP 503 simple API) setup's installers can use: http(s), or file:// for a local mirror."""
     if not re.fullmatch(r"(https?|file)://\S+", text):
@@ -200,5 +217,10 @@ CHECKS: Dict[str, Check] = {  # every config.env key, in config.env's order; the
     "READY_TIMEOUT_S": at_least(1, " seconds"),  # 0 would give up before the first poll
     "TMUX_SESSION": tmux_session,
     "BENCH_USER_ARMS": arm_specs,
+    "TP_SIZE": at_least(1, " GPUs"),
+    "DP_SIZE": at_least(1, " copies"),
+    "GPUS": device_list,
+    "NNODES": at_least(1, " hosts"),
+    "DIST_INIT_ADDR": optional_endpoint,
     "GPU_HOURLY_USD": optional_price,
 }

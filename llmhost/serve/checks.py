@@ -1,16 +1,17 @@
 """Serve-side checks, before any work: the API key file, and what a launch needs from the host (model files,
-SGLang's Python, a free port, GPU room). Every setting's own value is checked where it is loaded (llmhost.settings).
+SGLang's Python, a free port, GPU room, the GPUs of a TP/DP layout: llmhost/serve/parallel.py). Every setting's own value is checked where it is loaded (llmhost.settings).
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from llmhost.config import Config
-from llmhost.serve import gpu
+from llmhost.serve import gpu, parallel
 from llmhost.serve.console import ServeError
 from llmhost.serve.procfs import port_holder
-from llmhost.serve.spec import gpu_room_problem
+from llmhost.serve.spec import gpu_room_problem, server_env
 
 
 def check_settings(cfg: Config) -> None:
@@ -35,6 +36,8 @@ def check_launch(cfg: Config) -> None:
     if holder:
         raise ServeError(f"port {cfg.port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
                          "or set PORT=<free port>")
-    room = gpu_room_problem(gpu.free_total_mib()) if cfg.mem_fraction_static == "auto" else None
+    parallel.check(cfg, environ={**os.environ, **dict(server_env(cfg))})
+    room = gpu_room_problem(gpu.free_total_mib(parallel.first_device(cfg))) if cfg.mem_fraction_static == "auto" \
+        else None
     if room:
         raise ServeError(room)

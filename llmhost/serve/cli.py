@@ -9,7 +9,9 @@
   ./serve.sh logs [-f] [-n N] the server log
   ./serve.sh dashboard [stop] serve RESULTS_DIR on 127.0.0.1:$DASHBOARD_PORT
   ./serve.sh tunnel           print the ssh command for a laptop
-  ./serve.sh print-command    the launch command start would run (no side effects)
+  ./serve.sh print-command [--node-rank N]
+                              the launch command start would run (no side effects); with NNODES > 1, the
+                              command of host N (start runs node 0; run the others' on their hosts)
 
 Settings come from config.env (environment variables win), e.g.
   PORT=30001 TOKENIZER_WORKER_NUM=8 ./serve.sh start
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from llmhost import deps
 from llmhost.config import Config, ConfigError, load
-from llmhost.serve import dashboard, gpu, lifecycle, pane, status, tunnel
+from llmhost.serve import dashboard, gpu, lifecycle, pane, parallel, status, tunnel
 from llmhost.serve.checks import check_settings
 from llmhost.serve.console import EXIT_FAILED, EXIT_INTERRUPTED, Console, ServeError, UsageError
 from llmhost.serve.spec import build_spec
@@ -106,7 +108,14 @@ def cmd_tunnel(cfg: Config, args: list[str], console: Console) -> int:
 
 
 def cmd_print_command(cfg: Config, args: list[str], console: Console) -> int:
-    spec = build_spec(cfg, gpu_free_total_mib=gpu.free_total_mib())
+    node_rank = 0
+    if args:
+        if len(args) != 2 or args[0] != "--node-rank" or not args[1].isdigit():
+            raise UsageError("print-command takes only --node-rank N — ./serve.sh print-command [--node-rank N]")
+        node_rank = int(args[1])
+    parallel.check(cfg, node_rank)  # the other nodes' GPUs are not visible from here: start checks those
+    free = gpu.free_total_mib(parallel.first_device(cfg)) if node_rank == 0 else None
+    spec = build_spec(cfg, gpu_free_total_mib=free, node_rank=node_rank)
     for note in spec.notes:
         console.note(note)
     print(spec.command_line)
@@ -120,7 +129,7 @@ COMMANDS: dict[str, tuple[Command, bool, bool]] = {
     "start": (cmd_start, False, True), "stop": (cmd_stop, False, False), "restart": (cmd_restart, False, True),
     "status": (cmd_status, False, True), "running": (cmd_running, False, False), "logs": (cmd_logs, True, False),
     "dashboard": (cmd_dashboard, True, False), "tunnel": (cmd_tunnel, False, False),
-    "print-command": (cmd_print_command, False, False),
+    "print-command": (cmd_print_command, True, False),
 }
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llmhost import files
 from llmhost.config import REPO_ROOT, Config
-from llmhost.serve import gpu, process, tmux
+from llmhost.serve import gpu, parallel, process, tmux
 from llmhost.serve.checks import check_launch, check_settings
 from llmhost.serve.console import EXIT_INTERRUPTED, Console, ServeError
 from llmhost.serve.lock import ServeLock
@@ -194,7 +194,7 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
     elif tmux.exists(session):
         raise ServeError(f"a tmux session named {session} exists and serve.sh did not start it — "
                          "set TMUX_SESSION=<another name>")
-    spec = build_spec(cfg, gpu_free_total_mib=gpu.free_total_mib(), extra_args=extra_args)
+    spec = build_spec(cfg, gpu_free_total_mib=gpu.free_total_mib(parallel.first_device(cfg)), extra_args=extra_args)
     check_launch(cfg)
     write_launch_files(spec, state, cfg.api_key())
     for note in spec.notes:
