@@ -63,6 +63,10 @@ class Config:
     gpus: str
     nnodes: int
     dist_init_addr: str
+    router: str
+    worker_urls: str
+    router_policy: str
+    router_metrics_port: int
     gpu_hourly_usd: float | None
     _sources: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from llmhost.config import Config
-from llmhost.serve import gpu, parallel
+from llmhost.serve import gpu, parallel, router
 from llmhost.serve.console import ServeError
 from llmhost.serve.procfs import port_holder
 from llmhost.serve.spec import gpu_room_problem, server_env
@@ -32,10 +32,15 @@ def check_launch(cfg: Config) -> None:
         raise ServeError(f"MODEL_DIR={cfg.model_dir} has no config.json — run ./setup_host.sh or set MODEL_DIR")
     if not shutil.which(cfg.sglang_python):
         raise ServeError(f"SGLANG_PYTHON={cfg.sglang_python} is not an executable — run ./setup_host.sh or set it")
-    holder = port_holder(cfg.host, cfg.port)
-    if holder:
-        raise ServeError(f"port {cfg.port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
-                         "or set PORT=<free port>")
+    ports = {cfg.port: "PORT"}
+    if router.is_on(cfg):
+        ports.update({p: "PORT (its local workers use PORT+1...)" for p in router.worker_ports(cfg)})
+        ports[cfg.router_metrics_port] = "ROUTER_METRICS_PORT"
+    for port, setting in ports.items():
+        holder = port_holder(router.LOCAL_HOST if setting != "PORT" else cfg.host, port)
+        if holder:
+            raise ServeError(f"port {port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
+                             f"or set {setting.split(' ')[0]}=<free port>")
     parallel.check(cfg, environ={**os.environ, **dict(server_env(cfg))})
     room = gpu_room_problem(gpu.free_total_mib(parallel.first_device(cfg))) if cfg.mem_fraction_static == "auto" \
         else None

@@ -4,9 +4,12 @@
                               send one test chat, print the laptop tunnel command (idempotent)
   ./serve.sh stop             stop only what start launched (recorded process group, our tagged tmux session)
   ./serve.sh restart          stop, wait for the GPU memory of the old PIDs to be freed, start
-  ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down)
+  ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down);
+                              with ROUTER=on the router's readiness and each worker's health, pid, GPUs, metrics
   ./serve.sh running          exit 0 when a server start launched is alive (ready or still starting), else 1
-  ./serve.sh logs [-f] [-n N] the server log
+  ./serve.sh logs [-f] [-n N] [-m MEMBER]
+                              the server log; with ROUTER=on every member's lines, [name]-prefixed, or one
+                              member's own (-m worker0, -m router)
   ./serve.sh dashboard [stop] serve RESULTS_DIR on 127.0.0.1:$DASHBOARD_PORT
   ./serve.sh tunnel           print the ssh command for a laptop
   ./serve.sh print-command [--node-rank N]
@@ -18,7 +21,7 @@ Settings come from config.env (environment variables win), e.g.
 Exit codes: 0 ok, 1 failed (one line says why), 2 usage, 75 another start/stop/restart holds the lock.
 Writes $WORK_DIR/server/: launch_command.{txt,json} (exact command, no secret), server.log (+ .1 of the
 previous run), pid, pgid, started_at, launch.env (0600), sglang_config.yaml (0600, only with API_KEY_FILE),
-dashboard.{pid,log}. (`python -m llmhost.serve` is the same CLI.)
+dashboard.{pid,log}; with ROUTER=on also members.json and each member's NAME.log and NAME.pid. (`python -m llmhost.serve` is the same CLI.)
 """
 from __future__ import annotations
 
@@ -32,7 +35,6 @@ from llmhost.config import Config, ConfigError, load
 from llmhost.serve import dashboard, gpu, lifecycle, pane, parallel, status, tunnel
 from llmhost.serve.checks import check_settings
 from llmhost.serve.console import EXIT_FAILED, EXIT_INTERRUPTED, Console, ServeError, UsageError
-from llmhost.serve.spec import build_spec
 
 
 def cmd_start(cfg: Config, args: list[str], console: Console) -> int:
@@ -73,7 +75,7 @@ def cmd_running(cfg: Config, args: list[str], console: Console) -> int:
 
 
 def cmd_logs(cfg: Config, args: list[str], console: Console) -> int:
-    follow, lines = [], "100"
+    follow, lines, name = [], "100", "server"
     while args:
         option = args.pop(0)
         if option == "-f":
@@ -82,9 +84,13 @@ def cmd_logs(cfg: Config, args: list[str], console: Console) -> int:
             if not args or not args[0].isdigit():
                 raise UsageError("logs -n needs a number of lines")
             lines = args.pop(0)
+        elif option == "-m":
+            if not args or not args[0].replace("_", "").isalnum():
+                raise UsageError("logs -m needs a member name (worker0, router: ./serve.sh status lists them)")
+            name = args.pop(0)
         else:
-            raise UsageError(f"unknown logs option '{option}' — ./serve.sh logs [-f] [-n N]")
-    log = cfg.state_dir / "server.log"
+            raise UsageError(f"unknown logs option '{option}' — ./serve.sh logs [-f] [-n N] [-m MEMBER]")
+    log = cfg.state_dir / f"{name}.log"
     if not log.is_file():
         raise ServeError(f"no server log at {log} — run ./serve.sh start")
     sys.stdout.flush()
@@ -114,11 +120,12 @@ def cmd_print_command(cfg: Config, args: list[str], console: Console) -> int:
             raise UsageError("print-command takes only --node-rank N — ./serve.sh print-command [--node-rank N]")
         node_rank = int(args[1])
     parallel.check(cfg, node_rank)  # the other nodes' GPUs are not visible from here: start checks those
-    free = gpu.free_total_mib(parallel.first_device(cfg)) if node_rank == 0 else None
-    spec = build_spec(cfg, gpu_free_total_mib=free, node_rank=node_rank)
-    for note in spec.notes:
-        console.note(note)
-    print(spec.command_line)
+    spec, members = lifecycle.launch_plan(cfg, node_rank=node_rank)
+    for member in members or [None]:
+        shown = member.spec if member else spec
+        for note in shown.notes:
+            console.note(f"{member.name}: {note}" if member else note)
+        print(shown.command_line)
     return 0
 
 

@@ -26,6 +26,9 @@ BUSY_SHARE = 0.10  # SGLang's own balance rule: a rank with < 90% of the first r
 
 
 def gpus_per_node(cfg: Config) -> int:
+    """GPUs this host's processes use: none when the router fronts servers elsewhere (WORKER_URLS)."""
+    if cfg.router == "on" and cfg.worker_urls:
+        return 0
     return cfg.tp_size * cfg.dp_size // cfg.nnodes
 
 
@@ -37,6 +40,10 @@ def layout_problem(cfg: Config, node_rank: int = 0) -> str | None:
                 f"NNODES={cfg.nnodes} hosts — make TP_SIZE x DP_SIZE a multiple of NNODES")
     if cfg.nnodes > 1 and not cfg.dist_init_addr:
         return f"NNODES={cfg.nnodes} needs DIST_INIT_ADDR=<node 0's address>:<free port> (e.g. 10.0.0.1:25000)"
+    listed = cfg.gpus.split(",") if cfg.gpus else []
+    if len(set(listed)) != len(listed) and not (cfg.router == "on" and not cfg.worker_urls):
+        return (f"GPUS={cfg.gpus} lists a GPU twice: only the router's local workers can share one (ROUTER=on, "
+                "WORKER_URLS empty)")
     if not 0 <= node_rank < cfg.nnodes:
         return f"--node-rank {node_rank} is not a node of NNODES={cfg.nnodes} (0 to {cfg.nnodes - 1})"
     return None
@@ -91,7 +98,7 @@ def gpu_problem(cfg: Config, environ: Mapping[str, str], devices: Sequence[GpuMe
                  if "CUDA_VISIBLE_DEVICES" in environ else f"this host has {len(visible)}")
         return (f"TP_SIZE={cfg.tp_size} x DP_SIZE={cfg.dp_size} needs {need} GPUs per node but {where} — lower "
                 "TP_SIZE or DP_SIZE, or give more GPUs")
-    for index in visible[:need]:
+    for index in dict.fromkeys(visible[:need]):  # a GPU shared by local workers is looked at once
         device = by_index.get(index)
         if device is not None and device.used_mib > BUSY_SHARE * device.total_mib:
             holders = ", ".join(f"pid {p.pid}" for p in processes if p.gpu_index == device.index) or "?"
