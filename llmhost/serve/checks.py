@@ -3,8 +3,10 @@ SGLang's Python, a free port, GPU room, the GPUs of a TP/DP layout: llmhost/serv
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from llmhost.config import Config
@@ -41,7 +43,12 @@ def check_launch(cfg: Config) -> None:
         if holder:
             raise ServeError(f"port {port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
                              f"or set {setting.split(' ')[0]}=<free port>")
-    parallel.check(cfg, environ={**os.environ, **dict(server_env(cfg))})
+    environ = {**os.environ, **dict(server_env(dataclasses.replace(cfg, gpus="")))}
+    if router.is_on(cfg) and subprocess.run([cfg.sglang_python, "-c", "import sglang_router"], env=environ,
+                                            capture_output=True, timeout=60).returncode != 0:
+        raise ServeError(f"ROUTER=on but SGLANG_PYTHON={cfg.sglang_python} cannot import sglang_router — install it "
+                         f"there ({cfg.sglang_python} -m pip install sglang-router) or set ROUTER=off")
+    parallel.check(cfg, environ=environ)
     room = gpu_room_problem(gpu.free_total_mib(parallel.first_device(cfg))) if cfg.mem_fraction_static == "auto" \
         else None
     if room:

@@ -83,8 +83,8 @@ def gpu_problem(cfg: Config, environ: Mapping[str, str], devices: Sequence[GpuMe
                 processes: Sequence[GpuProcess]) -> str | None:
     """Too few GPUs for this node, a GPUS index the host lacks, or a busy GPU of the layout, as one line; else None."""
     need = gpus_per_node(cfg)
-    if need == 1:
-        return None  # one GPU: the auto memory fraction adapts to what others hold (spec.py), as before
+    if need <= 1:  # one GPU: the auto memory fraction adapts to what others hold (spec.py), as before; none: the
+        return None  # router in front of servers elsewhere
     by_index = {str(d.index): d for d in devices}
     missing = [i for i in cfg.gpus.split(",") if cfg.gpus and i not in by_index]
     if missing:

@@ -5,7 +5,8 @@ All members run in the pane's process group, so `stop` ends them together, as it
 the pane ends the others (a router without workers, or a worker without its router, is not the service start
 promised). A member launches once every member in its `after` answers /health with 200.
 
-Writes in the state directory: members.json (start: name, command, port, after), then from the pane pgid (first:
+Writes in the state directory: members.json (start: name, command, port, after) and launch_command.txt (their
+command lines), then from the pane pgid (first:
 start waits for it), <name>.pid, <name>.log (that member's output), server.log (every member's lines, prefixed
 [name]), pid (the router's: what clients reach), and a closing line naming who exited with what code.
 """
@@ -31,8 +32,10 @@ MEMBERS_FILE = "members.json"
 
 
 def write_members(members: Sequence[Member], state_dir: Path) -> None:
+    """members.json for the pane, and every member's exact command in launch_command.txt, one a line."""
     records = [{"name": m.name, "command": m.spec.command, "port": m.port, "after": list(m.after)} for m in members]
     write_text_atomic(state_dir / MEMBERS_FILE, json.dumps(records, indent=2) + "\n")
+    write_text_atomic(state_dir / "launch_command.txt", "".join(m.spec.command_line + "\n" for m in members))
 
 
 def read_members(state_dir: Path) -> list[dict]:

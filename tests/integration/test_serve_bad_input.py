@@ -127,3 +127,8 @@ def test_print_command_prints_each_nodes_command_from_one_config(tmp_path):
     refused(serve(tmp_path, "print-command", "--node-rank", "2", **nodes), "--node-rank 2 is not a node of NNODES=2")
     usage = serve(tmp_path, "print-command", "--node-rank", "one", **nodes)
     assert usage.returncode == 2 and "./serve.sh print-command [--node-rank N]" in usage.stderr
+
+
+def test_the_router_without_sglang_router_installed_is_refused_before_launch(tmp_path):
+    refused(serve(tmp_path, "start", ROUTER="on", WORKER_URLS="http://10.0.0.2:30000"),
+            f"ROUTER=on but SGLANG_PYTHON={sys.executable} cannot import sglang_router — install it there")
