@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from standin import harness
-from test_serve import Serve, get
+from test_serve import Serve, get, write_key
 
 from llmhost.serve import procfs
 
@@ -98,10 +98,7 @@ def test_a_worker_that_dies_ends_the_whole_service(routed):
 
 def test_the_api_key_holds_at_the_router_and_never_reaches_a_command_line(routed, tmp_path):
     key = "sk-router-5e0a"
-    key_file = tmp_path / "key"
-    key_file.write_text(key + "\n")
-    key_file.chmod(0o600)
-    s = routed(API_KEY_FILE=str(key_file))
+    s = routed(API_KEY_FILE=str(write_key(tmp_path / "key", key)))
     started = s("start")
     assert started.returncode == 0, started.stderr
     chat = f"http://127.0.0.1:{s.port}/v1/chat/completions"
