@@ -70,6 +70,7 @@ class ReadyInfo:
     started_at: str | None  # UTC, as the pane recorded it
     waited_s: float
     already_running: bool  # start found it ready and launched nothing
+    layout: tuple[dict, ...] = ()  # which processes serve on which GPUs and ranks (llmhost.serve.service.layout)
 
 
 def running(cfg: Config) -> bool:
@@ -280,4 +281,4 @@ def _ready_info(cfg: Config, pgid: int, waited_s: float, already_running: bool) 
         command = ""
     pid = state.get("pid", "")
     return ReadyInfo(pgid, int(pid) if pid.isdigit() else None, cfg.base_url, command, state.get("started_at"),
-                     waited_s, already_running)
+                     waited_s, already_running, tuple(service.layout(cfg.state_dir)))

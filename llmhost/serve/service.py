@@ -46,6 +46,42 @@ def read_members(state_dir: Path) -> list[dict]:
         return []
 
 
+def command_env(command: Sequence[str]) -> dict[str, str]:
+    """The KEY=VALUE pairs of a recorded `env K=V ... argv` command."""
+    pairs = {}
+    for item in command[1:] if command[:1] == ["env"] else ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.replace("_", "a").isalnum():
+            break
+        pairs[key] = value
+    return pairs
+
+
+def layout(state_dir: Path) -> list[dict]:
+    """Which processes served and where, from what start recorded: per member its name, port, GPUs
+    (CUDA_VISIBLE_DEVICES, '' = all visible; None for the router) and TP/DP sizes; [] when nothing is recorded."""
+    members = read_members(state_dir)
+    if not members:
+        try:
+            record = json.loads((state_dir / "launch_command.json").read_text())
+            argv = record["argv"]
+            members = [{"name": "server", "port": int(argv[argv.index("--port") + 1]),
+                        "command": ["env", *(f"{k}={v}" for k, v in record["env"].items()), *argv]}]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return []
+    out = []
+    for member in members:
+        command = member["command"]
+        if member["name"] == "router":
+            out.append({"name": "router", "port": member["port"], "gpus": None, "tp_size": None, "dp_size": None})
+            continue
+        size = {flag: int(command[command.index(flag) + 1]) if flag in command else 1 for flag in ("--tp-size", "--dp-size")}
+        out.append({"name": member["name"], "port": member["port"],
+                    "gpus": command_env(command).get("CUDA_VISIBLE_DEVICES", ""),
+                    "tp_size": size["--tp-size"], "dp_size": size["--dp-size"]})
+    return out
+
+
 def _prefixed(write: Callable[[bytes], None], name: str) -> Callable[[bytes], None]:
     tag = f"[{name}] ".encode()
     return lambda data: write(b"".join(tag + line for line in data.splitlines(keepends=True)))

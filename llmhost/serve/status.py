@@ -71,7 +71,7 @@ def _service_lines(cfg: Config, client: ServerClient) -> list[str]:
         where = "elsewhere (WORKER_URLS)"
         if member:
             pid = read_state(cfg.state_dir, (f"{member['name']}.pid",)).get(f"{member['name']}.pid", "?")
-            gpus = next((a.split("=", 1)[1] for a in member["command"] if a.startswith("CUDA_VISIBLE_DEVICES=")), "?")
+            gpus = service.command_env(member["command"]).get("CUDA_VISIBLE_DEVICES") or "all visible"
             where = f"{member['name']}, pid {pid}, GPUs {gpus}, log {cfg.state_dir / (member['name'] + '.log')}"
         health = worker.health()
         lines.append(f"worker       : {url} {'ok' if health.ok else 'DOWN (/health -> ' + health.describe() + ')'}"

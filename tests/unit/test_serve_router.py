@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from llmhost import config
-from llmhost.serve import parallel, router
-from llmhost.serve.spec import SpecError
+from llmhost.serve import parallel, router, service
+from llmhost.serve.spec import SpecError, build_spec, write_launch_files
 
 H200 = (143771.0, 143771.0)  # (free, total) MiB of an empty H200
 
@@ -121,3 +121,20 @@ def test_the_standin_router_takes_exactly_the_captured_options(repo):
     assert bad.returncode == 2 and "unrecognized arguments: --workers" in bad.stderr
     bad = subprocess.run([*run, "--policy", "fastest"], env=env, capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "invalid choice: 'fastest'" in bad.stderr
+
+
+def test_the_layout_says_which_processes_served_on_which_gpus_and_ranks(cfg, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    service.write_members(router.members(dataclasses.replace(cfg, tp_size=2), ["0", "1", "2", "3"], H200, 16), state)
+    assert service.layout(state) == [
+        {"name": "worker0", "port": 30001, "gpus": "0,1", "tp_size": 2, "dp_size": 1},
+        {"name": "worker1", "port": 30002, "gpus": "2,3", "tp_size": 2, "dp_size": 1},
+        {"name": "router", "port": 30000, "gpus": None, "tp_size": None, "dp_size": None}]
+
+
+def test_one_servers_layout_comes_from_its_recorded_command(cfg, tmp_path):
+    one = dataclasses.replace(cfg, router="off", dp_size=2, gpus="4,5")
+    write_launch_files(build_spec(one, cpu_count=16), tmp_path, None)
+    assert service.layout(tmp_path) == [{"name": "server", "port": 30000, "gpus": "4,5", "tp_size": 1, "dp_size": 2}]
+    assert service.layout(tmp_path / "nothing") == []
