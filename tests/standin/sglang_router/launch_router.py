@@ -4,7 +4,8 @@ and worker handling, without Rust.
     PYTHONPATH=tests/standin python -m sglang_router.launch_router --host 127.0.0.1 --port 30000 \
         --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002 --policy cache_aware [--api-key K]
 
-Accepts exactly the options of its captured --help (tests/captures/router_launch_help.txt; unknown -> exit 2) and
+Accepts exactly the options of its captured --help (tests/captures/router_launch_help.txt: the 0.3.2 wheel's
+RouterArgs.add_cli_args printed by argparse, without the usage examples; unknown -> exit 2) and
 exports `parse_router_args` and `launch_router` as the real module does. As the real router:
   - binds --host/--port at once and adds workers as they pass a health check (--health-check-endpoint, every
     --worker-startup-check-interval s until healthy, then every --health-check-interval-secs);
