@@ -1,5 +1,6 @@
 """Serve-side checks, before any work: the API key file, and what a launch needs from the host (model files,
-SGLang's Python, a free port, GPU room, the GPUs of a TP/DP layout: llmhost/serve/parallel.py). Every setting's own value is checked where it is loaded (llmhost.settings).
+SGLang's Python, free ports, GPU room, the GPUs of a TP/DP layout: llmhost/serve/parallel.py; sglang_router with
+ROUTER=on). Every setting's own value is checked where it is loaded (llmhost.settings).
 """
 from __future__ import annotations
 
@@ -34,15 +35,15 @@ def check_launch(cfg: Config) -> None:
         raise ServeError(f"MODEL_DIR={cfg.model_dir} has no config.json — run ./setup_host.sh or set MODEL_DIR")
     if not shutil.which(cfg.sglang_python):
         raise ServeError(f"SGLANG_PYTHON={cfg.sglang_python} is not an executable — run ./setup_host.sh or set it")
-    ports = {cfg.port: "PORT"}
-    if router.is_on(cfg):
-        ports.update({p: "PORT (its local workers use PORT+1...)" for p in router.worker_ports(cfg)})
-        ports[cfg.router_metrics_port] = "ROUTER_METRICS_PORT"
-    for port, setting in ports.items():
-        holder = port_holder(router.LOCAL_HOST if setting != "PORT" else cfg.host, port)
+    ports = [(cfg.host, cfg.port, "PORT")]  # (host, port, the setting that moves it)
+    if router.is_on(cfg):  # local workers on PORT+1, PORT+2...; the router's metrics
+        ports += [(router.LOCAL_HOST, p, "PORT") for p in router.worker_ports(cfg)]
+        ports.append((router.LOCAL_HOST, cfg.router_metrics_port, "ROUTER_METRICS_PORT"))
+    for host, port, setting in ports:
+        holder = port_holder(host, port)
         if holder:
             raise ServeError(f"port {port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
-                             f"or set {setting.split(' ')[0]}=<free port>")
+                             f"or set {setting}=<free port>")
     environ = {**os.environ, **dict(server_env(dataclasses.replace(cfg, gpus="")))}
     if router.is_on(cfg) and subprocess.run([cfg.sglang_python, "-c", "import sglang_router"], env=environ,
                                             capture_output=True, timeout=60).returncode != 0:

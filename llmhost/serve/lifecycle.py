@@ -203,6 +203,8 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
         service.write_members(members, state)
     for note in spec.notes:
         console.note(note)
+    for note in (f"{m.name}: {n}" for m in members[:-1] for n in m.spec.notes):  # the workers' (the router's above)
+        console.note(note)
     for member in members:
         console.info(f"launching {member.name}" + (f" once {', '.join(member.after)} serve" if member.after else "")
                      + f": {member.spec.command_line}")

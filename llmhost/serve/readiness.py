@@ -2,7 +2,8 @@
 once reported "ready" for a server that had died with "address already in use".
 
 Ready needs all three: our group alive, the socket on PORT held by a PID of our group (where /proc shows it),
-and /health_generate 200 (a generation succeeded); with ROUTER=on, through the router and on every worker. Reads /proc and the server; writes nothing.
+and /health_generate 200 (a generation succeeded); with ROUTER=on, through the router and on every worker.
+Reads /proc and the server; writes nothing.
 """
 from __future__ import annotations
 

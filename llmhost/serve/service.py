@@ -75,7 +75,8 @@ def layout(state_dir: Path) -> list[dict]:
         if member["name"] == "router":
             out.append({"name": "router", "port": member["port"], "gpus": None, "tp_size": None, "dp_size": None})
             continue
-        size = {flag: int(command[command.index(flag) + 1]) if flag in command else 1 for flag in ("--tp-size", "--dp-size")}
+        size = {flag: int(command[command.index(flag) + 1]) if flag in command else 1
+                for flag in ("--tp-size", "--dp-size")}
         out.append({"name": member["name"], "port": member["port"],
                     "gpus": command_env(command).get("CUDA_VISIBLE_DEVICES", ""),
                     "tp_size": size["--tp-size"], "dp_size": size["--dp-size"]})
