@@ -1,6 +1,7 @@
 """ROUTER=on through serve.sh, with REAL tmux, stand-in SGLang workers and the stand-in sglang-router: two workers on one
 GPU behind the router start, pass the smoke test, report per worker and stop together; a dead worker ends the
-service; the API key holds at the router and never reaches a command line; servers elsewhere are only routed to."""
+service; the API key holds at the router and never reaches a command line; servers elsewhere are only routed to;
+a small benchmark runs behind it and records which workers served."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from benchrun import bench, isolated_env
 from standin import harness
 from test_serve import Serve, get, write_key
 
@@ -122,3 +124,25 @@ def test_servers_elsewhere_are_routed_to_but_neither_launched_nor_stopped(routed
         assert get(f"http://127.0.0.1:{s.port}/v1/models")[0] == 200
         assert s("stop").returncode == 0
         assert far.proc.poll() is None
+
+
+def test_a_small_benchmark_runs_behind_the_router_and_records_which_workers_served(tmp_path):
+    environments = isolated_env(tmp_path)
+    env = next(environments)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(ONE_H200)
+    smi.chmod(0o755)
+    env.update(ROUTER="on", GPUS="0,0", DP_SIZE="2", ROUTER_METRICS_PORT=str(harness.free_port()),
+               PATH=f"{smi.parent}{os.pathsep}{env['PATH']}")
+    try:
+        proc = bench(env, "--quick", "--arms", "baseline", timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        final = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert final["points_ok"] == final["points_planned"] and final["points_failed"] == 0
+        server = json.loads((Path(final["run_dir"]) / "servers" / "baseline.json").read_text())
+        assert [(m["name"], m["gpus"]) for m in server["layout"]] == [("worker0", "0"), ("worker1", "0"),
+                                                                      ("router", None)]
+        assert server["server_info"]["load_format"] == "dummy"  # a worker's, through the router's /get_server_info
+    finally:
+        next(environments, None)
