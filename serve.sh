@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run SGLang (Qwen3-4B, FlashInfer attention, prefix cache, chunked prefill, metrics) in tmux and manage it:
-#   ./serve.sh start|stop|restart|status|running|logs [-f] [-n N]|dashboard [stop]|tunnel|print-command
+#   ./serve.sh start|stop|restart|status|running|logs [-f] [-n N] [-m MEMBER]|dashboard [stop]|tunnel|print-command [--node-rank N]
 # ./serve.sh --help explains each command and what is written. Settings come from config.env (environment
 # variables win), e.g. PORT=30001 TOKENIZER_WORKER_NUM=8 ./serve.sh start
 # Exit codes: 0 ok, 1 failed (one line says why), 2 usage, 75 another start/stop/restart holds the lock.

@@ -58,6 +58,15 @@ class Config:
     ready_timeout_s: int
     tmux_session: str
     bench_user_arms: str
+    tp_size: int
+    dp_size: int
+    gpus: str
+    nnodes: int
+    dist_init_addr: str
+    router: str
+    worker_urls: str
+    router_policy: str
+    router_metrics_port: int
     gpu_hourly_usd: float | None
     _sources: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 

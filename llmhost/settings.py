@@ -26,6 +26,8 @@ REASONING_PARSERS = ("auto", "apertus2509", "deepseek-r1", "deepseek-v3", "deeps
                      "kimi", "kimi_k2", "kimi_k3", "mimo", "poolside_v1", "qwen3", "qwen3-thinking", "minimax",
                      "minimax-append-think", "minimax-m3", "step3", "step3p5", "mistral", "nemotron_3", "interns1",
                      "gemma4", "inkling", "cohere_command4")
+# sglang-router 0.3.2's --policy choices for regular (not prefill/decode) mode; manual needs routing keys we never send
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
 
 Check = Callable[[str], object]
 
@@ -165,6 +167,31 @@ def optional_price(text: str) -> float | None:
     return float(text)
 
 
+def device_list(text: str) -> str:
+    """Empty (every visible GPU) or nvidia-smi indices separated by commas: 0,1 (a repeat shares a GPU between
+    the router's local workers; llmhost/serve/parallel.py refuses it without the router)."""
+    if text and not re.fullmatch(r"[0-9]+(,[0-9]+)*", text):
+        raise ValueError("must be empty (every visible GPU) or GPU indices separated by commas (e.g. 0,1)")
+    return text
+
+
+def worker_urls(text: str) -> str:
+    """Empty (local workers) or http(s)://host:port URLs separated by spaces."""
+    for url in text.split():
+        if not re.fullmatch(r"https?://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}/?", url):
+            raise ValueError(f"has {url!r}, which is not a worker URL such as http://10.0.0.2:30000")
+    return text
+
+
+def optional_endpoint(text: str) -> str:
+    """Empty or host:port (IPv6 in brackets), as SGLang's --dist-init-addr takes it."""
+    if text and not re.fullmatch(r"([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}", text):
+        raise ValueError("must be empty or host:port of node 0 (e.g. 10.0.0.1:25000)")
+    if text:
+        port(text.rsplit(":", 1)[1])
+    return text
+
+
 def index_url(text: str) -> str:
     """A package index (PEP 503 simple API) setup's installers can use: http(s), or file:// for a local mirror."""
     if not re.fullmatch(r"(https?|file)://\S+", text):
@@ -200,5 +227,14 @@ CHECKS: Dict[str, Check] = {  # every config.env key, in config.env's order; the
     "READY_TIMEOUT_S": at_least(1, " seconds"),  # 0 would give up before the first poll
     "TMUX_SESSION": tmux_session,
     "BENCH_USER_ARMS": arm_specs,
+    "TP_SIZE": at_least(1, " GPUs"),
+    "DP_SIZE": at_least(1, " copies"),
+    "GPUS": device_list,
+    "NNODES": at_least(1, " hosts"),
+    "DIST_INIT_ADDR": optional_endpoint,
+    "ROUTER": matching(r"on|off", "must be on or off"),
+    "WORKER_URLS": worker_urls,
+    "ROUTER_POLICY": one_of(ROUTER_POLICIES, "router policies"),
+    "ROUTER_METRICS_PORT": port,
     "GPU_HOURLY_USD": optional_price,
 }

@@ -19,7 +19,8 @@ _USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 # Launch flags the server lifecycle owns through a setting but that are worth comparing: an arm's value travels
 # as that setting (they are refused among extra launch flags). The other setting flags (--port, --model-path, ...) are
 # not server configurations to compare and are refused in an arm.
-ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num")
+ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num", "--tp-size",
+                "--tensor-parallel-size", "--dp-size", "--data-parallel-size")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -260,6 +260,9 @@ class ServerRecord(Record):
     ready_s: float
     started_at: str  # UTC, ISO 8601
     restarts: tuple[str, ...] = ()  # "<UTC> <why>" per restart after a fault (the server died during a point)
+    # which processes served the arm's points, on which GPUs and ranks: name, port, gpus (CUDA_VISIBLE_DEVICES, ''
+    # = all visible; null for the router), tp_size, dp_size (llmhost.serve.service.layout)
+    layout: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def _upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:

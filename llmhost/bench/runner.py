@@ -127,7 +127,8 @@ def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
         ((f"{utc_now(started)} {reason}",) if reason else ())
     b.store.write_server(ServerRecord(
         arm=arm.name, launch_command=ready.launch_command or None, server_info=redact_secrets(info),
-        ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts))
+        ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts,
+        layout=ready.layout))
     return ""
 
 

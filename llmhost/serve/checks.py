@@ -1,16 +1,20 @@
 """Serve-side checks, before any work: the API key file, and what a launch needs from the host (model files,
-SGLang's Python, a free port, GPU room). Every setting's own value is checked where it is loaded (llmhost.settings).
+SGLang's Python, free ports, GPU room, the GPUs of a TP/DP layout: llmhost/serve/parallel.py; sglang_router with
+ROUTER=on). Every setting's own value is checked where it is loaded (llmhost.settings).
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from llmhost.config import Config
-from llmhost.serve import gpu
+from llmhost.serve import gpu, parallel, router
 from llmhost.serve.console import ServeError
 from llmhost.serve.procfs import port_holder
-from llmhost.serve.spec import gpu_room_problem
+from llmhost.serve.spec import gpu_room_problem, server_env
 
 
 def check_settings(cfg: Config) -> None:
@@ -31,10 +35,22 @@ def check_launch(cfg: Config) -> None:
         raise ServeError(f"MODEL_DIR={cfg.model_dir} has no config.json — run ./setup_host.sh or set MODEL_DIR")
     if not shutil.which(cfg.sglang_python):
         raise ServeError(f"SGLANG_PYTHON={cfg.sglang_python} is not an executable — run ./setup_host.sh or set it")
-    holder = port_holder(cfg.host, cfg.port)
-    if holder:
-        raise ServeError(f"port {cfg.port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
-                         "or set PORT=<free port>")
-    room = gpu_room_problem(gpu.free_total_mib()) if cfg.mem_fraction_static == "auto" else None
+    ports = [(cfg.host, cfg.port, "PORT")]  # (host, port, the setting that moves it)
+    if router.is_on(cfg):  # local workers on PORT+1, PORT+2...; the router's metrics
+        ports += [(router.LOCAL_HOST, p, "PORT") for p in router.worker_ports(cfg)]
+        ports.append((router.LOCAL_HOST, cfg.router_metrics_port, "ROUTER_METRICS_PORT"))
+    for host, port, setting in ports:
+        holder = port_holder(host, port)
+        if holder:
+            raise ServeError(f"port {port} is held by {holder} — stop it (./serve.sh stop if it is ours) "
+                             f"or set {setting}=<free port>")
+    environ = {**os.environ, **dict(server_env(dataclasses.replace(cfg, gpus="")))}
+    if router.is_on(cfg) and subprocess.run([cfg.sglang_python, "-c", "import sglang_router"], env=environ,
+                                            capture_output=True, timeout=60).returncode != 0:
+        raise ServeError(f"ROUTER=on but SGLANG_PYTHON={cfg.sglang_python} cannot import sglang_router — install it "
+                         f"there ({cfg.sglang_python} -m pip install sglang-router) or set ROUTER=off")
+    parallel.check(cfg, environ=environ)
+    room = gpu_room_problem(gpu.free_total_mib(parallel.first_device(cfg))) if cfg.mem_fraction_static == "auto" \
+        else None
     if room:
         raise ServeError(room)

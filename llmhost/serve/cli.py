@@ -4,19 +4,25 @@
                               send one test chat, print the laptop tunnel command (idempotent)
   ./serve.sh stop             stop only what start launched (recorded process group, our tagged tmux session)
   ./serve.sh restart          stop, wait for the GPU memory of the old PIDs to be freed, start
-  ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down)
+  ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down);
+                              with ROUTER=on the router's readiness and each worker's health, pid, GPUs, metrics
   ./serve.sh running          exit 0 when a server start launched is alive (ready or still starting), else 1
-  ./serve.sh logs [-f] [-n N] the server log
+  ./serve.sh logs [-f] [-n N] [-m MEMBER]
+                              the server log; with ROUTER=on every member's lines, [name]-prefixed, or one
+                              member's own (-m worker0, -m router)
   ./serve.sh dashboard [stop] serve RESULTS_DIR on 127.0.0.1:$DASHBOARD_PORT
   ./serve.sh tunnel           print the ssh command for a laptop
-  ./serve.sh print-command    the launch command start would run (no side effects)
+  ./serve.sh print-command [--node-rank N]
+                              the launch command start would run (no side effects); with NNODES > 1, the
+                              command of host N (start runs node 0; run the others' on their hosts)
 
 Settings come from config.env (environment variables win), e.g.
   PORT=30001 TOKENIZER_WORKER_NUM=8 ./serve.sh start
 Exit codes: 0 ok, 1 failed (one line says why), 2 usage, 75 another start/stop/restart holds the lock.
 Writes $WORK_DIR/server/: launch_command.{txt,json} (exact command, no secret), server.log (+ .1 of the
 previous run), pid, pgid, started_at, launch.env (0600), sglang_config.yaml (0600, only with API_KEY_FILE),
-dashboard.{pid,log}. (`python -m llmhost.serve` is the same CLI.)
+dashboard.{pid,log}; with ROUTER=on also members.json and each member's NAME.log and NAME.pid.
+(`python -m llmhost.serve` is the same CLI.)
 """
 from __future__ import annotations
 
@@ -27,10 +33,9 @@ from pathlib import Path
 
 from llmhost import deps
 from llmhost.config import Config, ConfigError, load
-from llmhost.serve import dashboard, gpu, lifecycle, pane, status, tunnel
+from llmhost.serve import dashboard, gpu, lifecycle, pane, parallel, status, tunnel
 from llmhost.serve.checks import check_settings
 from llmhost.serve.console import EXIT_FAILED, EXIT_INTERRUPTED, Console, ServeError, UsageError
-from llmhost.serve.spec import build_spec
 
 
 def cmd_start(cfg: Config, args: list[str], console: Console) -> int:
@@ -71,7 +76,7 @@ def cmd_running(cfg: Config, args: list[str], console: Console) -> int:
 
 
 def cmd_logs(cfg: Config, args: list[str], console: Console) -> int:
-    follow, lines = [], "100"
+    follow, lines, name = [], "100", "server"
     while args:
         option = args.pop(0)
         if option == "-f":
@@ -80,9 +85,13 @@ def cmd_logs(cfg: Config, args: list[str], console: Console) -> int:
             if not args or not args[0].isdigit():
                 raise UsageError("logs -n needs a number of lines")
             lines = args.pop(0)
+        elif option == "-m":
+            if not args or not args[0].replace("_", "").isalnum():
+                raise UsageError("logs -m needs a member name (worker0, router: ./serve.sh status lists them)")
+            name = args.pop(0)
         else:
-            raise UsageError(f"unknown logs option '{option}' — ./serve.sh logs [-f] [-n N]")
-    log = cfg.state_dir / "server.log"
+            raise UsageError(f"unknown logs option '{option}' — ./serve.sh logs [-f] [-n N] [-m MEMBER]")
+    log = cfg.state_dir / f"{name}.log"
     if not log.is_file():
         raise ServeError(f"no server log at {log} — run ./serve.sh start")
     sys.stdout.flush()
@@ -106,10 +115,18 @@ def cmd_tunnel(cfg: Config, args: list[str], console: Console) -> int:
 
 
 def cmd_print_command(cfg: Config, args: list[str], console: Console) -> int:
-    spec = build_spec(cfg, gpu_free_total_mib=gpu.free_total_mib())
-    for note in spec.notes:
-        console.note(note)
-    print(spec.command_line)
+    node_rank = 0
+    if args:
+        if len(args) != 2 or args[0] != "--node-rank" or not args[1].isdigit():
+            raise UsageError("print-command takes only --node-rank N — ./serve.sh print-command [--node-rank N]")
+        node_rank = int(args[1])
+    parallel.check(cfg, node_rank)  # the other nodes' GPUs are not visible from here: start checks those
+    spec, members = lifecycle.launch_plan(cfg, node_rank=node_rank)
+    for member in members or [None]:
+        shown = member.spec if member else spec
+        for note in shown.notes:
+            console.note(f"{member.name}: {note}" if member else note)
+        print(shown.command_line)
     return 0
 
 
@@ -120,7 +137,7 @@ COMMANDS: dict[str, tuple[Command, bool, bool]] = {
     "start": (cmd_start, False, True), "stop": (cmd_stop, False, False), "restart": (cmd_restart, False, True),
     "status": (cmd_status, False, True), "running": (cmd_running, False, False), "logs": (cmd_logs, True, False),
     "dashboard": (cmd_dashboard, True, False), "tunnel": (cmd_tunnel, False, False),
-    "print-command": (cmd_print_command, False, False),
+    "print-command": (cmd_print_command, True, False),
 }
 
 

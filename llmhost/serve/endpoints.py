@@ -79,7 +79,10 @@ class ServerClient:
         return self.get("/metrics", timeout)
 
     def server_info(self, timeout: float = 10.0) -> Reply:
-        return self.get("/server_info", timeout)
+        """SGLang's /server_info; where that is 404, /get_server_info: sglang-router 0.3.2 serves only the older name
+        (a worker's answer), so a benchmark behind ROUTER=on still records the server's arguments."""
+        reply = self.get("/server_info", timeout)
+        return self.get("/get_server_info", timeout) if reply.status == 404 else reply
 
     def model_info(self, timeout: float = 10.0) -> Reply:
         return self.get("/model_info", timeout)

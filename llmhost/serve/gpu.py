@@ -132,10 +132,11 @@ def describe(gpus: list[GpuMemory]) -> str:
     return "; ".join(f"gpu{g.index} {g.name} {g.used_mib / 1024:.1f}/{g.total_mib / 1024:.1f} GiB used" for g in gpus)
 
 
-def free_total_mib() -> tuple[float, float] | None:
-    """(free, total) MiB of the GPU the server will use (first of CUDA_VISIBLE_DEVICES, else 0); None: no GPU."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    index = int(first) if first.isdigit() else 0
+def free_total_mib(index: int | None = None) -> tuple[float, float] | None:
+    """(free, total) MiB of GPU `index`; None = the first of CUDA_VISIBLE_DEVICES, else gpu0. None: no such GPU."""
+    if index is None:
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        index = int(first) if first.isdigit() else 0
     return next(((d.total_mib - d.used_mib, d.total_mib) for d in devices() if d.index == index), None)
 
 

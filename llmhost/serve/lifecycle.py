@@ -21,14 +21,14 @@ from pathlib import Path
 
 from llmhost import files
 from llmhost.config import REPO_ROOT, Config
-from llmhost.serve import gpu, process, tmux
+from llmhost.serve import gpu, parallel, process, router, service, tmux
 from llmhost.serve.checks import check_launch, check_settings
 from llmhost.serve.console import EXIT_INTERRUPTED, Console, ServeError
 from llmhost.serve.lock import ServeLock
 from llmhost.serve.procfs import group_pids, port_holder
 from llmhost.serve.readiness import readiness, wait_ready
 from llmhost.serve import serverlog, startup
-from llmhost.serve.spec import build_spec, with_settings, write_launch_files
+from llmhost.serve.spec import ServerSpec, build_spec, server_env, usable_cpus, with_settings, write_launch_files
 
 # The one busy-lock policy: every call waits up to busy_wait_s for another start/stop/restart of this WORK_DIR
 # (a restart's stop + GPU release + launch take ~1-2 min), then raises ServerBusy. The CLI passes 0: exit 75 at
@@ -70,6 +70,7 @@ class ReadyInfo:
     started_at: str | None  # UTC, as the pane recorded it
     waited_s: float
     already_running: bool  # start found it ready and launched nothing
+    layout: tuple[dict, ...] = ()  # which processes serve on which GPUs and ranks (llmhost.serve.service.layout)
 
 
 def running(cfg: Config) -> bool:
@@ -194,12 +195,21 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
     elif tmux.exists(session):
         raise ServeError(f"a tmux session named {session} exists and serve.sh did not start it — "
                          "set TMUX_SESSION=<another name>")
-    spec = build_spec(cfg, gpu_free_total_mib=gpu.free_total_mib(), extra_args=extra_args)
+    spec, members = launch_plan(cfg, extra_args)
     check_launch(cfg)
     write_launch_files(spec, state, cfg.api_key())
+    (state / service.MEMBERS_FILE).unlink(missing_ok=True)
+    if members:
+        service.write_members(members, state)
     for note in spec.notes:
         console.note(note)
-    console.info(f"launching: {spec.command_line}")
+    for note in (f"{m.name}: {n}" for m in members[:-1] for n in m.spec.notes):  # the workers' (the router's above)
+        console.note(note)
+    for member in members:
+        console.info(f"launching {member.name}" + (f" once {', '.join(member.after)} serve" if member.after else "")
+                     + f": {member.spec.command_line}")
+    if not members:
+        console.info(f"launching: {spec.command_line}")
     log = state / "server.log"
     if log.exists():
         log.replace(state / "server.log.1")  # the previous run's log is kept once
@@ -217,6 +227,18 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
     pgid = int(process.read_state(state)["pgid"])
     console.info(f"server in tmux session {session} (process group {pgid}); log: {log}")
     return pgid
+
+
+def launch_plan(cfg: Config, extra_args: Sequence[str] = (), node_rank: int = 0
+                ) -> tuple[ServerSpec, list[router.Member]]:
+    """What start runs: the one server's spec, or with ROUTER=on the router's spec and every member in launch order."""
+    free = gpu.free_total_mib(parallel.first_device(cfg)) if node_rank == 0 else None
+    if not router.is_on(cfg):
+        return build_spec(cfg, gpu_free_total_mib=free, extra_args=extra_args, node_rank=node_rank), []
+    environ = {**os.environ, **dict(server_env(dataclasses.replace(cfg, gpus="")))}
+    devices = parallel.visible_devices(cfg.gpus, environ, gpu.devices())
+    members = router.members(cfg, devices, free, usable_cpus(), extra_args)
+    return members[-1].spec, members
 
 
 def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
@@ -261,4 +283,4 @@ def _ready_info(cfg: Config, pgid: int, waited_s: float, already_running: bool) 
         command = ""
     pid = state.get("pid", "")
     return ReadyInfo(pgid, int(pid) if pid.isdigit() else None, cfg.base_url, command, state.get("started_at"),
-                     waited_s, already_running)
+                     waited_s, already_running, tuple(service.layout(cfg.state_dir)))

@@ -24,10 +24,10 @@ STATE_FILES = ("pid", "pgid", "started_at")
 SECRET_NAME = re.compile(r"([A-Za-z0-9_]*_)?(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)")
 
 
-def read_state(state_dir: Path) -> dict[str, str]:
-    """pid, pgid, started_at as the pane recorded them ({} when nothing was started)."""
+def read_state(state_dir: Path, names: tuple[str, ...] = STATE_FILES) -> dict[str, str]:
+    """pid, pgid, started_at (or the other files named) as the pane recorded them ({} when nothing was started)."""
     out = {}
-    for name in STATE_FILES:
+    for name in names:
         try:
             out[name] = (state_dir / name).read_text().strip()
         except OSError:

@@ -2,7 +2,8 @@
 once reported "ready" for a server that had died with "address already in use".
 
 Ready needs all three: our group alive, the socket on PORT held by a PID of our group (where /proc shows it),
-and /health_generate 200 (a generation succeeded). Reads /proc and the server; writes nothing.
+and /health_generate 200 (a generation succeeded); with ROUTER=on, through the router and on every worker.
+Reads /proc and the server; writes nothing.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from llmhost.config import Config
-from llmhost.serve import serverlog
+from llmhost.serve import router, serverlog
 from llmhost.serve.console import Console
 from llmhost.serve.endpoints import ServerClient
 from llmhost.serve.procfs import group_alive, listeners, pgid_of, port_holder
@@ -32,9 +33,15 @@ def readiness(cfg: Config, pgid: int, client: ServerClient | None = None) -> tup
         if not any(pgid_of(p) == pgid for p in owners):
             return "foreign", f"port {cfg.port} is held by {port_holder(cfg.host, cfg.port)}, not by our server"
     reply = (client or ServerClient.for_config(cfg)).health_generate()
-    if reply.ok:
-        return "ready", "a generation succeeded"
-    return "starting", f"/health_generate -> {reply.describe()}"
+    if not reply.ok:
+        return "starting", f"/health_generate -> {reply.describe()}"
+    workers = router.worker_url_list(cfg) if router.is_on(cfg) else []
+    for url in workers:  # the router answers once one worker does: ready means every one serves
+        reply = ServerClient(url).health_generate()
+        if not reply.ok:
+            return "starting", f"the router serves; worker {url}: /health_generate -> {reply.describe()}"
+    return "ready", f"a generation succeeded through the router and on each of {len(workers)} workers" if workers \
+        else "a generation succeeded"
 
 
 def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: float = 5.0,

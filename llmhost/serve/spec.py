@@ -19,6 +19,7 @@ from pathlib import Path
 
 from llmhost.config import Config
 from llmhost.files import write_text_atomic
+from llmhost.serve import parallel
 from llmhost.serve.console import ServeError
 
 
@@ -53,6 +54,10 @@ SETTING_FLAGS = {
     "--tokenizer-worker-num": "TOKENIZER_WORKER_NUM", "--mem-fraction-static": "MEM_FRACTION_STATIC",
     "--chunked-prefill-size": "CHUNKED_PREFILL_SIZE", "--tool-call-parser": "TOOL_CALL_PARSER",
     "--reasoning-parser": "REASONING_PARSER", "--api-key": "API_KEY_FILE", "--config": "API_KEY_FILE",
+    "--tp-size": "TP_SIZE", "--tensor-parallel-size": "TP_SIZE", "--dp-size": "DP_SIZE",
+    "--data-parallel-size": "DP_SIZE", "--nnodes": "NNODES",
+    "--node-rank": "NNODES (and ./serve.sh print-command --node-rank N)",
+    "--dist-init-addr": "DIST_INIT_ADDR", "--nccl-init-addr": "DIST_INIT_ADDR",
 }
 CONFIG_FILE_NAME = "sglang_config.yaml"
 # SGLang reserves ~10 GiB beside its static pool on GPUs > 60 GiB (activations, CUDA graphs); smaller: ~4 GiB.
@@ -177,8 +182,9 @@ def merge_extra(ours: list[list[str]], extra: list[list[str]]) -> tuple[list[str
 
 
 def server_env(cfg: Config) -> tuple[tuple[str, str], ...]:
-    """SERVER_ENV pairs plus the persistent FlashInfer JIT cache (kernels compiled once survive restarts)."""
-    pairs: dict[str, str] = {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base}
+    """SERVER_ENV pairs plus the persistent FlashInfer JIT cache (kernels compiled once survive restarts) and the
+    GPUs of GPUS (llmhost/serve/parallel.py)."""
+    pairs: dict[str, str] = {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base, **parallel.device_env(cfg)}
     try:
         items = shlex.split(cfg.server_env)
     except ValueError as exc:
@@ -187,6 +193,8 @@ def server_env(cfg: Config) -> tuple[tuple[str, str], ...]:
         key, sep, value = item.partition("=")
         if not sep or not key.replace("_", "a").isalnum() or key[0].isdigit():
             raise SpecError(f"SERVER_ENV: {item!r} is not KEY=VALUE")
+        if cfg.gpus and key == "CUDA_VISIBLE_DEVICES":
+            raise SpecError(f"SERVER_ENV sets CUDA_VISIBLE_DEVICES and GPUS={cfg.gpus} sets it too — keep one")
         pairs[key] = value
     return tuple(pairs.items())
 
@@ -221,11 +229,16 @@ def build_spec(
     cpu_count: int | None = None,
     gpu_free_total_mib: tuple[float, float] | None = None,
     extra_args: Sequence[str] = (),
+    node_rank: int = 0,
 ) -> ServerSpec:
     """The launch command for cfg: the article's features on, adaptive defaults resolved, extra args merged.
 
     extra_args (a benchmark arm's flags) go after SERVER_EXTRA_ARGS, so an arm's flag replaces a configured one.
+    node_rank: which host of NNODES the command is for (print-command; start runs node 0).
     """
+    problem = parallel.layout_problem(cfg, node_rank)
+    if problem:
+        raise SpecError(problem)
     python = cfg.sglang_python if "/" in cfg.sglang_python else (shutil.which(cfg.sglang_python) or cfg.sglang_python)
     workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or usable_cpus())
     key_note = None
@@ -245,7 +258,7 @@ def build_spec(
         ["--attention-backend", "flashinfer"],  # the article's kernels (prefix cache stays on: SGLang's default)
         ["--enable-metrics"], ["--enable-cache-report"],  # /metrics; cached_tokens in every usage block
         ["--tool-call-parser", cfg.tool_call_parser], ["--reasoning-parser", cfg.reasoning_parser],
-        ["--tokenizer-worker-num", str(workers)],
+        ["--tokenizer-worker-num", str(workers)], *parallel.launch_flags(cfg, node_rank),
     ]
     if fraction is not None:
         ours.append(["--mem-fraction-static", str(fraction)])
@@ -253,7 +266,8 @@ def build_spec(
         if not cfg.chunked_prefill_size.lstrip("-").isdigit():
             raise SpecError(f"CHUNKED_PREFILL_SIZE={cfg.chunked_prefill_size!r} must be auto or tokens (-1 = off)")
         ours.append(["--chunked-prefill-size", cfg.chunked_prefill_size])
-    config_file = str(Path(cfg.state_dir) / CONFIG_FILE_NAME) if cfg.api_key_file else None
+    # only node 0 serves HTTP: the other hosts of NNODES need no key (nor its file, which start writes on node 0)
+    config_file = str(Path(cfg.state_dir) / CONFIG_FILE_NAME) if cfg.api_key_file and node_rank == 0 else None
     if config_file:
         ours.append(["--config", config_file])
     extra_tokens = [*_configured_extra_args(cfg), *extra_args]

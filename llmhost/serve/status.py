@@ -9,6 +9,7 @@ import calendar
 import time
 
 from llmhost.config import Config
+from llmhost.serve import router
 from llmhost.serve.endpoints import ServerClient
 from llmhost.serve.process import read_state, recorded_group
 from llmhost.serve.procfs import port_holder
@@ -41,9 +42,12 @@ def status_lines(cfg: Config, api_key: str | None, client: ServerClient | None =
     except (ValueError, AttributeError):  # not SGLang's JSON: say so, keep reporting
         names = ["? (/v1/models: not a model list)"]
     lines.append(f"served model : {', '.join(map(str, names))}")
-    scrape = client.metrics()
-    lines += _metric_lines(scrape.text) if scrape.ok else [
-        f"metrics      : /metrics -> {scrape.describe()} (start with --enable-metrics)"]
+    if router.is_on(cfg):
+        lines += _service_lines(cfg, client)
+    else:
+        scrape = client.metrics()
+        lines += _metric_lines(scrape.text) if scrape.ok else [
+            f"metrics      : /metrics -> {scrape.describe()} (start with --enable-metrics)"]
     if ours and "started_at" in state:
         lines.append(f"process      : pid {state.get('pid', '?')}, group {ours} (ours), started {state['started_at']}")
         lines.append(f"uptime       : {_uptime(state['started_at'])}")
@@ -51,6 +55,31 @@ def status_lines(cfg: Config, api_key: str | None, client: ServerClient | None =
         lines.append(f"process      : NOT started by this serve.sh — {port_holder(cfg.host, cfg.port) or '?'}")
     lines.append(f"GPU memory   : {gpu.describe(gpu.devices())}")
     return True, lines
+
+
+def _service_lines(cfg: Config, client: ServerClient) -> list[str]:
+    """ROUTER=on: the router's readiness, then each worker's health, process, GPUs and live metrics."""
+    from llmhost.serve import service
+
+    ready = client.get("/readiness")
+    lines = [f"router       : {cfg.router_policy} policy, /readiness -> {ready.describe()}, its metrics on "
+             f"http://{router.LOCAL_HOST}:{cfg.router_metrics_port}/metrics"]
+    recorded = {m["port"]: m for m in service.read_members(cfg.state_dir) if m["name"] != "router"}
+    for url in router.worker_url_list(cfg):
+        worker = ServerClient(url, client.api_key)
+        member = recorded.get(int(url.rsplit(":", 1)[1].rstrip("/")))
+        where = "elsewhere (WORKER_URLS)"
+        if member:
+            pid = read_state(cfg.state_dir, (f"{member['name']}.pid",)).get(f"{member['name']}.pid", "?")
+            gpus = service.command_env(member["command"]).get("CUDA_VISIBLE_DEVICES") or "all visible"
+            where = f"{member['name']}, pid {pid}, GPUs {gpus}, log {cfg.state_dir / (member['name'] + '.log')}"
+        health = worker.health()
+        lines.append(f"worker       : {url} {'ok' if health.ok else 'DOWN (/health -> ' + health.describe() + ')'}"
+                     f" — {where}")
+        scrape = worker.metrics() if health.ok else None
+        if scrape is not None and scrape.ok:
+            lines += [f"  {line}" for line in _metric_lines(scrape.text)]
+    return lines
 
 
 def _not_serving(cfg: Config, state: dict[str, str], ours: int | None, why: str) -> str:

@@ -104,6 +104,13 @@ def get(url: str, api_key: str | None = None) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def write_key(path: Path, key: str) -> Path:
+    """An API key file as API_KEY_FILE wants it: the key on its first line, mode 600."""
+    path.write_text(key + "\n")
+    path.chmod(0o600)
+    return path
+
+
 # ---------------------------------------------------------------- a started server
 def test_start_waits_for_a_generation_then_prints_a_test_reply_and_the_tunnel(running):
     s, result = running
@@ -300,10 +307,7 @@ def test_the_server_gets_this_shells_environment_not_the_tmux_servers(serve):
 # ---------------------------------------------------------------- the API key
 def test_api_key_works_end_to_end_and_never_leaks(serve, tmp_path):
     key = "sk-test-7c1f9d2a"
-    key_file = tmp_path / "key"
-    key_file.write_text(key + "\n")
-    key_file.chmod(0o600)
-    s = serve(API_KEY_FILE=str(key_file))
+    s = serve(API_KEY_FILE=str(write_key(tmp_path / "key", key)))
     result = s("start")
     assert result.returncode == 0, result.stderr
     assert "test reply in" in result.stdout

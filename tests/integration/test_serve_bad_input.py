@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 def serve(tmp_path: Path, *args: str, **overrides: str) -> subprocess.CompletedProcess:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
+    if not (model / "config.json").exists():
+        (model / "config.json").write_text("{}")
     env = {**os.environ, "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model), "SGLANG_PYTHON": sys.executable,
            "HOST": "127.0.0.1", "PORT": "39999", "TMUX_SESSION": "llmhost-bad-input", "API_KEY_FILE": "",
            "READY_TIMEOUT_S": "60", "LOAD_FORMAT": "auto", "LLMHOST_CONFIG": "", "TMUX_TMPDIR": str(tmp_path)}
@@ -85,3 +86,49 @@ def test_another_start_or_stop_holding_the_lock_is_exit_75(tmp_path):
     assert busy.returncode == 75 and busy.stderr.count("\n") == 1
     assert f"another ./serve.sh start/stop/restart is running for {state} — wait for it" in busy.stderr
     assert serve(tmp_path, "stop").returncode == 0
+
+
+TWO_H200S = """#!/bin/sh
+case "$1" in
+  --query-gpu=index,name,memory.used,memory.total) printf '0, NVIDIA H200, 1, 143771\\n1, NVIDIA H200, 70000, 143771\\n' ;;
+  --query-gpu=index,gpu_uuid) printf '0, GPU-aaaa\\n1, GPU-bbbb\\n' ;;
+  --query-compute-apps=pid,gpu_uuid,used_memory) echo "4121, GPU-bbbb, 69990" ;;
+  *) exit 9 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"TP_SIZE": "3"}, "TP_SIZE=3 does not divide the model's 32 attention heads — use a divisor of 32"),
+    ({"TP_SIZE": "2", "DP_SIZE": "2"}, "TP_SIZE=2 x DP_SIZE=2 needs 4 GPUs per node but this host has 2"),
+    ({"TP_SIZE": "2"}, "gpu1 is busy: 68.4 of 140.4 GiB used (by pid 4121)"),
+    ({"DP_SIZE": "2", "GPUS": "0,5"}, "GPUS=0,5 names GPU 5, which this host lacks (it has: gpu0, gpu1)"),
+    ({"NNODES": "2", "TP_SIZE": "2"}, "NNODES=2 needs DIST_INIT_ADDR=<node 0's address>:<free port>"),
+])
+def test_a_tp_dp_layout_the_gpus_or_the_model_cannot_hold_is_refused_before_launch(tmp_path, settings, expected):
+    smi = tmp_path / "bin" / "nvidia-smi"  # the driver's view at the process boundary: two H200s, gpu1 in use
+    smi.parent.mkdir()
+    smi.write_text(TWO_H200S)
+    smi.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"num_attention_heads": 32, "num_key_value_heads": 8}')
+    result = serve(tmp_path, "start", PATH=f"{smi.parent}{os.pathsep}{os.environ['PATH']}", **settings)
+    refused(result, expected)
+    assert not (tmp_path / "work" / "server" / "launch_command.txt").exists()  # nothing was launched
+
+
+def test_print_command_prints_each_nodes_command_from_one_config(tmp_path):
+    nodes = {"NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": "10.0.0.1:25000"}
+    for rank in (0, 1):
+        printed = serve(tmp_path, "print-command", "--node-rank", str(rank), **nodes)
+        assert printed.returncode == 0, printed.stderr
+        assert printed.stdout.rstrip().endswith(f"--tp-size 2 --nnodes 2 --node-rank {rank} "
+                                                "--dist-init-addr 10.0.0.1:25000")
+    refused(serve(tmp_path, "print-command", "--node-rank", "2", **nodes), "--node-rank 2 is not a node of NNODES=2")
+    usage = serve(tmp_path, "print-command", "--node-rank", "one", **nodes)
+    assert usage.returncode == 2 and "./serve.sh print-command [--node-rank N]" in usage.stderr
+
+
+def test_the_router_without_sglang_router_installed_is_refused_before_launch(tmp_path):
+    refused(serve(tmp_path, "start", ROUTER="on", WORKER_URLS="http://10.0.0.2:30000"),
+            f"ROUTER=on but SGLANG_PYTHON={sys.executable} cannot import sglang_router — install it there")

@@ -74,6 +74,13 @@ def test_an_arm_on_a_flag_serve_sh_owns_travels_as_its_setting():
         arms.parse_user_arm("c=--chunked-prefill-size")
 
 
+def test_tensor_and_data_parallel_arms_travel_as_tp_size_and_dp_size():
+    """An arm may compare TP=2 or DP=2 with one GPU: the restart gets the setting, which start checks against the GPUs."""
+    assert arms.server_overrides(arms.parse_user_arm("tp2=--tp-size 2")) == ([], {"TP_SIZE": "2"})
+    assert arms.server_overrides(arms.parse_user_arm("dp2=--data-parallel-size 2")) == ([], {"DP_SIZE": "2"})
+    assert arms.server_overrides(arms.parse_user_arm("dp2=--dp-size=2")) == ([], {"DP_SIZE": "2"})
+
+
 def _metrics_body(captures) -> str:
     return (captures / "GET_metrics.txt").read_text().replace("\r\n", "\n").split("\n\n", 1)[1]
 

@@ -75,6 +75,12 @@ def test_each_endpoint_is_its_route_and_method(transport, recorder):
     assert all("Authorization" not in h for _, _, h, _ in server.seen)  # no key, no header
 
 
+def test_server_info_behind_the_router_falls_back_to_the_older_route(transport, recorder):
+    server = recorder(status=404)
+    assert ServerClient(server.url).server_info() == Reply(404, "GET /get_server_info")
+    assert [p for _, p, _, _ in server.seen] == ["/server_info", "/get_server_info"]
+
+
 def test_posts_send_json_or_an_empty_body_with_the_bearer_key(transport, recorder):
     server = recorder()
     client = ServerClient(server.url, api_key="k-1")

@@ -30,6 +30,10 @@ def test_every_key_of_config_env_has_a_check_and_a_config_field():
     ("MODEL_ID", "Qwen/Qwen3-4B", "Qwen/Qwen3 4B"), ("SGLANG_VERSION", "0.5.17rc1", "latest"),
     ("GPU_HOURLY_USD", "3.50", "abc"), ("GPU_HOURLY_USD", "", "-1"), ("GPU_HOURLY_USD", "0.01", "0"),
     ("GPU_HOURLY_USD", ".5", "nan"), ("GPU_HOURLY_USD", "12", "1e3"),
+    ("TP_SIZE", "1", "0"), ("DP_SIZE", "2", "two"), ("NNODES", "2", "0"), ("GPUS", "0,0", "0 1"), ("GPUS", "0,1", "0,"),
+    ("GPUS", "3", "gpu0"), ("DIST_INIT_ADDR", "", "10.0.0.1"), ("DIST_INIT_ADDR", "10.0.0.1:25000", "h:70000"),
+    ("DIST_INIT_ADDR", "[fd00::1]:25000", "a b:1"), ("ROUTER", "on", "yes"), ("ROUTER_POLICY", "cache_aware", "manual"),
+    ("WORKER_URLS", "http://10.0.0.2:30000 http://[::1]:30001", "10.0.0.2:30000"), ("ROUTER_METRICS_PORT", "29000", "0"),
 ])
 def test_checks_draw_the_line_where_the_setting_stops_working(key, good, bad):
     settings.CHECKS[key](good)

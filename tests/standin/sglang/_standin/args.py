@@ -67,18 +67,20 @@ def _choices(spec: str) -> list[str] | None:
 
 
 class _HelpAction(argparse.Action):
-    def __init__(self, option_strings, dest, **kwargs):
+    def __init__(self, option_strings, dest, help_text=None, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show help and exit")
+        self.text = help_text
 
     def __call__(self, parser, namespace, values, option_string=None):
-        sys.stdout.write(help_text())
+        sys.stdout.write(self.text or help_text())
         parser.exit(0)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, add_help=False)
-    parser.add_argument("-h", "--help", action=_HelpAction)
-    for opt in option_table(help_text()):
+def build_parser(text: str | None = None, prog: str = PROG) -> argparse.ArgumentParser:
+    """A parser taking exactly the options of a captured --help (launch_server's unless `text` is another's)."""
+    parser = argparse.ArgumentParser(prog=prog, add_help=False)
+    parser.add_argument("-h", "--help", action=_HelpAction, help_text=text)
+    for opt in option_table(text or help_text()):
         kwargs: dict = {"dest": opt["dest"], "default": None}
         if opt["nargs"] == 0:
             kwargs.update(action="store_true", default=False)

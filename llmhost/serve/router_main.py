@@ -1,0 +1,26 @@
+"""Start sglang-router with the API key from the workers' 0600 YAML, so the key is never on a command line
+(/proc/PID/cmdline, launch_command.txt, ps): sglang-router 0.3.2 takes it only as --api-key.
+
+    SGLANG_PYTHON llmhost/serve/router_main.py [--api-key-from $WORK_DIR/server/sglang_config.yaml] ROUTER_ARGS...
+
+Run by path by the ROUTER=on service (llmhost/serve/router.py), with the Python that has sglang_router; stdlib
+otherwise. The router's arguments are sglang-router's own (python -m sglang_router.launch_router --help).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--api-key-from"]:
+        # the file start writes: one line `api-key: "<key as a JSON string>"`
+        key = json.loads(open(argv[1]).read().split(":", 1)[1].strip())
+        argv = [*argv[2:], "--api-key", key]
+    from sglang_router.launch_router import launch_router, parse_router_args
+
+    launch_router(parse_router_args(argv))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

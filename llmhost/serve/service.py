@@ -1,0 +1,156 @@
+"""Several processes as one service in the tmux pane (ROUTER=on: local workers, then the router): the members file
+start writes, and the pane body that runs it.
+
+All members run in the pane's process group, so `stop` ends them together, as it ends the one server; when one exits
+the pane ends the others (a router without workers, or a worker without its router, is not the service start
+promised). A member launches once every member in its `after` answers /health with 200.
+
+Writes in the state directory: members.json (start: name, command, port, after) and launch_command.txt (their
+command lines), then from the pane pgid (first:
+start waits for it), <name>.pid, <name>.log (that member's output), server.log (every member's lines, prefixed
+[name]), pid (the router's: what clients reach), and a closing line naming who exited with what code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from llmhost.files import write_text_atomic
+from llmhost.serve import serverlog
+from llmhost.serve.process import read_launch_env
+from llmhost.serve.router import Member
+
+MEMBERS_FILE = "members.json"
+
+
+def write_members(members: Sequence[Member], state_dir: Path) -> None:
+    """members.json for the pane, and every member's exact command in launch_command.txt, one a line."""
+    records = [{"name": m.name, "command": m.spec.command, "port": m.port, "after": list(m.after)} for m in members]
+    write_text_atomic(state_dir / MEMBERS_FILE, json.dumps(records, indent=2) + "\n")
+    write_text_atomic(state_dir / "launch_command.txt", "".join(m.spec.command_line + "\n" for m in members))
+
+
+def read_members(state_dir: Path) -> list[dict]:
+    """The members start recorded ([] for one plain server)."""
+    try:
+        return json.loads((state_dir / MEMBERS_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def command_env(command: Sequence[str]) -> dict[str, str]:
+    """The KEY=VALUE pairs of a recorded `env K=V ... argv` command."""
+    pairs = {}
+    for item in command[1:] if command[:1] == ["env"] else ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.replace("_", "a").isalnum():
+            break
+        pairs[key] = value
+    return pairs
+
+
+def layout(state_dir: Path) -> list[dict]:
+    """Which processes served and where, from what start recorded: per member its name, port, GPUs
+    (CUDA_VISIBLE_DEVICES, '' = all visible; None for the router) and TP/DP sizes; [] when nothing is recorded."""
+    members = read_members(state_dir)
+    if not members:
+        try:
+            record = json.loads((state_dir / "launch_command.json").read_text())
+            argv = record["argv"]
+            members = [{"name": "server", "port": int(argv[argv.index("--port") + 1]),
+                        "command": ["env", *(f"{k}={v}" for k, v in record["env"].items()), *argv]}]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return []
+    out = []
+    for member in members:
+        command = member["command"]
+        if member["name"] == "router":
+            out.append({"name": "router", "port": member["port"], "gpus": None, "tp_size": None, "dp_size": None})
+            continue
+        size = {flag: int(command[command.index(flag) + 1]) if flag in command else 1
+                for flag in ("--tp-size", "--dp-size")}
+        out.append({"name": member["name"], "port": member["port"],
+                    "gpus": command_env(command).get("CUDA_VISIBLE_DEVICES", ""),
+                    "tp_size": size["--tp-size"], "dp_size": size["--dp-size"]})
+    return out
+
+
+def _prefixed(write: Callable[[bytes], None], name: str) -> Callable[[bytes], None]:
+    tag = f"[{name}] ".encode()
+    return lambda data: write(b"".join(tag + line for line in data.splitlines(keepends=True)))
+
+
+def _serves(port: int) -> bool:
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                f"http://127.0.0.1:{port}/health", timeout=5) as reply:
+            return reply.status == 200
+    except OSError:  # refused, reset, 503 (HTTPError is an OSError), timeout
+        return False
+
+
+def _launch(member: dict, state_dir: Path, env: dict[str, str], sinks: list, secrets: list) -> subprocess.Popen:
+    proc = subprocess.Popen(member["command"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    write_text_atomic(state_dir / f"{member['name']}.pid", f"{proc.pid}\n")
+    log = open(state_dir / f"{member['name']}.log", "ab")  # closed by the copier thread at EOF
+
+    def copy() -> None:
+        with log:
+            own = [lambda data: (log.write(data), log.flush()), *(_prefixed(s, member["name"]) for s in sinks)]
+            serverlog.copy_output(lambda n: os.read(proc.stdout.fileno(), n), own, secrets)
+    threading.Thread(target=copy, daemon=True).start()
+    return proc
+
+
+def _first_exit(running: dict[str, subprocess.Popen]) -> tuple[str, int] | None:
+    """(name, code) of a member that exited, or None while all run."""
+    for name, proc in running.items():
+        if proc.poll() is not None:
+            code = proc.returncode
+            return name, code if code >= 0 else 128 - code
+    return None
+
+
+def run_service(state_dir: Path, secrets: list[bytes], sinks: list) -> int:
+    """Launch the members in order, each after those it waits for serve; end them all when one exits."""
+    env = read_launch_env(state_dir)
+    running: dict[str, subprocess.Popen] = {}
+    exited = None
+    members = read_members(state_dir)
+    for member in members:
+        ports = [m["port"] for m in members if m["name"] in member["after"]]
+        while exited is None and not all(_serves(p) for p in ports):
+            exited = _first_exit(running)
+            time.sleep(0.5)
+        if exited:
+            break
+        running[member["name"]] = _launch(member, state_dir, env, sinks, secrets)
+        if member["name"] == "router":
+            write_text_atomic(state_dir / "pid", f"{running['router'].pid}\n")
+    while exited is None:
+        exited = _first_exit(running)
+        time.sleep(0.5)
+    name, code = exited
+    for proc in running.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in running.values():
+        proc.wait()
+    serverlog.emit(f"[serve] {name} exited with code {code}; the service is stopped\n".encode(), sinks)
+    return code or 1  # a member that exited 0 still ended the service: not a success
+
+
+def pane_sinks(log_file) -> list:
+    """The pane's terminal and server.log."""
+    def to_log(data: bytes) -> None:
+        log_file.write(data)
+        log_file.flush()
+    return [serverlog.fd_writer(sys.stdout.fileno()), to_log]

@@ -1,0 +1,148 @@
+"""ROUTER=on through serve.sh, with REAL tmux, stand-in SGLang workers and the stand-in sglang-router: two workers on one
+GPU behind the router start, pass the smoke test, report per worker and stop together; a dead worker ends the
+service; the API key holds at the router and never reaches a command line; servers elsewhere are only routed to;
+a small benchmark runs behind it and records which workers served."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from benchrun import bench, isolated_env
+from standin import harness
+from test_serve import Serve, get, write_key
+
+from llmhost.serve import procfs
+
+REPO = Path(__file__).resolve().parents[2]
+
+ONE_H200 = """#!/bin/sh
+case "$1" in
+  --query-gpu=index,name,memory.used,memory.total) echo "0, NVIDIA H200, 1, 143771" ;;
+  --query-gpu=index,gpu_uuid) echo "0, GPU-aaaa" ;;
+  --query-compute-apps=pid,gpu_uuid,used_memory) ;;
+  *) exit 9 ;;
+esac
+"""
+
+
+@pytest.fixture
+def routed(tmp_path):
+    """make(**settings) -> a Serve with ROUTER=on and a driver that shows one empty H200 (a fake nvidia-smi)."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(ONE_H200)
+    smi.chmod(0o755)
+    made: list[Serve] = []
+
+    def make(**overrides: str) -> Serve:
+        settings = {"ROUTER": "on", "GPUS": "0,0", "DP_SIZE": "2", "LOAD_FORMAT": "dummy",
+                    "PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}", **overrides}
+        made.append(Serve(tmp_path / f"s{len(made)}", **settings))
+        made[-1].env["ROUTER_METRICS_PORT"] = str(harness.free_port())
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.cleanup()
+
+
+def member_pids(s: Serve) -> dict[str, int]:
+    return {p.stem: int(p.read_text()) for p in s.state.glob("*.pid") if p.stem in ("worker0", "worker1", "router")}
+
+
+def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_together(routed):
+    s = routed()
+    started = s("start")
+    assert started.returncode == 0, started.stderr
+    assert "ready after" in started.stdout and "through the router and on each of 2 workers" in started.stdout
+    assert "launching worker1 once worker0 serve" in started.stdout  # one GPU: the second sizes its pool after
+    commands = (s.state / "launch_command.txt").read_text().splitlines()
+    assert [c.split("--mem-fraction-static ")[1].split()[0] for c in commands[:2]] == ["0.403", "0.806"]
+    assert "--worker-urls" in commands[2] and f"--port {s.port}" in commands[2]
+
+    smoke = subprocess.run([sys.executable, str(REPO / "smoke_test.py"), "check", "--json"], env=s.env, cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+    assert json.loads(smoke.stdout.splitlines()[-1])["ok"] is True
+
+    status = s("status")
+    assert status.returncode == 0, status.stderr
+    pids = member_pids(s)
+    for name in ("worker0", "worker1"):
+        assert f"{name}, pid {pids[name]}, GPUs 0" in status.stdout
+    assert "router       : cache_aware policy, /readiness -> 200" in status.stdout
+    assert "Starting router on 127.0.0.1" in s("logs", "-m", "router").stdout
+    assert "[worker1]" in s("logs", "-n", "500").stdout
+
+    assert s("stop").returncode == 0
+    assert not [name for name, pid in pids.items() if procfs.pid_alive(pid)]
+    assert s("running").returncode == 1
+
+
+def test_a_worker_that_dies_ends_the_whole_service(routed):
+    s = routed(DP_SIZE="2", GPUS="0,0")
+    assert s("start").returncode == 0
+    pids = member_pids(s)
+    os.kill(pids["worker0"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while s("running").returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert s("running").returncode == 1
+    assert not [name for name, pid in pids.items() if procfs.pid_alive(pid)]
+    assert "worker0 exited with code 137; the service is stopped" in (s.state / "server.log").read_text()
+
+
+def test_the_api_key_holds_at_the_router_and_never_reaches_a_command_line(routed, tmp_path):
+    key = "sk-router-5e0a"
+    s = routed(API_KEY_FILE=str(write_key(tmp_path / "key", key)))
+    started = s("start")
+    assert started.returncode == 0, started.stderr
+    chat = f"http://127.0.0.1:{s.port}/v1/chat/completions"
+    assert get(chat)[0] == 401
+    assert s("status").returncode == 0
+    leaks = [p for p in s.work.rglob("*") if p.is_file() and key in p.read_text(errors="replace")]
+    assert leaks == [s.state / "sglang_config.yaml"]
+    for pid in member_pids(s).values():
+        assert key not in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    assert key not in s.pane() + started.stdout + started.stderr
+
+
+def test_servers_elsewhere_are_routed_to_but_neither_launched_nor_stopped(routed, tmp_path):
+    with harness.launch(harness.free_port(), "--served-model-name", "qwen3-4b", "--enable-metrics") as far:
+        far.wait_ready()
+        s = routed(WORKER_URLS=far.url, GPUS="", DP_SIZE="1")
+        started = s("start")
+        assert started.returncode == 0, started.stderr
+        assert "launching router:" in started.stdout and "worker0" not in started.stdout
+        assert f"{far.url} ok — elsewhere (WORKER_URLS)" in s("status").stdout
+        assert get(f"http://127.0.0.1:{s.port}/v1/models")[0] == 200
+        assert s("stop").returncode == 0
+        assert far.proc.poll() is None
+
+
+def test_a_small_benchmark_runs_behind_the_router_and_records_which_workers_served(tmp_path):
+    environments = isolated_env(tmp_path)
+    env = next(environments)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(ONE_H200)
+    smi.chmod(0o755)
+    env.update(ROUTER="on", GPUS="0,0", DP_SIZE="2", ROUTER_METRICS_PORT=str(harness.free_port()),
+               PATH=f"{smi.parent}{os.pathsep}{env['PATH']}")
+    try:
+        proc = bench(env, "--quick", "--arms", "baseline", timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        final = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert final["points_ok"] == final["points_planned"] and final["points_failed"] == 0
+        server = json.loads((Path(final["run_dir"]) / "servers" / "baseline.json").read_text())
+        assert [(m["name"], m["gpus"]) for m in server["layout"]] == [("worker0", "0"), ("worker1", "0"),
+                                                                      ("router", None)]
+        assert server["server_info"]["load_format"] == "dummy"  # a worker's, through the router's /get_server_info
+    finally:
+        next(environments, None)

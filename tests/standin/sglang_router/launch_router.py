@@ -1,0 +1,228 @@
+"""Stand-in for `python -m sglang_router.launch_router` (sglang-router 0.3.2), for CPU tests: same options, routes
+and worker handling, without Rust.
+
+    PYTHONPATH=tests/standin python -m sglang_router.launch_router --host 127.0.0.1 --port 30000 \
+        --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002 --policy cache_aware [--api-key K]
+
+Accepts exactly the options of its captured --help (tests/captures/router_launch_help.txt: the 0.3.2 wheel's
+RouterArgs.add_cli_args printed by argparse, without the usage examples; unknown -> exit 2) and
+exports `parse_router_args` and `launch_router` as the real module does. As the real router:
+  - binds --host/--port at once and adds workers as they pass a health check (--health-check-endpoint, every
+    --worker-startup-check-interval s until healthy, then every --health-check-interval-secs);
+  - routes: /liveness /readiness /health /health_generate /v1/models /get_model_info /get_server_info /workers (open),
+    /v1/chat/completions /v1/completions /generate /flush_cache /get_loads (with --api-key: `Authorization: Bearer
+    <key>`, else 401), the route names as in the wheel's route table; a request goes to one healthy worker (503 when
+    there is none), streamed back as it comes, with the router's --api-key as the worker's bearer token;
+    /flush_cache goes to every worker;
+  - Prometheus text on --prometheus-host:--prometheus-port /metrics (default 0.0.0.0:29000), smg_* names as in the
+    wheel (label sets simplified).
+Policies: cache_aware sends equal prompt prefixes to the same worker; round_robin, random, power_of_two (fewer
+requests in flight of two random picks). Logs "Starting router on HOST:PORT" and "Router ready | workers: N".
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import itertools
+import random
+import secrets
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from sglang._standin.args import CAPTURES, build_parser
+
+OPEN_ROUTES = ("/liveness", "/readiness", "/health", "/health_generate", "/v1/models", "/get_model_info",
+               "/get_server_info", "/workers")
+KEYED_ROUTES = ("/v1/chat/completions", "/v1/completions", "/generate", "/flush_cache", "/get_loads")
+
+
+def log(msg: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} INFO smg: {msg}", flush=True)
+
+
+def parse_router_args(argv: list[str]):
+    text = (CAPTURES / "router_launch_help.txt").read_text()
+    return build_parser(text, prog="launch_router.py").parse_args(argv)
+
+
+class Pool:
+    """The workers, their health and the requests each has in flight; `pick` applies the policy."""
+
+    def __init__(self, args):
+        self.args, self.lock = args, threading.Lock()
+        self.urls = [u.rstrip("/") for u in args.worker_urls or []]
+        self.healthy: set[str] = set()
+        self.in_flight = {u: 0 for u in self.urls}
+        self.turn = itertools.count()
+        self.requests = 0
+
+    def check(self, url: str) -> bool:
+        endpoint = self.args.health_check_endpoint or "/health"
+        status, _, _ = forward_once(url, "GET", endpoint, b"", None, float(self.args.health_check_timeout_secs or 5))
+        return status == 200
+
+    def watch(self) -> None:
+        startup = float(self.args.worker_startup_check_interval or 30)
+        interval = float(self.args.health_check_interval_secs or 60)
+        while True:
+            for url in self.urls:
+                ok = self.check(url)
+                with self.lock:
+                    was = url in self.healthy
+                    (self.healthy.add if ok else self.healthy.discard)(url)
+                if ok and not was:
+                    log(f"Worker {url} is healthy; Router ready | workers: {len(self.healthy)}")
+            time.sleep(startup if len(self.healthy) < len(self.urls) else interval)
+
+    def pick(self, body: bytes) -> str | None:
+        with self.lock:
+            ready = [u for u in self.urls if u in self.healthy]
+            if not ready:
+                return None
+            policy = self.args.policy or "cache_aware"
+            if policy == "cache_aware":
+                return ready[int(hashlib.sha256(body[:512]).hexdigest(), 16) % len(ready)]
+            if policy == "random":
+                return random.choice(ready)
+            if policy == "power_of_two":
+                return min(random.sample(ready, min(2, len(ready))), key=self.in_flight.__getitem__)
+            return ready[next(self.turn) % len(ready)]
+
+
+def forward_once(url: str, method: str, path: str, body: bytes, key: str | None, timeout: float):
+    """(status, content type, body) of one request to a worker; status 0 when it did not answer."""
+    parsed = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=timeout)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    try:
+        conn.request(method, path, body=body or None, headers=headers)
+        reply = conn.getresponse()
+        return reply.status, reply.getheader("Content-Type"), reply.read()
+    except OSError:
+        return 0, None, b""
+    finally:
+        conn.close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    pool: Pool
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+        pass
+
+    def reply(self, status: int, body: bytes, content_type: str | None = "application/json") -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self.route()
+
+    def do_POST(self) -> None:
+        self.route()
+
+    def route(self) -> None:
+        path = self.path.split("?")[0]
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        key = self.pool.args.api_key
+        if path not in OPEN_ROUTES + KEYED_ROUTES:
+            return self.reply(404, b'{"error":"Not Found"}')
+        if path in KEYED_ROUTES and key and not self.authorized(key):
+            return self.reply(401, b'{"error":"Unauthorized"}')
+        with self.pool.lock:
+            self.pool.requests += 1
+            healthy = len(self.pool.healthy)
+        if path in ("/liveness", "/health"):
+            return self.reply(200, b"OK", "text/plain")
+        if path == "/readiness":
+            return self.reply(200 if healthy else 503, b'{"status":"%s","healthy_workers":%d}' % (
+                b"ready" if healthy else b"not ready", healthy))
+        if path == "/workers":
+            listed = ",".join(f'{{"url":"{u}","is_healthy":{str(u in self.pool.healthy).lower()}}}'
+                              for u in self.pool.urls)
+            return self.reply(200, f'{{"workers":[{listed}],"total":{len(self.pool.urls)}}}'.encode())
+        if path == "/flush_cache":
+            codes = [forward_once(u, "POST", path, b"", key, 30)[0] for u in self.pool.urls]
+            return self.reply(200 if all(c == 200 for c in codes) else 500, b"")
+        self.forward(path, body)
+
+    def authorized(self, key: str) -> bool:
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
+
+    def forward(self, path: str, body: bytes) -> None:
+        url = self.pool.pick(body)
+        if url is None:
+            return self.reply(503, b'{"error":"No available workers"}')
+        parsed = urllib.parse.urlsplit(url)
+        conn = http.client.HTTPConnection(parsed.hostname, parsed.port,
+                                          timeout=float(self.pool.args.request_timeout_secs or 1800))
+        key = self.pool.args.api_key
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        with self.pool.lock:
+            self.pool.in_flight[url] += 1
+        try:
+            conn.request(self.command, self.path, body=body or None, headers=headers)
+            upstream = conn.getresponse()
+            self.send_response(upstream.status)
+            self.send_header("Content-Type", upstream.getheader("Content-Type") or "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            while chunk := upstream.read1(65536):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            conn.close()
+            with self.pool.lock:
+                self.pool.in_flight[url] -= 1
+
+
+def metrics_server(pool: Pool) -> ThreadingHTTPServer:
+    class Metrics(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+        def do_GET(self) -> None:
+            with pool.lock:
+                text = (f"# TYPE smg_worker_pool_size gauge\nsmg_worker_pool_size {len(pool.healthy)}\n"
+                        f"# TYPE smg_http_requests_total counter\nsmg_http_requests_total {pool.requests}\n")
+            body = text.encode()
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    host = pool.args.prometheus_host or "0.0.0.0"
+    return ThreadingHTTPServer((host, int(pool.args.prometheus_port or 29000)), Metrics)
+
+
+def launch_router(args) -> None:
+    pool = Pool(args)
+    host, port = args.host or "0.0.0.0", int(args.port or 30000)
+    handler = type("RouterHandler", (Handler,), {"pool": pool})
+    server = type("RouterServer", (ThreadingHTTPServer,), {"request_queue_size": 2048})((host, port), handler)
+    server.daemon_threads = True
+    metrics = metrics_server(pool)
+    threading.Thread(target=metrics.serve_forever, daemon=True).start()
+    threading.Thread(target=pool.watch, daemon=True).start()
+    log(f"Starting router on {host}:{port} | mode: Regular | policy: {args.policy or 'cache_aware'} | "
+        f"workers: {len(pool.urls)}")
+    server.serve_forever()
+
+
+def main() -> None:
+    launch_router(parse_router_args(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
