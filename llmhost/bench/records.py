@@ -290,6 +290,7 @@ class Manifest(Record):
     workloads: tuple[WorkloadRecord, ...]
     plan: tuple[Point, ...]
     schema: int = SCHEMA
+    tune: dict[str, Any] | None = None  # a --tune run: its search space, trials and stage (llmhost.tune.driver)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -12,6 +12,9 @@ the model path is only echoed. Knobs (environment variables):
   STANDIN_TTFT_MS               fixed prefill cost per request (default 5).
   STANDIN_PREFILL_US_PER_TOKEN  added per UNCACHED prompt token (default 20), so prefix-cache hits are faster.
   STANDIN_ITL_MS                time between output tokens (default 2).
+  STANDIN_ITL_MS_PER_RUNNING    added to every gap per request running beside it (default 0): a decode step
+                                of a larger batch reads more KV and takes longer, as on the GPU, so capping the
+                                batch with --max-running-requests trades ITL for queueing (TTFT).
   STANDIN_MAX_RUNNING           concurrent requests; more wait in the queue (num_queue_reqs). Default
                                 --max-running-requests, else 4096.
   STANDIN_NO_TOOL_CALLS=1       a named tool_choice returns no call (to test a missing tool call).
@@ -105,7 +108,8 @@ def _timing(s: dict) -> engine.Timing:
     env = os.environ
     return engine.Timing(ttft_ms=float(env.get("STANDIN_TTFT_MS", 5)),
                          prefill_us_per_token=float(env.get("STANDIN_PREFILL_US_PER_TOKEN", 20)),
-                         itl_ms=float(env.get("STANDIN_ITL_MS", 2)), max_running=s["max_running"])
+                         itl_ms=float(env.get("STANDIN_ITL_MS", 2)), max_running=s["max_running"],
+                         itl_ms_per_running=float(env.get("STANDIN_ITL_MS_PER_RUNNING", 0)))
 
 
 def _http_in_a_child() -> None:
