@@ -125,15 +125,14 @@ def finish(root: Path, run_id: str, tune: TuneRun, ranking: rank.Ranking, server
 
 def ranking_lines(ranking: rank.Ranking, cut: Sequence[str]) -> list[str]:
     """The ranking as a table: trial, load, goodput with CI, SLO share, paired difference, $/M tokens."""
-    out = [f"{'trial':<28} {'load':>5} {'goodput req/s [95% CI]':>24} {'in SLO':>7} {'vs defaults [95% CI]':>24} "
+    out = [f"{'trial':<28} {'load':>5} {'goodput req/s [95% CI]':>24} {'in SLO':>7} {'vs defaults [95% CI]':>28} "
            f"{'verdict':<13} {'$/M tok':>8}"]
     for r in ranking.rows:
-        g, d = r.goodput, r.vs_defaults
+        g = r.goodput
         ci = f"{g.value:.2f} [{g.lo:.2f}, {g.hi:.2f}]" if g.has_ci else f"{g.value:.2f}"
-        diff = f"{d.rel_pct:+.1f}% [{d.rel_lo:+.1f}, {d.rel_hi:+.1f}]" if d.has_ci else "-"
         usd = f"{r.usd_per_m.value:.3f}" if r.usd_per_m is not None else "-"
-        out.append(f"{r.trial:<28} {r.load:>5} {ci:>24} {100 * r.share.value:>6.1f}% {diff:>24} {r.verdict:<13} "
-                   f"{usd:>8}")
+        out.append(f"{r.trial:<28} {r.load:>5} {ci:>24} {100 * r.share.value:>6.1f}% "
+                   f"{rank.diff_text(r.vs_defaults):>28} {r.verdict:<13} {usd:>8}")
     out.append(f"winner: {ranking.winner or '-'} — {ranking.reason}")
     if cut:
         out.append(f"cut by the budget: {', '.join(cut)}")

@@ -93,13 +93,23 @@ def _field(reps: Mapping[int, RepeatGoodput], name: str) -> dict[int, float]:
     return {k: getattr(v, name) for k, v in reps.items()}
 
 
+def paired_verdict(d: stats.Difference) -> repeats.Verdict:
+    """better/worse when the paired CI of the goodput difference excludes 0 — read on the absolute difference,
+    which has a CI even where the defaults' goodput is 0 and the relative one has none."""
+    if math.isnan(d.delta):
+        return "no data"
+    if math.isnan(d.lo) or math.isnan(d.hi):
+        return "no CI"
+    return "better" if d.lo > 0 else "worse" if d.hi < 0 else "within noise"
+
+
 def trial_row(trial: str, load: str, measured: Mapping[tuple[str, str], dict[int, RepeatGoodput]],
               gpu_hourly_usd: float | None) -> TrialRow:
     reps = measured[(trial, load)]
     mine = _field(reps, "goodput_rps")
     diff = repeats.paired_diff(_field(measured.get((DEFAULTS_NAME, load), {}), "goodput_rps"), mine)
     return TrialRow(trial, load, repeats.across_repeats(mine), repeats.across_repeats(_field(reps, "share")),
-                    diff, repeats.verdict(diff, True) if trial != DEFAULTS_NAME else "no data",
+                    diff, paired_verdict(diff) if trial != DEFAULTS_NAME else "no data",
                     cost.usd_per_million_tokens(gpu_hourly_usd, repeats.across_repeats(_field(reps, "good_tok_s"))),
                     sum(not v.is_steady for v in reps.values()))
 
@@ -123,8 +133,7 @@ def winner(rows: list[TrialRow]) -> tuple[str | None, str]:
         return None, "the defaults have no measured goodput: nothing to compare with"
     for r in rows:
         if r.trial != DEFAULTS_NAME and r.verdict == "better":
-            return r.trial, (f"{r.trial}: goodput {r.vs_defaults.rel_pct:+.1f}% vs the defaults "
-                             f"(paired 95% CI {r.vs_defaults.rel_lo:+.1f}% to {r.vs_defaults.rel_hi:+.1f}%)")
+            return r.trial, f"{r.trial}: goodput {diff_text(r.vs_defaults)} vs the defaults (paired 95% CI)"
     return DEFAULTS_NAME, "no trial beat the defaults beyond noise (paired 95% CI): keep the defaults"
 
 
@@ -138,3 +147,12 @@ def to_json(ranking: Ranking) -> dict:
         return value
     return {"winner": ranking.winner, "reason": ranking.reason,
             "rows": [clean(dataclasses.asdict(r)) for r in ranking.rows]}
+
+
+def diff_text(d: stats.Difference) -> str:
+    """'+12.3% [+8.1, +16.5]', or in req/s where the defaults' goodput is 0 (no relative change); '-' without CI."""
+    if d.has_ci:
+        return f"{d.rel_pct:+.1f}% [{d.rel_lo:+.1f}, {d.rel_hi:+.1f}]"
+    if not (math.isnan(d.lo) or math.isnan(d.hi)):
+        return f"{d.delta:+.2f} req/s [{d.lo:+.2f}, {d.hi:+.2f}]"
+    return "-"
