@@ -19,6 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -27,12 +28,15 @@ from llmhost.bench import records, window
 from llmhost.bench.records import PointRecord, RequestRecord
 from llmhost.tune.space import DEFAULTS_NAME
 
+NO_DIFF = stats.Difference(*([math.nan] * 6))
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RepeatGoodput:
     goodput_rps: float  # good requests completed per second of the steady window
     good_tok_s: float  # their output tokens per second
-    share: float  # good / completed in the window (0..1)
+    good: int  # requests completed in the window that met the SLO
+    completed: int  # requests completed in the window
     is_steady: bool
 
 
@@ -41,9 +45,9 @@ class TrialRow:
     trial: str
     load: str  # "c64" / "r8": the trial's best load
     goodput: stats.Interval  # req/s meeting the SLO
-    share: stats.Interval  # share of the window's requests meeting it (0..1)
-    vs_defaults: stats.Difference  # paired, goodput: this trial - the defaults
-    verdict: repeats.Verdict
+    share: stats.Interval  # share of the window's requests meeting it (0..1), llmhost.repeats.goodput_ci
+    vs_defaults: stats.Difference  # paired, goodput: this trial - the defaults (none for the defaults)
+    verdict: repeats.Verdict | Literal["reference"]  # "reference": the defaults' own row
     usd_per_m: stats.Interval | None  # $ per million SLO-meeting output tokens; None without GPU_HOURLY_USD
     not_steady: int  # repeats whose window failed the steadiness check (kept: a growing queue is the trial's)
 
@@ -64,7 +68,7 @@ def repeat_goodput(point: PointRecord, rows: list[RequestRecord], slo: stats.Slo
     rows = sorted(rows, key=lambda r: r.start_s)
     w, steadiness = window.measure(point, rows)
     if not w.has_window:
-        return RepeatGoodput(math.nan, math.nan, math.nan, False)
+        return RepeatGoodput(math.nan, math.nan, 0, 0, False)
     ends = np.array([r.start_s + r.e2e_ms / 1000 for r in rows])
     ttft = np.array([math.nan if r.ttft_ms is None else r.ttft_ms for r in rows])
     out = np.array([r.output_tokens for r in rows], float)
@@ -72,9 +76,9 @@ def repeat_goodput(point: PointRecord, rows: list[RequestRecord], slo: stats.Slo
         tpot = np.where(out > 1, (np.array([r.e2e_ms for r in rows]) - ttft) / (out - 1), math.nan)
     good = stats.good_mask(np.array([r.ok for r in rows]), ttft, tpot, slo)
     inside = (ends >= w.t_start) & (ends <= w.t_end)
-    n_in = int(inside.sum())
-    return RepeatGoodput(float((good & inside).sum()) / w.duration_s, float(out[good & inside].sum()) / w.duration_s,
-                         float((good & inside).sum()) / n_in if n_in else math.nan, steadiness.is_steady)
+    n_good = int((good & inside).sum())
+    return RepeatGoodput(n_good / w.duration_s, float(out[good & inside].sum()) / w.duration_s, n_good,
+                         int(inside.sum()), steadiness.is_steady)
 
 
 def goodput_by_repeat(root: Path, latest: Mapping[str, PointRecord],
@@ -107,9 +111,12 @@ def trial_row(trial: str, load: str, measured: Mapping[tuple[str, str], dict[int
               gpu_hourly_usd: float | None) -> TrialRow:
     reps = measured[(trial, load)]
     mine = _field(reps, "goodput_rps")
-    diff = repeats.paired_diff(_field(measured.get((DEFAULTS_NAME, load), {}), "goodput_rps"), mine)
-    return TrialRow(trial, load, repeats.across_repeats(mine), repeats.across_repeats(_field(reps, "share")),
-                    diff, paired_verdict(diff) if trial != DEFAULTS_NAME else "no data",
+    is_defaults = trial == DEFAULTS_NAME
+    diff = NO_DIFF if is_defaults else repeats.paired_diff(
+        _field(measured.get((DEFAULTS_NAME, load), {}), "goodput_rps"), mine)
+    share = repeats.goodput_ci({k: (v.good, v.completed) for k, v in reps.items()})
+    return TrialRow(trial, load, repeats.across_repeats(mine), share, diff,
+                    "reference" if is_defaults else paired_verdict(diff),
                     cost.usd_per_million_tokens(gpu_hourly_usd, repeats.across_repeats(_field(reps, "good_tok_s"))),
                     sum(not v.is_steady for v in reps.values()))
 
