@@ -45,7 +45,7 @@ from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
-from llmhost.bench import budget, costs, points, records, runlock, runner, store, telemetry
+from llmhost.bench import budget, costs, dryrun, points, preflight, records, runlock, runner, store, telemetry
 from llmhost.bench.eta import Eta
 from llmhost.bench.runner import BenchError, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -212,25 +212,6 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], boots: int, model: costs.CostModel, quick: bool,
-               planned: budget.BudgetPlan | None) -> None:
-    """The dry-run table: every point with its load and estimate, then the total, what the model learned from,
-    and what the budget left out."""
-    print(f"[bench] plan: {len(plan)} points over {len(arms)} arms ({', '.join(a.name for a in arms)})")
-    print(f"{'#':>4}  {'point_id':<48} {'pattern':<11} {'conc':>5} {'rate':>6} {'prompts':>7} {'est':>7}")
-    for i, p in enumerate(plan, 1):
-        rate = f"{p.request_rate:g}" if p.request_rate else "inf"
-        print(f"{i:>4}  {p.point_id:<48} {p.pattern:<11} {p.concurrency or '-':>5} {rate:>6} {p.num_prompts:>7} "
-              f"{fmt_s(model.point_s(p)):>7}")
-    print(f"[bench] estimate: {fmt_s(model.plan_s(plan, boots, quick))} ({boots} server boots x "
-          f"~{model.boot_s(quick):.0f}s restart/load generator/warm-up + points), {model.label}")
-    if planned is not None:
-        print(f"[bench] budget {fmt_s(planned.budget_s)}: {len(planned.left_out)} points left out"
-              f"{': ' + ', '.join(p.point_id for p in planned.left_out) if planned.left_out else ''}; "
-              f"{fmt_s(planned.reserve_s)} kept for adaptive repeats of headline points whose throughput CI is "
-              f"above {budget.CI_TARGET_PCT:g}%")
-
-
 # --- the run -----------------------------------------------------------------------------------------------------
 
 def open_run(opts: Options, cfg: config.Config, model: costs.CostModel) -> tuple[
@@ -279,30 +260,6 @@ def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[
         plan=tuple(plan), tune=tune.to_dict() if tune else None)
 
 
-def preflight(cfg: config.Config, plan: list[points.Point], seed: int,
-              new_run: bool) -> tuple[str, str, dict[str, str]] | str:
-    """(load generator module, its --help, its environment) when a real run can start, else the one line saying
-    why not."""
-    problem = files.writable_dir_problem(cfg.results_path / "bench") if new_run else None
-    if problem:
-        return f"{cfg.source('RESULTS_DIR')}: RESULTS_DIR={cfg.results_dir}: {problem}"
-    try:
-        env = runner.loadgen_env(cfg)  # holds the key: a missing or loose key file stops the run here
-    except OSError as exc:
-        return str(exc)
-    try:
-        module, help_text = points.find_loadgen(cfg.sglang_python, env)
-    except points.LoadgenError as exc:
-        return f"{exc} (SGLANG_PYTHON from {cfg.source('SGLANG_PYTHON')})"
-    probe = points.bench_argv(plan[0], WORKLOADS[plan[0].workload], base_url=cfg.base_url, model_dir=cfg.model_dir,
-                              served_model_name=cfg.served_model_name, seed=seed, output_file=Path("x"))
-    flags = sorted({f for p in plan for f in points.unknown_flags(
-        [*probe, *WORKLOADS[p.workload].dataset_args(p.num_prompts)], help_text)})
-    if flags:
-        return f"the installed {module} lacks {', '.join(flags)} — install SGLang {cfg.sglang_version} (./setup_host.sh)"
-    return module, help_text, env
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -315,18 +272,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, config.ConfigError) else 2
     # --- what a real run would stop at, checked before any work, and by the dry run too ---
-    ready = preflight(cfg, plan, seed, new_run=run is None)
+    ready = preflight.check(cfg, plan, seed, new_run=run is None)
     if opts.dry_run:
         active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
         boots = len(runner.boots(active))
-        print_plan(plan, active, boots, model, quick, planned)
+        dryrun.print_plan(plan, active, boots, model, quick, planned)
         if tune:
             tune_cli.print_plan(tune, model)
         print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
                           "estimate_s": round(model.plan_s(plan, boots, quick)), "calibrated": model.is_calibrated,
                           "budget_s": planned.budget_s if planned else None,
                           "left_out": [p.point_id for p in planned.left_out] if planned else [],
-                          "problem": ready if isinstance(ready, str) else None}))
+                          "problem": ready if isinstance(ready, str) else None,
+                          **({"tune": {"trials": [t.name for t in tune.trials], "cut": list(tune.cut)}}
+                             if tune else {})}))
     if isinstance(ready, str):
         print(f"[bench] error: {ready}", file=sys.stderr)
         return 1

@@ -26,7 +26,8 @@ def _cells(r: rank.TrialRow, flags: dict[str, str], stage: dict[str, str]) -> di
             "load": esc(r.load), "goodput": with_ci(g.value, g.lo, g.hi, 2),
             "share": with_ci(100 * s.value, 100 * s.lo, 100 * s.hi, 1), "diff": esc(rank.diff_text(d)),
             "verdict": (f"class={r.verdict}|" if r.verdict in ("better", "worse") else "") + esc(r.verdict),
-            "usd": "—" if usd is None else with_ci(usd.value, usd.lo, usd.hi, 3) if math.isfinite(usd.value) else "∞",
+            "usd": "—" if usd is None else "∞" if not math.isfinite(usd.value) else with_ci(usd.value, usd.lo,
+                                                                                             usd.hi, 3),
             "not_steady": num(r.not_steady, 0)}
 
 

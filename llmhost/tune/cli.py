@@ -45,8 +45,9 @@ def problem(args: argparse.Namespace) -> str | None:
         return "--apply writes the winner of a tune: add --tune (or --resume a tune run)"
     if not args.tune:
         return None
-    clash = [flag for flag, value in (("--arms", args.arms), ("--arm", args.arm), ("--quick", args.quick),
-                                      ("--resume", args.resume)) if value]
+    if args.resume:
+        return "--resume continues a tune run from its manifest: drop --tune"
+    clash = [flag for flag, value in (("--arms", args.arms), ("--arm", args.arm), ("--quick", args.quick)) if value]
     if clash:
         return f"--tune makes its own trials (arms): drop {', '.join(clash)}"
     if len([w for w in args.workloads.split(",") if w.strip()]) != 1:

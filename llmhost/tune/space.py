@@ -62,8 +62,8 @@ class Trial:
 
     def arm(self, index: int) -> Arm:
         if not self.settings:
-            return Arm(DEFAULTS_NAME, "Defaults", "#1f77b4", (), "The current defaults (config.env + config.local.env).",
-                       True)
+            return Arm(DEFAULTS_NAME, "Defaults", "#1f77b4", (),
+                       "The current defaults (config.env + config.local.env).", True)
         return Arm(self.name, self.name, _COLORS[index % len(_COLORS)], self.flags(),
                    f"Tuner trial ({self.stage}): defaults + {' '.join(self.flags())}")
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from benchrun import bench, isolated_env
+from benchrun import REPO, bench, isolated_env
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
 # ITL = 1 ms + 3 ms per other running request: 4 running -> 10 ms, 2 -> 4 ms, each 3 ms from the 7 ms SLO (the HTTP
@@ -48,3 +50,42 @@ def test_the_tuner_finds_the_batch_cap_the_server_rewards_and_applies_it(env):
     local = Path(env["LLMHOST_CONFIG"]).read_text()
     assert local.startswith("# my settings\nREADY_TIMEOUT_S=60\n")
     assert local.splitlines()[-1] == "SERVER_EXTRA_ARGS=--max-running-requests 2" and run.name in local
+
+    # --resume of the finished tune runs nothing again and applies once more: the key is in the file once
+    again = bench(env, "--resume", str(run), "--apply")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["tune"]["winner"] == "maxrun2"
+    assert Path(env["LLMHOST_CONFIG"]).read_text().count("SERVER_EXTRA_ARGS=") == 1
+
+    dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run), "--gpu-hourly-usd", "3.5"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert dash.returncode == 0, dash.stderr[-2000:]
+    html = (run / "dashboard.html").read_text()
+    assert "<section id=tuner>" in html and "Winner under this page" in html and "$ per M good output" in html
+
+
+def test_a_tune_dry_run_lists_the_trials_and_what_the_budget_cut_and_writes_nothing(env):
+    proc = bench(env, "--tune", "--dry-run", "--budget-min", "15")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert plan["tune"]["trials"][:2] == ["baseline", "maxrun2"] and plan["arms"][0] == "baseline"
+    assert "[tune] search space: --max-running-requests 2,8" in proc.stdout
+    assert not (Path(env["RESULTS_DIR"]) / "bench").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--apply",), "--apply writes the winner of a tune: add --tune"),
+    (("--tune", "--arms", "baseline"), "--tune makes its own trials (arms): drop --arms"),
+    (("--tune", "--workloads", "agent,chat"), "--tune tunes for one workload"),
+    (("--tune", "--patterns", "burst"), "--patterns takes concurrency or qps (not burst)"),
+    (("--tune", "--resume", "results/bench/x"), "--resume continues a tune run from its manifest: drop --tune"),
+    (("--tune", "--budget-min", "1", "--duration-s", "600"), "cannot hold even the defaults' trial"),
+])
+def test_bad_tune_input_ends_with_one_line_and_a_usage_exit(env, args, needle):
+    proc = bench(env, *args)
+    assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_malformed_search_space_is_one_line(env):
+    proc = bench({**env, "LLMHOST_TUNE_SPACE": "max-running=2"}, "--tune", "--dry-run")
+    assert proc.returncode == 2 and "is not FLAG=v1,v2" in proc.stderr and "Traceback" not in proc.stderr
