@@ -71,12 +71,14 @@ def ranking_of(root: Path, latest: dict, slo: stats.Slo, gpu_hourly_usd: float |
 
 
 def plan_refine(tune: TuneRun, ranking: rank.Ranking, model: CostModel, left_s: float) -> TuneRun:
-    """The refine trials around the coarse stage's best that fit left_s; the tune with them added."""
+    """The refine trials around the coarse stage's best, then the coarse trials the budget cut before, as many as
+    fit left_s; the tune with them added (what still does not fit stays cut)."""
     scores = {r.trial: r.goodput.value for r in ranking.rows}
-    candidates = space_mod.refine_trials(tune.space, scores, tune.trials)
+    cut_before = [t for t in space_mod.coarse_trials(tune.space) if t.name in tune.cut]
+    candidates = space_mod.refine_trials(tune.space, scores, tune.trials) + cut_before
     stage = plan_mod.fit(candidates, tune.rows, tune.repeats, model, left_s)
-    return dataclasses.replace(tune, trials=(*tune.trials, *stage.trials),
-                               cut=(*tune.cut, *(t.name for t in stage.cut)), stage="refine")
+    return dataclasses.replace(tune, trials=(*tune.trials, *stage.trials), cut=tuple(t.name for t in stage.cut),
+                               stage="refine")
 
 
 def run_stages(b: runner.Bench, tune: TuneRun, model: CostModel, slo: stats.Slo, left_s: Callable[[], float],

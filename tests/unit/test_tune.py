@@ -151,3 +151,15 @@ def test_the_tune_state_survives_the_manifests_json():
     back = driver.TuneRun.from_dict(json.loads(json.dumps(tune.to_dict())))
     assert back == tune and back.points() == stage.points and back.arms()[0].is_baseline
     assert [a.flags for a in back.arms()[1:2]] == [("--max-running-requests", "64")]
+
+
+def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the_budget_cut():
+    model = CostModel()
+    one = plan.trial_s(space.coarse_trials(space.SPACE)[0], ROWS, 3, model)
+    tune, _ = driver.new_tune(space.SPACE, ROWS, 3, model, 3.5 * one / plan.COARSE_SHARE)  # 3 coarse trials fit
+    assert [t.name for t in tune.trials] == ["baseline", "mrr64", "cps2048"] and tune.cut[0] == "splpm"
+    measured = {("baseline", "c64"): _reps(1.0, 1.1), ("mrr64", "c64"): _reps(1.5, 1.6),
+                ("cps2048", "c64"): _reps(0.9, 1.0)}
+    refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
+    assert [t.name for t in refined.trials[3:]] == ["mrr88", "splpm"] and refined.stage == "refine"
+    assert refined.cut == ("ncds4", "mrr256", "cps16384", "mrr128", "cps4096")
