@@ -313,13 +313,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[bench] {line}", flush=True)
         sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key())
         bench = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), only_missing=opts.only_missing)
-        stages = tune and tune_cli.stages_hook(tune, model, run.read_manifest().slo or opts.slo, run, cfg,
-                                               tune_cli.config_target() if opts.apply else None, bool(opts.resume))
-        return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None, stages or None)
+        stages = tune_cli.stages_hook(tune, model, run.read_manifest().slo or opts.slo, run, cfg,
+                                      tune_cli.config_target() if opts.apply else None, bool(opts.resume)) \
+            if tune else None  # a tune's coarse and refine stages run in place of the plain arm loop
+        return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None, stages)
 
 
 def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
-               plan: list[points.Point], seed: int, help_text: str, tune: tune_driver.TuneRun | None) -> store.RunStore:
+               plan: list[points.Point], seed: int, help_text: str,
+               tune: tune_driver.TuneRun | None) -> store.RunStore:
     """The resumed run, or a new one with its manifest written first; WriteError (one line) when that fails,
     and then a new run's directory is removed again (it holds nothing)."""
     fresh = run is None
@@ -351,8 +353,8 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     b.budget_end = time.monotonic() + budget_s if budget_s else None
     runner.interrupt_on_sigterm()
     resume = f"./run_bench.py --resume {run.root}"
+    closing: dict = {}  # a tune's part of the closing JSON
     try:
-        closing: dict = {}
         if stages is None:
             runner.run_arms(b, arms, plan, quick)
         else:

@@ -3,7 +3,7 @@ that runs its stages in place of a plain run.
 
     add_arguments(parser); problem(args) -> one line or None
     tune, arms, plan = open_tune(workloads, loads, repeat, budget_min, model)  # BenchError (one line) when it cannot
-    stages = stages_hook(tune, model, slo, run, cfg, apply_to)                 # Bench -> (arms, plan, closing JSON)
+    stages = stages_hook(tune, model, slo, run, cfg, apply_to, resumed)        # Bench -> (arms, plan, closing JSON)
 """
 from __future__ import annotations
 
