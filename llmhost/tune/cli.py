@@ -50,6 +50,8 @@ def problem(args: argparse.Namespace) -> str | None:
     clash = [flag for flag, value in (("--arms", args.arms), ("--arm", args.arm), ("--quick", args.quick)) if value]
     if clash:
         return f"--tune makes its own trials (arms): drop {', '.join(clash)}"
+    if args.repeat is not None and args.repeat < 2:
+        return "--tune compares trials paired across repeats: --repeat must be >= 2 (a CI needs two)"
     if len([w for w in args.workloads.split(",") if w.strip()]) != 1:
         return "--tune tunes for one workload: give --workloads agent (or chat, long, agent-tools)"
     wrong = [p for p in (args.patterns or "").split(",") if p.strip() and p.strip() not in TUNE_PATTERNS]

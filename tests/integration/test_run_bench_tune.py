@@ -47,6 +47,7 @@ def test_the_tuner_finds_the_batch_cap_the_server_rewards_and_applies_it(env):
     ranking = json.loads((run / "tune.json").read_text())["ranking"]["rows"]
     assert ranking[0]["trial"] == "maxrun2" and ranking[0]["vs_defaults"]["lo"] > 0
     assert {r["trial"] for r in ranking} == {"baseline", "maxrun2", "maxrun4", "maxrun8"}
+    assert not (run / "toolcalls.jsonl").exists() or not (run / "toolcalls.jsonl").read_text().strip()
     local = Path(env["LLMHOST_CONFIG"]).read_text()
     assert local.startswith("# my settings\nREADY_TIMEOUT_S=60\n")
     assert local.splitlines()[-1] == "SERVER_EXTRA_ARGS=--max-running-requests 2" and run.name in local
@@ -78,6 +79,7 @@ def test_a_tune_dry_run_lists_the_trials_and_what_the_budget_cut_and_writes_noth
     (("--tune", "--arms", "baseline"), "--tune makes its own trials (arms): drop --arms"),
     (("--tune", "--workloads", "agent,chat"), "--tune tunes for one workload"),
     (("--tune", "--patterns", "burst"), "--patterns takes concurrency or qps (not burst)"),
+    (("--tune", "--repeat", "1"), "--repeat must be >= 2"),
     (("--tune", "--resume", "results/bench/x"), "--resume continues a tune run from its manifest: drop --tune"),
     (("--tune", "--budget-min", "1", "--duration-s", "600"), "cannot hold even the defaults' trial"),
 ])
