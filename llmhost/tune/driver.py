@@ -51,10 +51,15 @@ class TuneRun:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TuneRun":
-        return cls(tuple(tuple(r) for r in d["rows"]), int(d["repeats"]), float(d["budget_s"]),
-                   tuple(Lever(lv["flag"], lv["key"], tuple(lv["values"]), lv["why"]) for lv in d["space"]),
-                   tuple(Trial(t["name"], tuple(tuple(s) for s in t["settings"]), t["stage"]) for t in d["trials"]),
-                   tuple(d["cut"]), d["stage"], float(d["coarse_estimate_s"]))
+        """The manifest's `tune` as written by to_dict; BenchError (one line) when it is damaged."""
+        try:
+            return cls(tuple(tuple(r) for r in d["rows"]), int(d["repeats"]), float(d["budget_s"]),
+                       tuple(Lever(lv["flag"], lv["key"], tuple(lv["values"]), lv["why"]) for lv in d["space"]),
+                       tuple(Trial(t["name"], tuple(map(tuple, t["settings"])), t["stage"]) for t in d["trials"]),
+                       tuple(d["cut"]), d["stage"], float(d["coarse_estimate_s"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise runner.BenchError(f"the manifest's tune record is damaged ({type(exc).__name__}: {exc}) — "
+                                    "start a new ./run_bench.py --tune") from None
 
 
 def new_tune(space: Sequence[Lever], rows: Sequence[points.Row], repeats: int, model: CostModel,

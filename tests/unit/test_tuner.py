@@ -13,6 +13,7 @@ from llmhost import stats
 from llmhost.bench.arms import Arm
 from llmhost.bench.costs import CostModel
 from llmhost.bench.records import PointRecord, RequestRecord
+from llmhost.bench.runner import BenchError
 from llmhost.tune import apply, driver, plan, rank, space
 from llmhost.tune.rank import RepeatGoodput
 
@@ -144,6 +145,11 @@ def test_apply_keeps_the_users_lines_drops_the_old_values_and_keeps_the_files_mo
     fresh = tmp_path / "new.env"
     apply.apply(fresh, ["CHUNKED_PREFILL_SIZE=4096"], "c")
     assert fresh.read_text() == "# c\nCHUNKED_PREFILL_SIZE=4096\n"
+
+
+def test_a_damaged_tune_record_is_one_line():
+    with pytest.raises(BenchError, match="tune record is damaged .KeyError: 'rows'."):
+        driver.TuneRun.from_dict({"repeats": 3})
 
 
 def test_the_tune_state_survives_the_manifests_json():
