@@ -18,6 +18,9 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
     ./run_bench.py --arms baseline --workloads chat --concurrency 1,16,64,128 --rates 2,8 --duration-s 60
     ./run_bench.py --resume results/bench/20260101-120000   # after a crash, kill or stop: missing + failed points
     ./run_bench.py --resume results/bench/20260101-120000 --only-missing   # failed points stay failed
+    ./run_bench.py --tune --slo-ttft-ms 500 --slo-itl-ms 50 --budget-min 30 [--apply]   # search launch flags
+                                             # for goodput on the agent workload (llmhost.tune); --apply writes
+                                             # the winner to config.local.env
 
 Writes $RESULTS_DIR/bench/<run_id>/ (manifest.json, points.jsonl, requests/, telemetry.jsonl, toolcalls.jsonl,
 servers/, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
@@ -42,10 +45,11 @@ from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
-from llmhost.bench import budget, costs, points, records, runlock, runner, store, telemetry
+from llmhost.bench import budget, costs, dryrun, points, preflight, records, runlock, runner, store, telemetry
 from llmhost.bench.eta import Eta
 from llmhost.bench.runner import BenchError, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
+from llmhost.tune import cli as tune_cli, driver as tune_driver
 
 SLO_DEFAULTS = slo_rule.DEFAULTS  # recorded in the manifest; the dashboard can override
 TAG_MAX = 64  # a run id is YYYYmmdd-HHMMSS-TAG, one path component
@@ -68,6 +72,8 @@ class Options:
     dry_run: bool
     slo: dict[str, float]
     argv: list[str]
+    tune: bool = False
+    apply: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -76,8 +82,8 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--arm", action="append", default=[], metavar='NAME="FLAGS"',
                         help="add an arm: baseline + these launch_server flags; it runs even when --arms lists "
                         "others (repeatable; BENCH_USER_ARMS arms are picked by --arms like the built-in ones)")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)})")
+    parser.add_argument("--workloads", help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)}; "
+                        "agent with --tune)")
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
                         "Poisson points on the baseline (~15 min on an H200 with 5 arms: 5 restarts of ~160 s + 7 points)")
     parser.add_argument("--repeat", type=int, help="repeats of every point, no budget (default: the --budget-min "
@@ -107,7 +113,9 @@ def parse_args(argv: list[str]) -> Options:
                         help="SLO recorded with the run: mean inter-token latency, ms (default: 50)")
     parser.add_argument("--slo-pct", type=float, default=SLO_DEFAULTS["pct"],
                         help="SLO recorded with the run: percent of requests meeting both (default: 99)")
+    tune_cli.add_arguments(parser)
     args = parser.parse_args(argv)
+    args.workloads = args.workloads or ("agent" if args.tune else ",".join(WORKLOADS))
     problem = usage_problem(args)
     if problem:
         parser.error(problem)
@@ -116,9 +124,10 @@ def parse_args(argv: list[str]) -> Options:
     slo = {k: getattr(args, f"slo_{k}") for k in SLO_DEFAULTS}
     loads = points.Loads(concurrency=levels(args.concurrency, int), rates=levels(args.rates, float),
                          duration_s=args.duration_s, patterns=names_list(args.patterns))
-    budget_min = budget.DEFAULT_BUDGET_MIN if args.budget_min is None else args.budget_min
+    budget_min = (tune_cli.DEFAULT_BUDGET_MIN if args.tune else budget.DEFAULT_BUDGET_MIN) \
+        if args.budget_min is None else args.budget_min
     return Options(names, args.arm, workloads, args.quick, args.repeat, budget_min, loads, args.seed, args.tag,
-                   args.resume, args.only_missing, args.dry_run, slo, list(argv))
+                   args.resume, args.only_missing, args.dry_run, slo, list(argv), args.tune, args.apply)
 
 
 def names_list(text: str | None) -> tuple[str, ...] | None:
@@ -151,7 +160,7 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         if not (math.isfinite(args.budget_min) and args.budget_min >= 1):
             return f"--budget-min must be >= 1 minute (got {args.budget_min:g})"
         fixed = "--quick" if args.quick else "--repeat" if args.repeat is not None else ""
-        if fixed:
+        if fixed and not args.tune:  # a tune's --repeat is per trial, inside its budget
             return f"--budget-min plans the run, {fixed} fixes its plan: give one of them"
     problem = levels_problem("--concurrency", args.concurrency, int) or levels_problem("--rates", args.rates, float)
     if problem:
@@ -162,6 +171,9 @@ def usage_problem(args: argparse.Namespace) -> str | None:
                 f"(known: {', '.join(points.PATTERNS)})")
     if args.duration_s is not None and not (math.isfinite(args.duration_s) and args.duration_s >= 1):
         return f"--duration-s must be >= 1 second (got {args.duration_s:g})"
+    problem = tune_cli.problem(args)
+    if problem:
+        return problem
     if args.seed < 0:  # bench_serving seeds numpy with it: a negative seed fails every point
         return f"--seed must be >= 0 (got {args.seed})"
     if args.tag and not re.fullmatch(rf"[A-Za-z0-9_-]{{1,{TAG_MAX}}}", args.tag):
@@ -200,38 +212,26 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def print_plan(plan: list[points.Point], arms: list[arms_mod.Arm], boots: int, model: costs.CostModel, quick: bool,
-               planned: budget.BudgetPlan | None) -> None:
-    """The dry-run table: every point with its load and estimate, then the total, what the model learned from,
-    and what the budget left out."""
-    print(f"[bench] plan: {len(plan)} points over {len(arms)} arms ({', '.join(a.name for a in arms)})")
-    print(f"{'#':>4}  {'point_id':<48} {'pattern':<11} {'conc':>5} {'rate':>6} {'prompts':>7} {'est':>7}")
-    for i, p in enumerate(plan, 1):
-        rate = f"{p.request_rate:g}" if p.request_rate else "inf"
-        print(f"{i:>4}  {p.point_id:<48} {p.pattern:<11} {p.concurrency or '-':>5} {rate:>6} {p.num_prompts:>7} "
-              f"{fmt_s(model.point_s(p)):>7}")
-    print(f"[bench] estimate: {fmt_s(model.plan_s(plan, boots, quick))} ({boots} server boots x "
-          f"~{model.boot_s(quick):.0f}s restart/load generator/warm-up + points), {model.label}")
-    if planned is not None:
-        print(f"[bench] budget {fmt_s(planned.budget_s)}: {len(planned.left_out)} points left out"
-              f"{': ' + ', '.join(p.point_id for p in planned.left_out) if planned.left_out else ''}; "
-              f"{fmt_s(planned.reserve_s)} kept for adaptive repeats of headline points whose throughput CI is "
-              f"above {budget.CI_TARGET_PCT:g}%")
-
-
 # --- the run -----------------------------------------------------------------------------------------------------
 
 def open_run(opts: Options, cfg: config.Config, model: costs.CostModel) -> tuple[
-        store.RunStore, list[arms_mod.Arm], list[points.Point], int, budget.BudgetPlan | None]:
+        store.RunStore, list[arms_mod.Arm], list[points.Point], int, budget.BudgetPlan | None,
+        tune_driver.TuneRun | None]:
     """A new run (arms, plan, seed from the options; the plan fitted to --budget-min unless --quick or --repeat
-    fix it) or the resumed one (all three from its manifest, no budget)."""
+    fix it; a --tune run's trials fitted to it) or the resumed one (all from its manifest, no budget)."""
     if opts.resume:
         run = store.RunStore(opts.resume)
         try:
             manifest = run.read_manifest()
         except records.RecordError as exc:  # one line, the words make_dashboard.py uses for the same file
             raise BenchError(f"--resume: {exc}") from None
-        return run, list(manifest.arms), list(manifest.plan), manifest.seed, None
+        if opts.apply and manifest.tune is None:
+            raise BenchError(f"--apply: {opts.resume} is not a --tune run (it has no winner to write)")
+        tune = tune_driver.TuneRun.from_dict(manifest.tune) if manifest.tune else None
+        return run, list(manifest.arms), list(manifest.plan), manifest.seed, None, tune
+    if opts.tune:
+        tune, arms, plan = tune_cli.open_tune(opts.workloads, opts.loads, opts.repeat, opts.budget_min, model)
+        return None, arms, plan, opts.seed, None, tune  # type: ignore[return-value]
     try:
         arms = arms_mod.select(opts.arms, opts.user_arms, arms_mod.config_arm_specs(cfg.bench_user_arms))
     except arms_mod.ArmError as exc:
@@ -248,40 +248,16 @@ def open_run(opts: Options, cfg: config.Config, model: costs.CostModel) -> tuple
     if not plan:  # --quick has agent and chat points only
         raise BenchError(f"no points: {'--quick' if opts.quick else 'the sweep'} has none for workloads "
                          f"{','.join(opts.workloads)} — add agent or chat to --workloads, or drop --quick")
-    return None, arms, plan, opts.seed, planned  # type: ignore[return-value]
+    return None, arms, plan, opts.seed, planned, None  # type: ignore[return-value]
 
 
 def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
-             plan: list[points.Point], seed: int) -> records.Manifest:
+             plan: list[points.Point], seed: int, tune: tune_driver.TuneRun | None) -> records.Manifest:
     return records.Manifest(
         run_id=run.run_id, provenance=provenance.collect(["run_bench.py", *opts.argv], python=cfg.sglang_python),
         config=config.redacted(cfg), seed=seed, slo=opts.slo, arms=tuple(arms),
         workloads=tuple(records.WorkloadRecord.of(WORKLOADS[w]) for w in dict.fromkeys(p.workload for p in plan)),
-        plan=tuple(plan))
-
-
-def preflight(cfg: config.Config, plan: list[points.Point], seed: int,
-              new_run: bool) -> tuple[str, str, dict[str, str]] | str:
-    """(load generator module, its --help, its environment) when a real run can start, else the one line saying
-    why not."""
-    problem = files.writable_dir_problem(cfg.results_path / "bench") if new_run else None
-    if problem:
-        return f"{cfg.source('RESULTS_DIR')}: RESULTS_DIR={cfg.results_dir}: {problem}"
-    try:
-        env = runner.loadgen_env(cfg)  # holds the key: a missing or loose key file stops the run here
-    except OSError as exc:
-        return str(exc)
-    try:
-        module, help_text = points.find_loadgen(cfg.sglang_python, env)
-    except points.LoadgenError as exc:
-        return f"{exc} (SGLANG_PYTHON from {cfg.source('SGLANG_PYTHON')})"
-    probe = points.bench_argv(plan[0], WORKLOADS[plan[0].workload], base_url=cfg.base_url, model_dir=cfg.model_dir,
-                              served_model_name=cfg.served_model_name, seed=seed, output_file=Path("x"))
-    flags = sorted({f for p in plan for f in points.unknown_flags(
-        [*probe, *WORKLOADS[p.workload].dataset_args(p.num_prompts)], help_text)})
-    if flags:
-        return f"the installed {module} lacks {', '.join(flags)} — install SGLang {cfg.sglang_version} (./setup_host.sh)"
-    return module, help_text, env
+        plan=tuple(plan), tune=tune.to_dict() if tune else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,22 +266,26 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config.load()
         deps.ensure(__file__, ("openai", "numpy"), "bench")  # the host python3 lacks them; setup's venv has them
         model = costs.fit(cfg.results_path / "bench")  # this host's last runs, else the H200 defaults
-        run, arms, plan, seed, planned = open_run(opts, cfg, model)
+        run, arms, plan, seed, planned, tune = open_run(opts, cfg, model)
         quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command
     except (config.ConfigError, BenchError) as exc:
         print(f"[bench] error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, config.ConfigError) else 2
     # --- what a real run would stop at, checked before any work, and by the dry run too ---
-    ready = preflight(cfg, plan, seed, new_run=run is None)
+    ready = preflight.check(cfg, plan, seed, new_run=run is None)
     if opts.dry_run:
         active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
         boots = len(runner.boots(active))
-        print_plan(plan, active, boots, model, quick, planned)
+        dryrun.print_plan(plan, active, boots, model, quick, planned)
+        if tune:
+            tune_cli.print_plan(tune, model)
         print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
                           "estimate_s": round(model.plan_s(plan, boots, quick)), "calibrated": model.is_calibrated,
                           "budget_s": planned.budget_s if planned else None,
                           "left_out": [p.point_id for p in planned.left_out] if planned else [],
-                          "problem": ready if isinstance(ready, str) else None}))
+                          "problem": ready if isinstance(ready, str) else None,
+                          **({"tune": {"trials": [t.name for t in tune.trials], "cut": list(tune.cut)}}
+                             if tune else {})}))
     if isinstance(ready, str):
         print(f"[bench] error: {ready}", file=sys.stderr)
         return 1
@@ -322,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     with lock:
         # --- the run directory: a new one (manifest first) or the resumed one ---
         try:
-            run = open_store(run, opts, cfg, arms, plan, seed, help_text)
+            run = open_store(run, opts, cfg, arms, plan, seed, help_text, tune)
         except files.WriteError as exc:  # nothing half-written is left: an empty new run directory is removed
             print(f"[bench] error: {exc} — free space or fix permissions, then run again", file=sys.stderr)
             return 1
@@ -333,19 +313,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[bench] {line}", flush=True)
         sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key())
         bench = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), only_missing=opts.only_missing)
-        return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None)
+        stages = tune_cli.stages_hook(tune, model, run.read_manifest().slo or opts.slo, run, cfg,
+                                      tune_cli.config_target() if opts.apply else None, bool(opts.resume)) \
+            if tune else None  # a tune's coarse and refine stages run in place of the plain arm loop
+        return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None, stages)
 
 
 def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
-               plan: list[points.Point], seed: int, help_text: str) -> store.RunStore:
+               plan: list[points.Point], seed: int, help_text: str,
+               tune: tune_driver.TuneRun | None) -> store.RunStore:
     """The resumed run, or a new one with its manifest written first; WriteError (one line) when that fails,
     and then a new run's directory is removed again (it holds nothing)."""
     fresh = run is None
     if run is None:
-        run = store.RunStore.create(cfg.results_path, opts.tag)
+        run = store.RunStore.create(cfg.results_path, opts.tag or ("tune" if tune else ""))
     try:
         if fresh:
-            run.write_manifest(manifest(run, opts, cfg, arms, plan, seed))
+            run.write_manifest(manifest(run, opts, cfg, arms, plan, seed, tune))
         files.write_text_atomic(run.raw_dir() / "bench_help.txt", help_text)
     except files.WriteError:
         if fresh:
@@ -355,9 +339,10 @@ def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, ar
 
 
 def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool,
-            model: costs.CostModel, budget_s: float | None) -> int:
+            model: costs.CostModel, budget_s: float | None, stages: tune_cli.Stages | None = None) -> int:
     """Telemetry on, every boot, telemetry off; the closing lines; the exit code. `budget_s`: the --budget-min
-    budget, whose time left after the plan goes to adaptive repeats (None: no adaptive repeats)."""
+    budget, whose time left after the plan goes to adaptive repeats (None: no adaptive repeats). `stages`: a tune
+    run's stages, run instead of the plain arm loop (they return the final arms, plan and closing JSON part)."""
     run = b.store
     b.sampler.start()
     done_before = run.done_points(b.only_missing)
@@ -368,8 +353,12 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     b.budget_end = time.monotonic() + budget_s if budget_s else None
     runner.interrupt_on_sigterm()
     resume = f"./run_bench.py --resume {run.root}"
+    closing: dict = {}  # a tune's part of the closing JSON
     try:
-        runner.run_arms(b, arms, plan, quick)
+        if stages is None:
+            runner.run_arms(b, arms, plan, quick)
+        else:
+            arms, plan, closing = stages(b)
     except KeyboardInterrupt:
         print(f"[bench] interrupted — continue with {resume}", file=sys.stderr)
         return 130
@@ -397,7 +386,7 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
                       "points_failed": len(plan) - ok,
                       "adaptive_repeats": len(set(latest) - {p.point_id for p in plan}),
                       "telemetry_ticks": b.sampler.ticks,
-                      "telemetry_gaps": len(b.sampler.gaps)}))
+                      "telemetry_gaps": len(b.sampler.gaps), **({"tune": closing} if closing else {})}))
     return 0 if ok == len(plan) else 1
 
 if __name__ == "__main__":

@@ -298,6 +298,7 @@ class Manifest(Record):
     plan: tuple[Point, ...]  # adaptive repeats join it when the run decides them
     adaptive_repeats: tuple[str, ...] = ()  # point ids of the plan added during the run (llmhost.bench.budget)
     schema: int = SCHEMA
+    tune: dict[str, Any] | None = None  # a --tune run: its search space, trials and stage (llmhost.tune.driver)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -64,6 +64,7 @@ class Bench:
     clock: Eta | None = None  # the ETA, re-fit as points finish (set before the run starts)
     budget_end: float | None = None  # time.monotonic() the --budget-min budget ends; None: no adaptive repeats
     only_missing: bool = False  # --resume --only-missing: a point that failed its retry is not tried again
+    check_tool_calls: bool = True  # False in a tune: its levers schedule requests, they do not change the answers
     started_at: float = dataclasses.field(default_factory=time.time)  # a ./serve.sh stop after this is the user's
 
     def eta(self) -> str:
@@ -374,7 +375,7 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
             if not quick:
                 warm_arm(b, lead)
             for arm in group:
-                if arm.name not in b.store.toolcall_arms():
+                if b.check_tool_calls and arm.name not in b.store.toolcall_arms():
                     check_tools(b, arm)
             if b.clock:
                 b.clock.boot_done(time.monotonic() - booted)

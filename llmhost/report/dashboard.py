@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import cost, files, stats
-from llmhost.report import figures, kpis, page, steady, steady_page, tables, timeline
+from llmhost.report import figures, kpis, page, steady, steady_page, tables, timeline, tuner
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 
@@ -51,6 +51,9 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
                 ("baseline", "Settings vs baseline", baseline_html(ctx)),
                 ("steady", "Steady state and repeats", steady_page.section_html(run, steady_rows, paired, unsteady,
                                                                                  slo))]
+    tuner_html, tuner_ranking = tuner.section(run, slo, price)
+    if tuner_html:  # a --tune run: its trials right after the overview
+        sections.insert(1, ("tuner", "Tuner", tuner_html))
     for anchor, title, keys in SECTION_CHARTS:
         sections.append((anchor, title, "".join(page.chart(CHARTS[k](ctx)) for k in keys)))
     sections.append(("tools", "Tool calls", toolcalls_html(run)))
@@ -62,7 +65,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
               "(stored results only; rebuild any time with other SLOs: ./make_dashboard.py RUN_DIR --slo-ttft-ms …)"
               "</p>")
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
-            "baseline": ctx.baseline, "steady": steady_rows, "paired": paired, "not_steady": unsteady,
+            "baseline": ctx.baseline, "tune": tuner_ranking, "steady": steady_rows, "paired": paired, "not_steady": unsteady,
             "cost": price and {**dataclasses.asdict(price), "points": kpis.cost_rows(
                 headline, [a.name for a in run.arms], price.usd_per_hour)}}
     return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)

@@ -390,7 +390,7 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     monkeypatch.setattr(runner, "run_point", lambda b, arm, p, attempt: ran.append((b.loadgen.pid, arm.name, p)))
     cfg = SimpleNamespace(sglang_python="python", base_url="http://h:1", model_dir="/m", served_model_name="q")
     bench = SimpleNamespace(store=run, cfg=cfg, module="m", env={}, seed=3,
-                            loadgen=None, clock=None, budget_end=None, only_missing=False,
+                            loadgen=None, clock=None, budget_end=None, only_missing=False, check_tool_calls=True,
                             progress=lambda text: None)
     runner.run_arms(bench, chosen, plan, quick=True)
     assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot

@@ -13,6 +13,9 @@ the model path is only echoed. Knobs (environment variables):
   STANDIN_PREFILL_US_PER_TOKEN  added per UNCACHED prompt token (default 20), so prefix-cache hits are faster.
   STANDIN_ITL_MS                time between output tokens (default 2); a list (1,3) cycles, one step per cache
                                 flush, so successive benchmark points (each flushes) differ like noisy repeats.
+  STANDIN_ITL_MS_PER_RUNNING    added to every gap per request running beside it (default 0): a decode step
+                                of a larger batch reads more KV and takes longer, as on the GPU, so capping the
+                                batch with --max-running-requests trades ITL for queueing (TTFT).
   STANDIN_MAX_RUNNING           concurrent requests; more wait in the queue (num_queue_reqs). Default
                                 --max-running-requests, else 4096.
   STANDIN_NO_TOOL_CALLS=1       a named tool_choice returns no call (to test a missing tool call).
@@ -107,7 +110,8 @@ def _timing(s: dict) -> engine.Timing:
     return engine.Timing(ttft_ms=float(env.get("STANDIN_TTFT_MS", 5)),
                          prefill_us_per_token=float(env.get("STANDIN_PREFILL_US_PER_TOKEN", 20)),
                          itl_cycle_ms=tuple(float(x) for x in env.get("STANDIN_ITL_MS", "2").split(",")),
-                         max_running=s["max_running"])
+                         max_running=s["max_running"],
+                         itl_ms_per_running=float(env.get("STANDIN_ITL_MS_PER_RUNNING", 0)))
 
 
 def _http_in_a_child() -> None:

@@ -5,7 +5,7 @@ Tokens: text is split into word/space/punctuation pieces (roughly one Qwen token
 maps to a stable id (crc32), so identical prompts give identical token lists across processes. Output is drawn from
 a fixed list of odd pieces seen in the captured random-weight replies, seeded per request.
 Timing: a request waits for a slot (max running), then "prefills" for ttft_ms + prefill_us_per_token per UNCACHED
-prompt token, then emits one token every itl_ms.
+prompt token, then emits one token every itl_ms (+ itl_ms_per_running per other running request).
 """
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ class Timing:
     prefill_us_per_token: float = 20.0
     itl_cycle_ms: tuple[float, ...] = (2.0,)  # the ITL, one step further at each cache flush
     max_running: int = 4096
+    itl_ms_per_running: float = 0.0  # a bigger decode batch makes every step slower
 
 
 @dataclass
@@ -180,7 +181,8 @@ class Engine:
                 while SCHEDULER_GONE.is_set():
                     time.sleep(1)  # a request the dead scheduler will never finish
                 if i:
-                    time.sleep(self.itl_ms / 1000)
+                    others = max(len(self.running) - 1, 0)  # a dict's len is atomic: no lock per token
+                    time.sleep((self.itl_ms + self.timing.itl_ms_per_running * others) / 1000)
                     # SGLang 0.5.17's decode stats set the gauge to 0.0: it is the last prefill batch's hit rate
                     # only until the next decode step (captured /metrics after load reads 0.0)
                     with self.lock:

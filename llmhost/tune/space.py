@@ -1,0 +1,145 @@
+"""The tuner's search space: launch flags worth tuning for goodput, each with coarse candidate values, as data.
+
+    coarse_trials(SPACE)                          -> [Trial]: the defaults, then one lever moved at a time
+    refine_trials(SPACE, scores, tried)           -> [Trial]: around the best (neighbours, the best levers together)
+
+A trial is the defaults plus a few flags; it runs as a benchmark arm (a server restart with those flags). The coarse
+stage moves one lever at a time (a full grid of 4 levers x 2-3 values is ~36 boots of ~2 min each: far past any
+budget); the refine stage tries the geometric midpoints between the best value of a numeric lever and its coarse
+neighbours, and every lever's best value together.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+from llmhost.bench.arms import Arm
+
+DEFAULTS_NAME = "baseline"  # the defaults' trial is the benchmark's baseline arm: paired comparisons are against it
+_COLORS = ("#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+SPACE_ENV = "LLMHOST_TUNE_SPACE"  # "FLAG=v1,v2;FLAG=v3": replaces SPACE (tests use a tiny grid; same code path)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lever:
+    flag: str  # a launch_server flag (a setting-backed one travels as its setting, llmhost.bench.arms)
+    key: str  # short name used in trial names
+    values: tuple[str, ...]  # coarse candidates, ascending when numeric
+    why: str
+
+    @property
+    def is_numeric(self) -> bool:
+        return all(v.lstrip("-").isdigit() for v in self.values)
+
+
+# Order = priority: the coarse stage probes the levers in this order, breadth first (coarse_trials).
+SPACE: tuple[Lever, ...] = (
+    # SGLang sizes the running batch from the KV pool (thousands of requests on an H200); a cap bounds the decode
+    # batch, so each step (and the ITL) is shorter, at the price of queueing (TTFT) once the cap is reached.
+    Lever("--max-running-requests", "mrr", ("64", "128", "256"), "caps the decode batch: shorter ITL, longer queue"),
+    # 8192 on >= 80 GB GPUs. Smaller chunks interleave decode steps with long prefills (steadier ITL); larger ones
+    # finish a long prompt in fewer steps (lower TTFT for agent prompts of several thousand tokens).
+    Lever("--chunked-prefill-size", "cps", ("2048", "4096", "16384"), "prefill chunk: ITL vs TTFT on long prompts"),
+    # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
+    # agent's shared system prompts are reused before the radix cache evicts them.
+    Lever("--schedule-policy", "sp", ("lpm",), "longest-prefix-match admission: more prefix-cache hits"),
+    # 1 by default: the scheduler looks for new requests after every decode step; several steps in a row cut its
+    # CPU overhead per token (ITL) but admit new requests later (TTFT).
+    Lever("--num-continuous-decode-steps", "ncds", ("4",), "decode steps per scheduling round: ITL vs TTFT"),
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Trial:
+    name: str
+    settings: tuple[tuple[str, str], ...]  # ((flag, value), ...), lever order; () = the defaults
+    stage: str  # "coarse" or "refine"
+
+    def flags(self) -> tuple[str, ...]:
+        return tuple(part for flag, value in self.settings for part in (flag, value))
+
+    def arm(self, index: int) -> Arm:
+        if not self.settings:
+            return Arm(DEFAULTS_NAME, "Defaults", "#1f77b4", (),
+                       "The current defaults (config.env + config.local.env).", True)
+        return Arm(self.name, self.name, _COLORS[index % len(_COLORS)], self.flags(),
+                   f"Tuner trial ({self.stage}): defaults + {' '.join(self.flags())}")
+
+
+def space_from_env(env: Mapping[str, str] | None = None) -> tuple[Lever, ...]:
+    """SPACE, or the levers of $LLMHOST_TUNE_SPACE ("FLAG=v1,v2;FLAG=v3"); ValueError (one line) when malformed."""
+    text = (os.environ if env is None else env).get(SPACE_ENV, "").strip()
+    if not text:
+        return SPACE
+    levers = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        flag, _, values = part.partition("=")
+        vals = tuple(v.strip() for v in values.split(",") if v.strip())
+        if not flag.startswith("--") or not vals:
+            raise ValueError(f"{SPACE_ENV}: {part!r} is not FLAG=v1,v2 (e.g. --max-running-requests=8,32)")
+        levers.append(Lever(flag, flag.strip("-").replace("-", "")[:6], vals, f"from {SPACE_ENV}"))
+    return tuple(levers)
+
+
+def trial_of(settings: Sequence[tuple[str, str]], space: Sequence[Lever], stage: str) -> Trial:
+    keys = {lv.flag: lv.key for lv in space}
+    order = [lv.flag for lv in space]
+    ordered = tuple(sorted(settings, key=lambda s: order.index(s[0])))
+    name = "-".join(f"{keys[f]}{v}" for f, v in ordered) if ordered else DEFAULTS_NAME
+    return Trial(name.lower(), ordered, stage)
+
+
+def probe_order(lever: Lever) -> tuple[str, ...]:
+    """A numeric lever's extremes before its middle values: the two ends show the direction of the effect."""
+    v = lever.values
+    return (v[0], v[-1], *v[1:-1]) if lever.is_numeric and len(v) > 2 else v
+
+
+def coarse_trials(space: Sequence[Lever]) -> list[Trial]:
+    """The defaults first, then one lever moved at a time, breadth first: every lever's first probe (in lever
+    priority order), then every lever's second, ..., so a tight budget cuts middle values, not whole levers."""
+    queues = [probe_order(lv) for lv in space]
+    moved = [trial_of([(lv.flag, q[i])], space, "coarse") for i in range(max(map(len, queues), default=0))
+             for lv, q in zip(space, queues) if i < len(q)]
+    return [trial_of((), space, "coarse"), *moved]
+
+
+def midpoints(lever: Lever, best: str) -> list[str]:
+    """Geometric midpoints between a numeric lever's best coarse value and its coarse neighbours, rounded to a
+    multiple of 8 (batch and chunk sizes), not already a coarse value."""
+    if not lever.is_numeric or best not in lever.values:
+        return []
+    vals = [int(v) for v in lever.values]
+    i = vals.index(int(best))
+    out = []
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(vals):
+            mid = max(1, round(math.sqrt(vals[i] * vals[j]) / 8) * 8) if min(vals[i], vals[j]) >= 8 else \
+                round(math.sqrt(vals[i] * vals[j]))
+            if mid not in vals:
+                out.append(str(mid))
+    return out
+
+
+def refine_trials(space: Sequence[Lever], scores: Mapping[str, float], tried: Sequence[Trial]) -> list[Trial]:
+    """Around the best: (1) every lever's best value that beat the defaults' mean goodput, together (when two or
+    more did); (2) for each of those levers, best first, the midpoints around its best value. `scores`: mean
+    goodput by trial name (a trial without a score is skipped)."""
+    base = scores.get(DEFAULTS_NAME, math.nan)
+    best: dict[str, tuple[float, str]] = {}
+    for t in tried:
+        if len(t.settings) == 1 and t.name in scores and not math.isnan(scores[t.name]):
+            flag, value = t.settings[0]
+            if scores[t.name] > base and scores[t.name] > best.get(flag, (-math.inf, ""))[0]:
+                best[flag] = (scores[t.name], value)
+    ranked = sorted(best.items(), key=lambda kv: -kv[1][0])
+    out: list[Trial] = []
+    if len(ranked) >= 2:
+        out.append(trial_of([(flag, value) for flag, (_, value) in ranked], space, "refine"))
+    levers = {lv.flag: lv for lv in space}
+    out += [trial_of([(flag, mid)], space, "refine") for flag, (_, value) in ranked
+            for mid in midpoints(levers[flag], value)]
+    names = {t.name for t in tried}
+    return [t for t in out if t.name not in names]
