@@ -130,6 +130,7 @@ def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
         arm=arm.name, launch_command=ready.launch_command or None, server_info=redact_secrets(info),
         ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts,
         layout=ready.layout))
+    b.sampler.scrape(telemetry.scrape_targets(ready.layout, ready.base_url, b.cfg.worker_urls.split()))
     return ""
 
 

@@ -2,10 +2,14 @@
 
 Each tick stamps one `time.time()` (the clock the per-request start times use) on every sample it writes
 (llmhost.bench.records.TelemetrySample):
-    source "metrics": name "sglang:num_running_reqs", ..., labels as SGLang exports them
+    source "metrics": name "sglang:num_running_reqs", ..., labels as SGLang exports them, plus {"worker": "worker0"}
+                      when the samples are one of several workers' behind the router (see scrape_targets)
     source "gpu":     name "gpu_util_pct" | "gpu_mem_used_gb" | "gpu_power_w" | "gpu_sm_clock_mhz", labels {"gpu": "0"}
 Only the live-state series below are kept (the full exposition is ~390 samples, ~100 MB an hour at 1 Hz).
-GPU counters come from NVML (nvidia-ml-py) and fall back to `nvidia-smi`; without either, only metrics are written.
+sglang-router does not serve SGLang's /metrics, so under ROUTER=on each worker is scraped itself (the runner names
+them after every server restart, from the layout start recorded). GPU counters cover every GPU of the host, labelled
+by its NVML index (= nvidia-smi's, the numbering GPUS uses), so every GPU of any layout is sampled; they come from NVML
+(nvidia-ml-py) and fall back to `nvidia-smi`; without either, only metrics are written.
 A write that fails (disk full for a moment) does not stop sampling: the next write that works adds a source "gap"
 sample (name telemetry_gap_s, value = seconds lost, labels {"error": ...}), and run_bench.py ends with a warning.
 """
@@ -18,12 +22,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from llmhost.bench.records import TelemetrySample
 from llmhost.files import WriteError
 from llmhost.serve import metrics
 from llmhost.serve.endpoints import ServerClient
+from llmhost.serve.router import LOCAL_HOST
 
 METRICS_KEPT = (
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
@@ -38,10 +44,21 @@ SMI_FIELDS = (("utilization.gpu", "gpu_util_pct", 1.0), ("memory.used", "gpu_mem
               ("power.draw", "gpu_power_w", 1.0), ("clocks.sm", "gpu_sm_clock_mhz", 1.0))
 
 
-def metric_rows(text: str, t: float, point_id: str | None) -> list[TelemetrySample]:
-    """Samples of the kept series of one /metrics scrape."""
-    return [TelemetrySample(t, "metrics", s.name, dict(s.labels), s.value, point_id)
+def metric_rows(text: str, t: float, point_id: str | None, worker: str = "") -> list[TelemetrySample]:
+    """Samples of the kept series of one /metrics scrape; `worker` (when not '') added to their labels."""
+    extra = {"worker": worker} if worker else {}
+    return [TelemetrySample(t, "metrics", s.name, {**s.labels, **extra}, s.value, point_id)
             for s in metrics.parse(text) if s.name in METRICS_KEPT and math.isfinite(s.value)]  # NaN is not JSON
+
+
+def scrape_targets(layout: Sequence[Mapping], base_url: str, worker_urls: Sequence[str]) -> list[tuple[str, str]]:
+    """(worker label, URL) of every SGLang /metrics to scrape for a server layout (llmhost.serve.service.layout):
+    behind the router, each local worker on its loopback port by its name, or, with none local, each of WORKER_URLS
+    by its host:port; otherwise the one server at base_url, unlabelled (its samples as SGLang exports them)."""
+    if not any(m.get("name") == "router" for m in layout):
+        return [("", base_url)]
+    local = [(m["name"], f"http://{LOCAL_HOST}:{m['port']}") for m in layout if m.get("name") != "router"]
+    return local or [(urlsplit(url).netloc or url, url) for url in worker_urls]
 
 
 def smi_rows(csv_text: str, t: float, point_id: str | None) -> list[TelemetrySample]:
@@ -116,12 +133,13 @@ class Gap:
 
 
 class Sampler:
-    """Background thread: every interval_s, scrape /metrics + GPU and hand the rows to `sink`."""
+    """Background thread: every interval_s, scrape /metrics (of each target) + GPU and hand the rows to `sink`."""
 
     def __init__(self, base_url: str, sink: Callable[[list[TelemetrySample]], None], api_key: str | None = None,
                  interval_s: float = 1.0):
-        self.sink, self.interval_s = sink, interval_s
-        self.client = ServerClient(base_url, api_key)  # its own: the runner's thread has its own connections
+        self.sink, self.interval_s, self._api_key = sink, interval_s, api_key
+        self._targets: tuple[tuple[str, ServerClient], ...] = ()
+        self.scrape([("", base_url)])
         self.point_id: str | None = None  # set by the runner; rows carry the point running at sample time
         self.ticks = 0
         self._stop = threading.Event()
@@ -129,6 +147,11 @@ class Sampler:
         self.gaps: list[Gap] = []  # closed gaps: telemetry that could not be written
         self._gap_open: tuple[float, str] | None = None  # (start, error) while writes fail
         self._gpu: Callable[[float, str | None], list[TelemetrySample]] = lambda t, p: []
+
+    def scrape(self, targets: Sequence[tuple[str, str]]) -> None:
+        """From the next tick on, scrape these (worker label, URL) (scrape_targets: after each server restart)."""
+        # clients of its own: the runner's thread has its own connections; one assignment, so a tick sees old or new
+        self._targets = tuple((worker, ServerClient(url, self._api_key)) for worker, url in targets)
 
     def start(self) -> "Sampler":
         self._gpu = gpu_reader()
@@ -142,12 +165,13 @@ class Sampler:
     def sample_once(self) -> list[TelemetrySample]:
         t, point_id = time.time(), self.point_id
         rows: list[TelemetrySample] = []
-        scrape = self.client.metrics(timeout=2.0)
-        if scrape.ok:
-            try:
-                rows += metric_rows(scrape.text, t, point_id)
-            except metrics.MetricsError:
-                pass  # a garbled scrape is a missing sample, not a failed run
+        for worker, client in self._targets:
+            scrape = client.metrics(timeout=2.0)
+            if scrape.ok:
+                try:
+                    rows += metric_rows(scrape.text, t, point_id, worker)
+                except metrics.MetricsError:
+                    pass  # a garbled scrape is a missing sample, not a failed run
         rows += self._gpu(t, point_id)
         return rows
 

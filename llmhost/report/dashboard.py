@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import cost, files, stats
-from llmhost.report import figures, kpis, page, steady, steady_page, tables, timeline, tuner
+from llmhost.report import figures, kpis, layouts, page, steady, steady_page, tables, timeline, tuner
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 
@@ -38,6 +38,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
           price: cost.GpuPrice | None = None) -> Dashboard:
     """The page for `run` (the regression view against `other`; the cost card with `price`), plus the summary
     rows."""
+    run = layouts.with_layout_labels(run)  # arms that differ in TP/DP/router say so wherever they are named
     groups = tables.build_groups(run)
     rows = tables.summary_rows(groups, slo, seed)
     ctx = figures.Context(run, groups, rows, tables.baseline_rows(run, groups, slo, seed), slo)

@@ -61,8 +61,8 @@ def test_the_chart_reads_the_captured_servers_hit_rate_from_its_counters_not_its
     rows = telemetry.metric_rows(captures.joinpath("metrics_after.txt").read_text(), 100.0, "p1")
     kept = {r.name for r in rows}
     assert {"sglang:cached_tokens_total", "sglang:prompt_tokens_total"} <= kept  # the sampler keeps both
-    df = pd.DataFrame([(r.t, r.t / 60, r.name, r.value, "baseline") for r in rows],
-                      columns=["t", "minute", "name", "value", "arm"])
+    df = pd.DataFrame([(r.t, r.t / 60, r.name, r.value, "baseline", "") for r in rows],
+                      columns=["t", "minute", "name", "value", "arm", "worker"])
     assert df[df["name"] == "sglang:cache_hit_rate"]["value"].tolist() == [0.0]
     rate = timeline.cumulative_hit_rate(df)
     # captured: cached 4,886 of 9,431 + 192 prompt tokens (both label sets) = 50.77%
@@ -78,6 +78,7 @@ def test_each_arms_hit_rate_starts_afresh_with_its_server_and_waits_for_the_firs
         (3.0, "sglang:prompt_tokens_total", 400.0, "a"), (3.0, "sglang:cached_tokens_total", 300.0, "a"),
         (9.0, "sglang:prompt_tokens_total", 1000.0, "b"),  # b's fresh server: no cached_tokens_total yet
     ]
-    df = pd.DataFrame([(t, t / 60, n, v, a) for t, n, v, a in samples], columns=["t", "minute", "name", "value", "arm"])
+    df = pd.DataFrame([(t, t / 60, n, v, a, "") for t, n, v, a in samples],
+                      columns=["t", "minute", "name", "value", "arm", "worker"])
     rate = timeline.cumulative_hit_rate(df)
     assert list(zip(rate["t"], rate["arm"], rate["value"])) == [(2.0, "a", 25.0), (3.0, "a", 75.0), (9.0, "b", 0.0)]
