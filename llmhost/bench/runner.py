@@ -29,7 +29,6 @@ from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 
-
 def fmt_s(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"

@@ -1,7 +1,8 @@
 """ROUTER=on through serve.sh, with REAL tmux, stand-in SGLang workers and the stand-in sglang-router: two workers on one
 GPU behind the router start, pass the smoke test, report per worker and stop together; a dead worker ends the
 service; the API key holds at the router and never reaches a command line; servers elsewhere are only routed to;
-a small benchmark runs behind it and records which workers served."""
+a small benchmark runs behind it, records which workers served, samples each worker's /metrics and each GPU, and
+its dashboard draws them."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from benchrun import bench, isolated_env
 from standin import harness
+from test_dashboard import render
 from test_serve import Serve, get, write_key
 
 from llmhost.serve import procfs
@@ -25,6 +27,15 @@ ONE_H200 = """#!/bin/sh
 case "$1" in
   --query-gpu=index,name,memory.used,memory.total) echo "0, NVIDIA H200, 1, 143771" ;;
   --query-gpu=index,gpu_uuid) echo "0, GPU-aaaa" ;;
+  --query-compute-apps=pid,gpu_uuid,used_memory) ;;
+  *) exit 9 ;;
+esac
+"""
+TWO_H200 = """#!/bin/sh
+case "$1" in
+  --query-gpu=index,name,memory.used,memory.total) printf '0, NVIDIA H200, 1, 143771\n1, NVIDIA H200, 1, 143771\n' ;;
+  --query-gpu=index,gpu_uuid) printf '0, GPU-aaaa\n1, GPU-bbbb\n' ;;
+  --query-gpu=index,utilization.gpu,memory.used,power.draw,clocks.sm) printf '0, 91, 70000, 600, 1980\n1, 87, 69000, 590, 1980\n' ;;
   --query-compute-apps=pid,gpu_uuid,used_memory) ;;
   *) exit 9 ;;
 esac
@@ -126,15 +137,23 @@ def test_servers_elsewhere_are_routed_to_but_neither_launched_nor_stopped(routed
         assert far.proc.poll() is None
 
 
-def test_a_small_benchmark_runs_behind_the_router_and_records_which_workers_served(tmp_path):
+def routed_bench_env(tmp_path: Path, driver: str, gpus: str):
+    """isolated_env with ROUTER=on, DP_SIZE=2 over `gpus`, and `driver` as nvidia-smi; yields it, then cleans up."""
     environments = isolated_env(tmp_path)
     env = next(environments)
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
-    smi.write_text(ONE_H200)
+    smi.write_text(driver)
     smi.chmod(0o755)
-    env.update(ROUTER="on", GPUS="0,0", DP_SIZE="2", ROUTER_METRICS_PORT=str(harness.free_port()),
+    env.update(ROUTER="on", GPUS=gpus, DP_SIZE="2", ROUTER_METRICS_PORT=str(harness.free_port()),
                PATH=f"{smi.parent}{os.pathsep}{env['PATH']}")
+    yield env
+    next(environments, None)
+
+
+def test_a_small_benchmark_runs_behind_the_router_and_records_which_workers_served(tmp_path):
+    environments = routed_bench_env(tmp_path, ONE_H200, "0,0")
+    env = next(environments)
     try:
         proc = bench(env, "--quick", "--arms", "baseline", timeout=600)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -146,3 +165,29 @@ def test_a_small_benchmark_runs_behind_the_router_and_records_which_workers_serv
         assert server["server_info"]["load_format"] == "dummy"  # a worker's, through the router's /get_server_info
     finally:
         next(environments, None)
+
+
+def test_a_benchmark_behind_the_router_records_and_draws_each_workers_metrics_and_each_gpu(tmp_path):
+    """DP=2 over two GPUs: the sampler scrapes both workers (the router serves no SGLang /metrics) and both GPUs
+    (here nvidia-smi's, as without NVML), and the dashboard draws them and names the layout beside the arm."""
+    environments = routed_bench_env(tmp_path, TWO_H200, "0,1")
+    env = next(environments)
+    try:
+        proc = bench(env, "--quick", "--arms", "baseline", timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        run_dir = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    finally:
+        next(environments, None)
+    samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
+    running = {s["labels"].get("worker") for s in samples if s["name"] == "sglang:num_running_reqs"}
+    assert running == {"worker0", "worker1"}
+    assert {s["labels"]["gpu"] for s in samples if s["name"] == "gpu_mem_used_gb"} == {"0", "1"}
+    made = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run_dir)], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert made.returncode == 0, made.stderr
+    html = (run_dir / "dashboard.html").read_text()
+    label = "Baseline (FlashInfer) [router → 2 workers, GPUs 0 | 1]"
+    for name in (f"{label} · worker0", f"{label} · worker1", f"{label} · GPU 0", f"{label} · GPU 1"):
+        assert json.dumps(name)[1:-1] in html, name  # a trace of the page's figures (JSON-escaped)
+    dom, _ = render(run_dir / "dashboard.html", tmp_path / "profile")
+    assert 'data-js-errors="0"' in dom and dom.count('class="main-svg"') >= html.count('class="plotly-graph-div"')

@@ -191,3 +191,61 @@ def test_nvml_reader_skips_a_counter_the_board_does_not_support(monkeypatch):
     rows = telemetry.gpu_reader()(7.0, "p1")  # one unsupported counter used to raise and end the sampler thread
     by = {r.name: r.value for r in rows}
     assert by == {"gpu_util_pct": 97.0, "gpu_mem_used_gb": 40.0, "gpu_sm_clock_mhz": 1980.0}
+
+
+def test_the_sampler_scrapes_each_worker_behind_the_router_and_labels_its_samples():
+    layout = ({"name": "worker0", "port": 30001, "gpus": "0", "tp_size": 1, "dp_size": 1},
+              {"name": "worker1", "port": 30002, "gpus": "1", "tp_size": 1, "dp_size": 1},
+              {"name": "router", "port": 30000, "gpus": None, "tp_size": None, "dp_size": None})
+    base = "http://10.0.0.5:30000"
+    assert telemetry.scrape_targets(layout, base, []) == [("worker0", "http://127.0.0.1:30001"),
+                                                          ("worker1", "http://127.0.0.1:30002")]
+    assert telemetry.scrape_targets(layout[2:], base, ["http://10.0.0.2:30000", "http://10.0.0.3:30000"]) == [
+        ("10.0.0.2:30000", "http://10.0.0.2:30000"), ("10.0.0.3:30000", "http://10.0.0.3:30000")]
+    one = ({"name": "server", "port": 30000, "gpus": "0,1", "tp_size": 2, "dp_size": 1},)
+    assert telemetry.scrape_targets(one, base, []) == telemetry.scrape_targets((), base, []) == [("", base)]
+
+
+def test_each_scraped_worker_gets_its_own_samples_and_a_dead_one_none(free_port):
+    import http.server
+    import threading
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f"sglang:token_usage{{tp_rank=\"0\"}} 0.{self.server.server_port % 7}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics) for _ in range(2)]
+    for srv in servers:
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        sampler = telemetry.Sampler(f"http://127.0.0.1:{free_port}", lambda rows: None)
+        sampler.scrape([(f"worker{i}", f"http://127.0.0.1:{s.server_port}") for i, s in enumerate(servers)]
+                       + [("worker2", f"http://127.0.0.1:{free_port}")])  # nothing listens there
+        rows = sampler.sample_once()
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()
+    assert [(r.labels, r.value) for r in rows] == [
+        ({"tp_rank": "0", "worker": f"worker{i}"}, float(f"0.{s.server_port % 7}")) for i, s in enumerate(servers)]
+
+
+def test_nvml_samples_every_gpu_of_the_host_labelled_by_its_index(monkeypatch):
+    fake = SimpleNamespace(
+        NVMLError=Exception, NVML_CLOCK_SM=1, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetPowerUsage=lambda h: 100_000 * (h + 1),
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=10 * h),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=(h + 1) * 2**30),
+        nvmlDeviceGetClockInfo=lambda h, clock: 1980)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    rows = telemetry.gpu_reader()(7.0, None)
+    by = {(r.labels["gpu"], r.name): r.value for r in rows}
+    assert by[("0", "gpu_mem_used_gb")] == 1.0 and by[("1", "gpu_mem_used_gb")] == 2.0
+    assert by[("1", "gpu_util_pct")] == 10.0 and by[("1", "gpu_power_w")] == 200.0 and len(by) == 8
