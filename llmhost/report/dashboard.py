@@ -67,6 +67,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
               "</p>")
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
             "baseline": ctx.baseline, "tune": tuner_ranking, "steady": steady_rows, "paired": paired, "not_steady": unsteady,
+            "layouts": layouts.arm_layouts(run),
             "cost": price and {**dataclasses.asdict(price), "points": kpis.cost_rows(
                 headline, [a.name for a in run.arms], price.usd_per_hour)}}
     return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)

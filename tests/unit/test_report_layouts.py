@@ -82,7 +82,9 @@ def test_each_arm_is_labelled_with_its_layout_when_layouts_differ(run: load.Run)
 
 
 def test_the_settings_table_names_each_compared_arms_layout(run: load.Run) -> None:
-    html = dashboard.build(run, SLO).html
+    built = dashboard.build(run, SLO)
+    assert built.meta["layouts"]["fp8-kv"] == "TP 2 on GPUs 0,1" and "no-prefix-cache" not in built.meta["layouts"]
+    html = built.html
     section = html[html.index("id=baseline"):html.index("id=steady")]
     assert "Triton attention [router → 2 workers, GPUs 0 | 1]" in section
     assert "FP8 KV cache [TP 2 on GPUs 0,1]" in section
