@@ -61,11 +61,12 @@ def _trace_xy(sub: Any) -> tuple[list[Any], list[Any]]:
 
 def _add_by_arm(ctx: Context, fig: Any, df: Any, row: int, first: bool) -> None:
     """One line per arm and series (df column "series"; '' = the arm's own line, solid), coloured by arm; each
-    named series gets its dash style, the same in every arm and row."""
+    named series gets its dash style, the same in every arm."""
     go = _go()
     labels = [(a.name, a.label, a.color) for a in ctx.run.arms] + [("", "between points", "#bbbbbb")]
     named = sorted(set(df["series"]) - {""})
-    dash = {s: DASHES[(i + ("" in set(df["series"]))) % len(DASHES)] for i, s in enumerate(named)}
+    skip = int("" in set(df["series"]))  # solid stays the arm's own line's where there is one
+    dash = {s: DASHES[(i + skip) % len(DASHES)] for i, s in enumerate(named)}
     for name, label, color in labels:
         for series in ["", *named]:
             sub = df[(df["arm"] == name) & (df["series"] == series)]
