@@ -21,7 +21,8 @@ from pathlib import Path
 STANDIN_DIR = Path(__file__).resolve().parent
 # The stand-in load generator caches agent datasets under $HOME/.cache/sglang like the real one: tests keep that
 # out of the user's home unless they give their own HOME.
-STANDIN_HOME = Path(tempfile.gettempdir()) / "llmhost-standin-home"
+# One per pytest-xdist worker: the cache file is written in place, and two workers must not read each other's half.
+STANDIN_HOME = Path(tempfile.gettempdir()) / f"llmhost-standin-home-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
 def free_port() -> int:
