@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
@@ -23,9 +22,9 @@ from llmhost.bench.eta import Eta
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
-from llmhost.serve import lifecycle, process, serverlog
+from llmhost.bench.liveness import server_alive, server_client, server_watch
+from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
-from llmhost.serve.endpoints import ServerClient
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 
@@ -146,21 +145,6 @@ def share_boot(b: Bench, lead: arms_mod.Arm, arm: arms_mod.Arm) -> None:
     record = read_server(b, lead.name)
     if record is not None:
         b.store.write_server(dataclasses.replace(record, arm=arm.name, restarts=()))
-
-
-def server_client(cfg: config.Config) -> ServerClient:
-    return ServerClient.for_config(cfg, cfg.api_key())
-
-
-def server_alive(cfg: config.Config) -> bool:
-    """The recorded server process lives and answers /health (its HTTP workers can outlive it)."""
-    return not process.server_gone(cfg.state_dir) and server_client(cfg).health(timeout=10).ok
-
-
-def server_watch(cfg: config.Config) -> Callable[[], str]:
-    """What the load generator asks every second of a pass: '' or why the pass cannot finish (the server's
-    process died: its requests would hang until the point's time limit)."""
-    return lambda: process.server_gone(cfg.state_dir)
 
 
 def warm_arm(b: Bench, arm: arms_mod.Arm) -> None:
