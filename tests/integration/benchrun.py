@@ -25,7 +25,7 @@ def isolated_env(tmp_path: Path, server_env: str = "") -> Iterator[dict[str, str
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    port = free_port()
+    port = free_port(block=3)  # ROUTER=on tests put two workers after it
     server = f"PYTHONPATH={STANDIN} STANDIN_STARTUP_S=0.5 STANDIN_ITL_MS=1 STANDIN_PREFILL_US_PER_TOKEN=5 {server_env}"
     env = {**os.environ, "TMUX_TMPDIR": str(tmux_dir), "WORK_DIR": str(tmp_path / "work"), "MODEL_DIR": str(model),
            "RESULTS_DIR": str(tmp_path / "results"), "HOME": str(tmp_path / "home"),

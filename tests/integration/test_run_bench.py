@@ -142,9 +142,9 @@ def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_run
     assert "4 recorded of 4 planned (1 of them adaptive repeats" in (run / "dashboard.html").read_text()
 
 
-def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_event_recorded(env):
-    """kill -9 of the server's process group while a point streams: the attempt fails, the server is restarted
-    (servers/<arm>.json records why), the retry is ok, and the boot's load generator goes on."""
+def kill_mid_point(env: dict, kill) -> tuple[str, int, list[dict]]:
+    """A one-point chat run (20 s of Poisson arrivals) whose server `kill(state_dir)` hits 3 s into the point ->
+    (output, exit code, the run's points.jsonl rows)."""
     proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "chat", "--rates", "2",
                              "--duration-s", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -154,13 +154,19 @@ def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_e
         if "baseline.chat.qps.r2.r1: running" in line:
             break
     time.sleep(3)  # into the 20 s of arrivals
-    state = Path(env["WORK_DIR"]) / "server"
-    os.killpg(int((state / "pgid").read_text()), signal.SIGKILL)
+    kill(Path(env["WORK_DIR"]) / "server")
     out, _ = proc.communicate(timeout=180)
-    output = "".join(lines) + out
-    assert proc.returncode == 0, output[-3000:]
     run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
-    attempts = _rows(run / "points.jsonl")
+    return "".join(lines) + out, proc.returncode, _rows(run / "points.jsonl")
+
+
+def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_event_recorded(env):
+    """kill -9 of the server's process group while a point streams: the attempt fails, the server is restarted
+    (servers/<arm>.json records why), the retry is ok, and the boot's load generator goes on."""
+    output, code, attempts = kill_mid_point(env, lambda state: os.killpg(int((state / "pgid").read_text()),
+                                                                          signal.SIGKILL))
+    assert code == 0, output[-3000:]
+    run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
     assert [(r["attempt"], r["status"]) for r in attempts] == [(1, "failed"), (2, "ok")]
     assert attempts[1]["summary"]["completed"] == 40 and attempts[1]["summary"]["failed"] == 0
     server = json.loads((run / "servers" / "baseline.json").read_text())
@@ -174,22 +180,9 @@ def test_a_killed_launcher_whose_http_workers_live_on_fails_the_point_at_once_an
     requests that never finish (seen on the H200), and /health cannot tell. The point must end within seconds,
     not at its time limit, the server be restarted (its orphans with it) and the retry be ok."""
     env = {**env, "TOKENIZER_WORKER_NUM": "2"}
-    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "chat", "--rates", "2",
-                             "--duration-s", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "baseline.chat.qps.r2.r1: running" in line:
-            break
-    time.sleep(3)
-    state = Path(env["WORK_DIR"]) / "server"
-    os.kill(int((state / "pid").read_text()), signal.SIGKILL)
-    out, _ = proc.communicate(timeout=180)
-    output = "".join(lines) + out
-    assert proc.returncode == 0, output[-3000:]
-    run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
-    attempts = _rows(run / "points.jsonl")
+    output, code, attempts = kill_mid_point(env, lambda state: os.kill(int((state / "pid").read_text()),
+                                                                        signal.SIGKILL))
+    assert code == 0, output[-3000:]
     assert [(r["attempt"], r["status"]) for r in attempts] == [(1, "failed"), (2, "ok")]
     assert "server process" in attempts[0]["error"] and "is gone" in attempts[0]["error"]
     assert attempts[0]["ended_at"] - attempts[0]["started_at"] < 20  # not the point's time limit

@@ -35,7 +35,7 @@ class Serve:
         model.mkdir(parents=True, exist_ok=True)
         (model / "config.json").write_text("{}")
         self.work = root / "work"
-        self.port = free_port()
+        self.port = free_port(block=3)  # ROUTER=on tests put two workers after it
         self.env = {
             **os.environ, "TMUX_TMPDIR": str(self.tmux_dir), "WORK_DIR": str(self.work), "MODEL_DIR": str(model),
             "RESULTS_DIR": str(root / "results"), "SGLANG_PYTHON": sys.executable, "HOST": "127.0.0.1",

@@ -25,11 +25,24 @@ STANDIN_DIR = Path(__file__).resolve().parent
 STANDIN_HOME = Path(tempfile.gettempdir()) / f"llmhost-standin-home-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+def free_port(block: int = 1) -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it), with the `block - 1` ports after it free too
+    (ROUTER=on puts its workers on PORT+1, PORT+2: tests running side by side must not meet there)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port + block <= 65536 and all(_bindable(p) for p in range(port + 1, port + block)):
+            return port
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def standin_env(env: dict[str, str] | None = None) -> dict[str, str]:
