@@ -66,9 +66,22 @@ def package_versions(python: str) -> dict[str, str | None]:
         found = {}
     try:
         ours: str | None = importlib.metadata.version("llmhost")
-    except importlib.metadata.PackageNotFoundError:  # a plain checkout, not installed
-        ours = None
+    except importlib.metadata.PackageNotFoundError:  # a plain checkout, not installed: its pyproject says
+        ours = checkout_version()
     return {**{name: found.get(dist) for name, dist in PACKAGES.items()}, "llmhost": ours}
+
+
+def checkout_version(repo: Path = REPO) -> str | None:
+    """The version in the checkout's pyproject.toml; None when it is missing or unreadable."""
+    match = re.search(r'^version\s*=\s*"([^"]+)"', _read(repo / "pyproject.toml"), re.M)
+    return match.group(1) if match else None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def git_state(repo: Path = REPO) -> tuple[str | None, bool | None]:

@@ -57,3 +57,11 @@ def test_collect_records_this_checkout_and_a_utc_timestamp():
     assert found.command == ("run_bench.py", "--quick") and found.created_at.endswith("Z")
     assert found.git_commit is None or len(found.git_commit) == 40
     assert isinstance(found.gpu, provenance.Gpu) and found.gpu.count >= 0
+
+
+def test_a_plain_checkout_names_its_version_from_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "llmhost"\nversion = "1.2.3"\n')
+    assert provenance.checkout_version(tmp_path) == "1.2.3"
+    assert provenance.checkout_version(tmp_path / "missing") is None
+    (tmp_path / "pyproject.toml").write_bytes(b"\xff\xfe version")
+    assert provenance.checkout_version(tmp_path) is None
