@@ -282,7 +282,9 @@ class StartupRecord(Record):
     status: Status
     started_at: str  # UTC, ISO 8601: when the restart began (the stop of the previous server included)
     restart_s: float  # the whole restart: stop, GPU release, launch, ready
-    ready_s: float | None  # launch to ready, what ./serve.sh's 'ready in N s' line says; None when failed
+    # launch to ready, what ./serve.sh's 'ready in N s' line says (the pane stamps its launch to the second, so
+    # this may exceed restart_s by up to 1 s on a fast start); None when the start failed
+    ready_s: float | None
     phases: dict[str, float]  # phase -> seconds in log order (llmhost.serve.startup); {} when the log told none
     launch_command: str | None = None
     error: str = ""

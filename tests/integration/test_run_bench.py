@@ -226,12 +226,41 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
     (["--budget-min", "1", "--dry-run"], 2, "nothing fits in --budget-min 1"),
     (["--resume", "/tmp", "--budget-min", "20"], 2, "drop --budget-min"),
     (["--resume", "/tmp", "--concurrency", "4"], 2, "drop --concurrency"),
+    (["--startup", "0"], 2, "--startup must be >= 1 restart per arm (got 0)"),
+    (["--startup", "2", "--concurrency", "4", "--workloads", "chat"], 2,
+     "--startup measures restarts only, no load points: drop --concurrency, --workloads"),
+    (["--startup", "--tune"], 2, "drop --tune"),
+    (["--startup", "2", "--arms", "nope"], 2, "unknown arm nope"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
     proc = bench(env, *args, timeout=60)
     assert proc.returncode == code
     last = proc.stderr.strip().splitlines()[-1]
     assert needle in last and "Traceback" not in proc.stderr
+
+
+def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
+    proc = bench(env, "--startup", "2", "--arm", "tok1=--tokenizer-worker-num 1")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    final = json.loads(proc.stdout.strip().splitlines()[-1])
+    run = Path(final["run_dir"])
+    assert run.name.endswith("-startup") and final["restarts_per_arm"] == 2 and list(final["arms"]) == \
+        ["baseline", "tok1"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["startup_restarts"] == 2 and manifest["plan"] == [] and not (run / "points.jsonl").exists()
+    starts = _rows(run / "startups.jsonl")
+    assert [(r["arm"], r["repeat"], r["status"]) for r in starts] == \
+        [("baseline", 1, "ok"), ("baseline", 2, "ok"), ("tok1", 1, "ok"), ("tok1", 2, "ok")]
+    for rec in starts:  # the stand-in logs SGLang's server_args and Uvicorn lines: launcher ... first generation
+        assert rec["restart_s"] + 1 >= rec["ready_s"] > 0 and "launcher" in rec["phases"]  # launch: to the second
+        assert sum(rec["phases"].values()) == pytest.approx(rec["ready_s"])
+    assert "--tokenizer-worker-num 1" in starts[-1]["launch_command"]
+    for name, arm in final["arms"].items():
+        ready = sorted(r["ready_s"] for r in starts if r["arm"] == name)
+        assert arm["starts_ok"] == 2 and arm["ready_s_median"] == pytest.approx(sum(ready) / 2)
+        assert (arm["ready_s_min"], arm["ready_s_max"]) == (ready[0], ready[1]) and "launcher" in arm["phases_s_median"]
+    table = [line for line in proc.stdout.splitlines() if line.startswith("[bench] ")][-3:]
+    assert "ready s (min-max)" in table[0] and table[1].split()[1] == "baseline" and table[2].split()[1] == "tok1"
 
 
 def test_a_python_without_the_load_generator_is_named_with_the_fix(env):
