@@ -48,7 +48,7 @@ from pathlib import Path
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
 from llmhost.bench import budget, costs, dryrun, points, preflight, records, runlock, runner, startup_bench, store
-from llmhost.bench import telemetry
+from llmhost.bench import run_end, telemetry
 from llmhost.bench.eta import Eta
 from llmhost.bench.runner import BenchError, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -347,19 +347,12 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
             runner.run_arms(b, arms, plan, quick)
         else:
             arms, plan, closing = stages(b)
-    except KeyboardInterrupt:
-        print(f"[bench] interrupted — continue with {resume}", file=sys.stderr)
-        return 130
-    except runner.UserStopped as exc:  # the user's stop wins: the server stays down
-        print(f"[bench] the server was stopped with ./serve.sh stop at {exc} — the run ends here and leaves it "
-              f"stopped; continue later with {resume} (it starts the server again)", file=sys.stderr)
-        return 1
-    except OSError as exc:  # disk full, permissions: what was recorded so far is intact
-        problem = files.as_write_error(exc, run.root)
-        if problem is None:
+    except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
+        ended = run_end.ended_by(exc, run.root, resume)
+        if ended is None:
             raise
-        print(f"[bench] error: {problem} — fix that, then {resume}", file=sys.stderr)
-        return 1
+        print(ended[0], file=sys.stderr)
+        return ended[1]
     except points.LoadgenError as exc:  # the installed SGLang's benchmark API is not the one this toolkit drives
         print(f"[bench] error: {exc}", file=sys.stderr)
         return 1

@@ -23,7 +23,7 @@ import time
 
 from llmhost import config, files, provenance
 from llmhost.bench import arms as arms_mod
-from llmhost.bench import costs, records, runlock, runner, store
+from llmhost.bench import costs, records, run_end, runlock, runner, store
 from llmhost.bench.records import StartupRecord
 from llmhost.bench.runner import fmt_s
 from llmhost.serve import lifecycle
@@ -175,7 +175,6 @@ def new_run(cfg: config.Config, arms: list[arms_mod.Arm], restarts: int, tag: st
 def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm], restarts: int) -> int:
     """Every arm's restarts, each recorded as it finishes; the table and the closing JSON line; the exit code."""
     since, done, rows = time.time(), 0, []
-    resume_hint = "its restarts so far are in startups.jsonl; run --startup again for the rest"
     runner.interrupt_on_sigterm()
     try:
         for arm in arms:
@@ -185,19 +184,13 @@ def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm
                 rows.append(rec)
                 done += 1
                 print(progress_line(rec, done, len(arms) * restarts), flush=True)
-    except KeyboardInterrupt:
-        print(f"[bench] interrupted — {resume_hint} ({run.root})", file=sys.stderr)
-        return 130
-    except runner.UserStopped as exc:
-        print(f"[bench] the server was stopped with ./serve.sh stop at {exc} — the run ends here and leaves it "
-              f"stopped; {resume_hint} ({run.root})", file=sys.stderr)
-        return 1
-    except OSError as exc:  # disk full, permissions: the restarts recorded so far are intact
-        problem = files.as_write_error(exc, run.root)
-        if problem is None:
+    except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
+        ended = run_end.ended_by(exc, run.root, f"a new --startup run (the restarts so far are in {run.root}/"
+                                 "startups.jsonl)")
+        if ended is None:
             raise
-        print(f"[bench] error: {problem} — {resume_hint} once that is fixed", file=sys.stderr)
-        return 1
+        print(ended[0], file=sys.stderr)
+        return ended[1]
     summary = summarize(rows)
     for line in table_lines(summary):
         print(f"[bench] {line}")
