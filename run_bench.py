@@ -191,10 +191,11 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     if not (args.resume / "manifest.json").is_file():
         return f"--resume {args.resume}: no manifest.json there (pass a results/bench/<run_id> directory)"
     try:
-        store.read_manifest(args.resume / "manifest.json")
+        is_startup = store.read_manifest(args.resume / "manifest.json").startup_restarts is not None
     except records.RecordError as exc:
         return f"--resume: {exc}"
-    return None
+    return f"--resume {args.resume}: a --startup run has no points to resume — run --startup again" \
+        if is_startup else None
 
 
 # --- the run -----------------------------------------------------------------------------------------------------

@@ -263,6 +263,33 @@ def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
     assert "ready s (min-max)" in table[0] and table[1].split()[1] == "baseline" and table[2].split()[1] == "tok1"
 
 
+def test_startup_dry_run_lists_the_arms_and_prices_their_restarts_without_starting_anything(env):
+    proc = bench(env, "--startup", "--arm", "nopcg=--disable-piecewise-cuda-graph", "--dry-run", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert plan == {"dry_run": True, "startup_restarts": 3, "arms": ["baseline", "nopcg"], "estimate_s": 960,
+                    "calibrated": False}  # 2 arms x 3 restarts x the uncalibrated 160 s restart
+    assert "--disable-piecewise-cuda-graph" in proc.stdout and not (Path(env["RESULTS_DIR"]) / "bench").exists()
+
+
+def test_a_startup_run_killed_midway_keeps_the_restarts_it_recorded(env):
+    proc = subprocess.Popen([*BENCH, "--startup", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    results = Path(env["RESULTS_DIR"]) / "bench"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not [r for f in results.glob("*-startup/startups.jsonl") for r in _rows(f)]:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    (run,) = results.glob("*-startup")
+    kept = _rows(run / "startups.jsonl")
+    assert proc.returncode == 130 and "[bench] interrupted — continue with a new --startup run" in out
+    assert 1 <= len(kept) < 20 and all(r["status"] == "ok" for r in kept)
+    again = bench(env, "--resume", str(run), timeout=60)
+    assert again.returncode == 2 and "a --startup run has no points to resume" in again.stderr.strip().splitlines()[-1]
+
+
 def test_a_python_without_the_load_generator_is_named_with_the_fix(env):
     env = {**env, "PYTHONPATH": ""}
     proc = bench(env, "--quick", "--arms", "baseline", timeout=60)
