@@ -179,6 +179,8 @@ def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm
     try:
         for arm in arms:
             for repeat in range(1, restarts + 1):
+                print(f"[bench startup {done}/{len(arms) * restarts}] arm {arm.name}, restart {repeat}: restarting "
+                      f"(progress in {run.root}/raw/serve-{arm.name}.log)", flush=True)
                 rec = restart_once(cfg, run, arm, repeat, since)
                 run.append_startup(rec)
                 rows.append(rec)
