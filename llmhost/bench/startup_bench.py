@@ -136,11 +136,15 @@ def table_lines(arms: list[ArmStartup]) -> list[str]:
 
 
 def closing(run: store.RunStore, arms: list[ArmStartup], restarts: int) -> dict:
-    """The last stdout line: the run directory and per-arm medians."""
+    """The last stdout line: the run directory and per-arm medians, seconds to 0.01 (the records keep them whole)."""
+    def s(value: float | None) -> float | None:
+        return None if value is None else round(value, 2)
+
     return {"run_dir": str(run.root), "run_id": run.run_id, "restarts_per_arm": restarts,
-            "arms": {a.arm: {"starts_ok": a.ok, "starts_failed": a.failed, "ready_s_median": a.ready_s,
-                             "ready_s_min": a.ready_min_s, "ready_s_max": a.ready_max_s,
-                             "restart_s_median": a.restart_s, "phases_s_median": a.phases} for a in arms}}
+            "arms": {a.arm: {"starts_ok": a.ok, "starts_failed": a.failed, "ready_s_median": s(a.ready_s),
+                             "ready_s_min": s(a.ready_min_s), "ready_s_max": s(a.ready_max_s),
+                             "restart_s_median": s(a.restart_s),
+                             "phases_s_median": {n: s(v) for n, v in a.phases.items()}} for a in arms}}
 
 
 # --- the run --------------------------------------------------------------------------------------------------

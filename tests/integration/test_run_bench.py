@@ -257,8 +257,9 @@ def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
     assert "--tokenizer-worker-num 1" in starts[-1]["launch_command"]
     for name, arm in final["arms"].items():
         ready = sorted(r["ready_s"] for r in starts if r["arm"] == name)
-        assert arm["starts_ok"] == 2 and arm["ready_s_median"] == pytest.approx(sum(ready) / 2)
-        assert (arm["ready_s_min"], arm["ready_s_max"]) == (ready[0], ready[1]) and "launcher" in arm["phases_s_median"]
+        assert arm["starts_ok"] == 2 and arm["ready_s_median"] == pytest.approx(sum(ready) / 2, abs=0.01)
+        assert [arm["ready_s_min"], arm["ready_s_max"]] == pytest.approx(ready, abs=0.01)
+        assert "launcher" in arm["phases_s_median"]
     table = [line for line in proc.stdout.splitlines() if line.startswith("[bench] ")][-3:]
     assert "ready s (min-max)" in table[0] and table[1].split()[1] == "baseline" and table[2].split()[1] == "tok1"
 
