@@ -21,6 +21,8 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
     ./run_bench.py --tune --slo-ttft-ms 500 --slo-itl-ms 50 --budget-min 30 [--apply]   # search launch flags
                                              # for goodput on the agent workload (llmhost.tune); --apply writes
                                              # the winner to config.local.env
+    ./run_bench.py --startup 3 --arm tok1="--tokenizer-worker-num 1"   # start-up only: ready time and phase
+                                             # medians per arm over 3 restarts each (llmhost.bench.startup_bench)
 
 Writes $RESULTS_DIR/bench/<run_id>/ (manifest.json, points.jsonl, requests/, telemetry.jsonl, toolcalls.jsonl,
 servers/, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
@@ -45,7 +47,8 @@ from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
-from llmhost.bench import budget, costs, dryrun, points, preflight, records, runlock, runner, store, telemetry
+from llmhost.bench import budget, costs, dryrun, points, preflight, records, runlock, runner, startup_bench, store
+from llmhost.bench import run_end, telemetry
 from llmhost.bench.eta import Eta
 from llmhost.bench.runner import BenchError, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -74,6 +77,7 @@ class Options:
     argv: list[str]
     tune: bool = False
     apply: bool = False
+    startup: int | None = None  # --startup N: restarts per arm, no load points
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -114,42 +118,22 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--slo-pct", type=float, default=SLO_DEFAULTS["pct"],
                         help="SLO recorded with the run: percent of requests meeting both (default: 99)")
     tune_cli.add_arguments(parser)
+    startup_bench.add_arguments(parser)
     args = parser.parse_args(argv)
+    problem = startup_bench.problem(args)  # before the defaults below: a --workloads seen set was given
     args.workloads = args.workloads or ("agent" if args.tune else ",".join(WORKLOADS))
-    problem = usage_problem(args)
+    problem = problem or usage_problem(args)
     if problem:
         parser.error(problem)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     names = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     slo = {k: getattr(args, f"slo_{k}") for k in SLO_DEFAULTS}
-    loads = points.Loads(concurrency=levels(args.concurrency, int), rates=levels(args.rates, float),
-                         duration_s=args.duration_s, patterns=names_list(args.patterns))
+    loads = points.Loads(concurrency=cli.levels(args.concurrency, int), rates=cli.levels(args.rates, float),
+                         duration_s=args.duration_s, patterns=cli.names_list(args.patterns))
     budget_min = (tune_cli.DEFAULT_BUDGET_MIN if args.tune else budget.DEFAULT_BUDGET_MIN) \
         if args.budget_min is None else args.budget_min
     return Options(names, args.arm, workloads, args.quick, args.repeat, budget_min, loads, args.seed, args.tag,
-                   args.resume, args.only_missing, args.dry_run, slo, list(argv), args.tune, args.apply)
-
-
-def names_list(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def levels(text: str | None, kind: type) -> tuple | None:
-    """'1,16,64' -> (1, 16, 64) in the given type; None when the flag was not given (usage_problem checked it)."""
-    return None if text is None else tuple(kind(x) for x in text.split(",") if x.strip())
-
-
-def levels_problem(flag: str, text: str | None, kind: type) -> str | None:
-    if text is None:
-        return None
-    try:
-        values = levels(text, kind)
-    except ValueError:
-        values = ()
-    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        example = "1,16,64" if kind is int else "2,8,16"
-        return f"{flag} {text!r}: give positive {'whole numbers' if kind is int else 'numbers'} like {example}"
-    return None
+                   args.resume, args.only_missing, args.dry_run, slo, list(argv), args.tune, args.apply, args.startup)
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:
@@ -162,11 +146,12 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         fixed = "--quick" if args.quick else "--repeat" if args.repeat is not None else ""
         if fixed and not args.tune:  # a tune's --repeat is per trial, inside its budget
             return f"--budget-min plans the run, {fixed} fixes its plan: give one of them"
-    problem = levels_problem("--concurrency", args.concurrency, int) or levels_problem("--rates", args.rates, float)
+    problem = cli.levels_problem("--concurrency", args.concurrency, int) \
+        or cli.levels_problem("--rates", args.rates, float)
     if problem:
         return problem
-    unknown_patterns = [p for p in names_list(args.patterns) or () if p not in points.PATTERNS]
-    if args.patterns is not None and (unknown_patterns or not names_list(args.patterns)):
+    unknown_patterns = [p for p in cli.names_list(args.patterns) or () if p not in points.PATTERNS]
+    if args.patterns is not None and (unknown_patterns or not cli.names_list(args.patterns)):
         return (f"--patterns {args.patterns!r}: unknown {', '.join(unknown_patterns) or '(none given)'} "
                 f"(known: {', '.join(points.PATTERNS)})")
     if args.duration_s is not None and not (math.isfinite(args.duration_s) and args.duration_s >= 1):
@@ -206,10 +191,11 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     if not (args.resume / "manifest.json").is_file():
         return f"--resume {args.resume}: no manifest.json there (pass a results/bench/<run_id> directory)"
     try:
-        store.read_manifest(args.resume / "manifest.json")
+        is_startup = store.read_manifest(args.resume / "manifest.json").startup_restarts is not None
     except records.RecordError as exc:
         return f"--resume: {exc}"
-    return None
+    return f"--resume {args.resume}: a --startup run has no points to resume — run --startup again" \
+        if is_startup else None
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -266,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config.load()
         deps.ensure(__file__, ("openai", "numpy"), "bench")  # the host python3 lacks them; setup's venv has them
         model = costs.fit(cfg.results_path / "bench")  # this host's last runs, else the H200 defaults
+        if opts.startup:  # start-up only: restarts, no load points, its own run directory
+            return startup_bench.main(cfg, model, opts.startup, opts.arms, opts.user_arms, opts.tag, opts.dry_run,
+                                      opts.argv)
         run, arms, plan, seed, planned, tune = open_run(opts, cfg, model)
         quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command
     except (config.ConfigError, BenchError) as exc:
@@ -359,19 +348,12 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
             runner.run_arms(b, arms, plan, quick)
         else:
             arms, plan, closing = stages(b)
-    except KeyboardInterrupt:
-        print(f"[bench] interrupted — continue with {resume}", file=sys.stderr)
-        return 130
-    except runner.UserStopped as exc:  # the user's stop wins: the server stays down
-        print(f"[bench] the server was stopped with ./serve.sh stop at {exc} — the run ends here and leaves it "
-              f"stopped; continue later with {resume} (it starts the server again)", file=sys.stderr)
-        return 1
-    except OSError as exc:  # disk full, permissions: what was recorded so far is intact
-        problem = files.as_write_error(exc, run.root)
-        if problem is None:
+    except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
+        ended = run_end.ended_by(exc, run.root, resume)
+        if ended is None:
             raise
-        print(f"[bench] error: {problem} — fix that, then {resume}", file=sys.stderr)
-        return 1
+        print(ended[0], file=sys.stderr)
+        return ended[1]
     except points.LoadgenError as exc:  # the installed SGLang's benchmark API is not the one this toolkit drives
         print(f"[bench] error: {exc}", file=sys.stderr)
         return 1

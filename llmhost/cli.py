@@ -6,6 +6,7 @@ Here the error names the problem and where the full usage is. Stdlib only, Pytho
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 
@@ -14,3 +15,27 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# --- comma-separated option values (run_bench.py's --concurrency, --rates, --patterns) ---
+
+def names_list(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def levels(text: str | None, kind: type) -> tuple | None:
+    """'1,16,64' -> (1, 16, 64) in the given type; None when the flag was not given (usage_problem checked it)."""
+    return None if text is None else tuple(kind(x) for x in text.split(",") if x.strip())
+
+
+def levels_problem(flag: str, text: str | None, kind: type) -> str | None:
+    if text is None:
+        return None
+    try:
+        values = levels(text, kind)
+    except ValueError:
+        values = ()
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        example = "1,16,64" if kind is int else "2,8,16"
+        return f"{flag} {text!r}: give positive {'whole numbers' if kind is int else 'numbers'} like {example}"
+    return None

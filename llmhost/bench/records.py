@@ -6,6 +6,7 @@
     telemetry.jsonl           TelemetrySample one /metrics or GPU reading
     toolcalls.jsonl           ToolCallCase    one scored tool-call prompt, or ToolCallSkipped for a whole arm
     servers/<arm>.json        ServerRecord    an arm's exact launch command and /server_info
+    startups.jsonl            StartupRecord   one restart of a --startup run: ready time and its phases
 
 The schema number (SCHEMA, stored in manifest.json) covers the whole run directory. It changes only when a reader
 of today could misread a new file; added fields get defaults instead, so older runs read with the current schema.
@@ -273,6 +274,23 @@ class ServerRecord(Record):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StartupRecord(Record):
+    """One restart of a `run_bench.py --startup` run: how soon the server was ready and where the time went."""
+
+    arm: str
+    repeat: int  # 1..N within the arm
+    status: Status
+    started_at: str  # UTC, ISO 8601: when the restart began (the stop of the previous server included)
+    restart_s: float  # the whole restart: stop, GPU release, launch, ready
+    # launch to ready, what ./serve.sh's 'ready in N s' line says (the pane stamps its launch to the second, so
+    # this may exceed restart_s by up to 1 s on a fast start); None when the start failed
+    ready_s: float | None
+    phases: dict[str, float]  # phase -> seconds in log order (llmhost.serve.startup); {} when the log told none
+    launch_command: str | None = None
+    error: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class WorkloadRecord(Record):
     """A workload as the manifest records it: what makes its prompts."""
 
@@ -299,6 +317,7 @@ class Manifest(Record):
     adaptive_repeats: tuple[str, ...] = ()  # point ids of the plan added during the run (llmhost.bench.budget)
     schema: int = SCHEMA
     tune: dict[str, Any] | None = None  # a --tune run: its search space, trials and stage (llmhost.tune.driver)
+    startup_restarts: int | None = None  # a --startup run: restarts per arm, no points (llmhost.bench.startup_bench)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -7,6 +7,7 @@
     telemetry.jsonl           TelemetrySample: /metrics + GPU samples (llmhost/bench/telemetry.py)
     toolcalls.jsonl           ToolCallCase / ToolCallSkipped (llmhost/bench/toolcalls.py)
     servers/<arm>.json        ServerRecord: each arm's exact launch command and full /server_info
+    startups.jsonl            StartupRecord: one line per restart of a --startup run (no points, no telemetry)
     raw/                      bench_serving's own output, start-time records and logs, per attempt
 
 Every write goes through llmhost.files: JSON files are replaced atomically, JSONL lines are appended whole and
@@ -143,6 +144,9 @@ class RunStore:
 
     def append_toolcalls(self, rows: list[records.ToolCallCase | records.ToolCallSkipped]) -> None:
         records.append_records(self.toolcalls_path, rows)
+
+    def append_startup(self, record: records.StartupRecord) -> None:
+        records.append_records(self.root / "startups.jsonl", [record])
 
     def write_server(self, record: ServerRecord) -> None:
         files.write_json_atomic(self.root / "servers" / f"{record.arm}.json", record.to_dict())

@@ -71,6 +71,7 @@ class ReadyInfo:
     waited_s: float
     already_running: bool  # start found it ready and launched nothing
     layout: tuple[dict, ...] = ()  # which processes serve on which GPUs and ranks (llmhost.serve.service.layout)
+    timeline: startup.Timeline | None = None  # where this start spent its time (None: joined, or no start time)
 
 
 def running(cfg: Config) -> bool:
@@ -252,10 +253,10 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
                           "./serve.sh stop ends it") from None
     if ok:
         console.info(detail)
-        timeline = startup.timeline_line(log, process.read_state(cfg.state_dir).get("started_at"), time.time())
-        if timeline:
-            console.info(timeline)
-        return _ready_info(cfg, pgid, time.monotonic() - started, already_running=False)
+        timeline = startup.read_timeline(log, process.read_state(cfg.state_dir).get("started_at"), time.time())
+        if timeline and timeline.line():
+            console.info(timeline.line())
+        return _ready_info(cfg, pgid, time.monotonic() - started, already_running=False, timeline=timeline)
     console.report(f"last lines of {log}:\n{serverlog.tail(log)}")
     _clean_up_failed_start(cfg, pgid, console)
     raise StartFailed(f"{detail} — see ./serve.sh logs, fix, then ./serve.sh start")
@@ -275,7 +276,8 @@ def _clean_up_failed_start(cfg: Config, pgid: int, console: Console) -> None:
         process.clear_state(cfg.state_dir)
 
 
-def _ready_info(cfg: Config, pgid: int, waited_s: float, already_running: bool) -> ReadyInfo:
+def _ready_info(cfg: Config, pgid: int, waited_s: float, already_running: bool,
+                timeline: startup.Timeline | None = None) -> ReadyInfo:
     state = process.read_state(cfg.state_dir)
     try:
         command = (cfg.state_dir / "launch_command.txt").read_text().strip()
@@ -283,4 +285,4 @@ def _ready_info(cfg: Config, pgid: int, waited_s: float, already_running: bool) 
         command = ""
     pid = state.get("pid", "")
     return ReadyInfo(pgid, int(pid) if pid.isdigit() else None, cfg.base_url, command, state.get("started_at"),
-                     waited_s, already_running, tuple(service.layout(cfg.state_dir)))
+                     waited_s, already_running, tuple(service.layout(cfg.state_dir)), timeline)

@@ -72,8 +72,24 @@ def phases(lines: list[str], launched: float, ready: float) -> list[Phase]:
     return out
 
 
-def timeline_line(log: Path, started_at: str | None, ready: float) -> str | None:
-    """'ready in N s: phase X s, ...' for the start logged in `log`, or None when it cannot be told."""
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """One start: launch (the pane's start) to ready, and the phases it split into (empty when the log told none)."""
+
+    ready_s: float
+    phases: tuple[Phase, ...]
+
+    def line(self) -> str | None:
+        """'ready in N s: phase X s, ...', or None without phases."""
+        if not self.phases:
+            return None
+        body = ", ".join(f"{p.name} {p.seconds:.0f} s" for p in self.phases)
+        return f"ready in {self.ready_s:.0f} s: {body}"
+
+
+def read_timeline(log: Path, started_at: str | None, ready: float) -> Timeline | None:
+    """The start logged in `log` that began at `started_at` (UTC) and was ready at `ready` (Unix time); None when
+    the start time or the log cannot be read."""
     if not started_at:
         return None
     try:
@@ -81,8 +97,10 @@ def timeline_line(log: Path, started_at: str | None, ready: float) -> str | None
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     except (OSError, ValueError):
         return None
-    parts = phases(lines, launched, ready)
-    if not parts:
-        return None
-    body = ", ".join(f"{p.name} {p.seconds:.0f} s" for p in parts)
-    return f"ready in {ready - launched:.0f} s: {body}"
+    return Timeline(ready - launched, tuple(phases(lines, launched, ready)))
+
+
+def timeline_line(log: Path, started_at: str | None, ready: float) -> str | None:
+    """'ready in N s: phase X s, ...' for the start logged in `log`, or None when it cannot be told."""
+    timeline = read_timeline(log, started_at, ready)
+    return timeline.line() if timeline else None

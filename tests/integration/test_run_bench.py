@@ -226,12 +226,69 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
     (["--budget-min", "1", "--dry-run"], 2, "nothing fits in --budget-min 1"),
     (["--resume", "/tmp", "--budget-min", "20"], 2, "drop --budget-min"),
     (["--resume", "/tmp", "--concurrency", "4"], 2, "drop --concurrency"),
+    (["--startup", "0"], 2, "--startup must be >= 1 restart per arm (got 0)"),
+    (["--startup", "2", "--concurrency", "4", "--workloads", "chat"], 2,
+     "--startup measures restarts only, no load points: drop --concurrency, --workloads"),
+    (["--startup", "--tune"], 2, "drop --tune"),
+    (["--startup", "2", "--arms", "nope"], 2, "unknown arm nope"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
     proc = bench(env, *args, timeout=60)
     assert proc.returncode == code
     last = proc.stderr.strip().splitlines()[-1]
     assert needle in last and "Traceback" not in proc.stderr
+
+
+def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
+    proc = bench(env, "--startup", "2", "--arm", "tok1=--tokenizer-worker-num 1")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    final = json.loads(proc.stdout.strip().splitlines()[-1])
+    run = Path(final["run_dir"])
+    assert run.name.endswith("-startup") and final["restarts_per_arm"] == 2 and list(final["arms"]) == \
+        ["baseline", "tok1"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["startup_restarts"] == 2 and manifest["plan"] == [] and not (run / "points.jsonl").exists()
+    starts = _rows(run / "startups.jsonl")
+    assert [(r["arm"], r["repeat"], r["status"]) for r in starts] == \
+        [("baseline", 1, "ok"), ("baseline", 2, "ok"), ("tok1", 1, "ok"), ("tok1", 2, "ok")]
+    for rec in starts:  # the stand-in logs SGLang's server_args and Uvicorn lines: launcher ... first generation
+        assert rec["restart_s"] + 1 >= rec["ready_s"] > 0 and "launcher" in rec["phases"]  # launch: to the second
+        assert sum(rec["phases"].values()) == pytest.approx(rec["ready_s"])
+    assert "--tokenizer-worker-num 1" in starts[-1]["launch_command"]
+    for name, arm in final["arms"].items():
+        ready = sorted(r["ready_s"] for r in starts if r["arm"] == name)
+        assert arm["starts_ok"] == 2 and arm["ready_s_median"] == pytest.approx(sum(ready) / 2, abs=0.01)
+        assert [arm["ready_s_min"], arm["ready_s_max"]] == pytest.approx(ready, abs=0.01)
+        assert "launcher" in arm["phases_s_median"]
+    table = [line for line in proc.stdout.splitlines() if line.startswith("[bench] ")][-3:]
+    assert "ready s (min-max)" in table[0] and table[1].split()[1] == "baseline" and table[2].split()[1] == "tok1"
+
+
+def test_startup_dry_run_lists_the_arms_and_prices_their_restarts_without_starting_anything(env):
+    proc = bench(env, "--startup", "--arm", "nopcg=--disable-piecewise-cuda-graph", "--dry-run", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert plan == {"dry_run": True, "startup_restarts": 3, "arms": ["baseline", "nopcg"], "estimate_s": 960,
+                    "calibrated": False}  # 2 arms x 3 restarts x the uncalibrated 160 s restart
+    assert "--disable-piecewise-cuda-graph" in proc.stdout and not (Path(env["RESULTS_DIR"]) / "bench").exists()
+
+
+def test_a_startup_run_killed_midway_keeps_the_restarts_it_recorded(env):
+    proc = subprocess.Popen([*BENCH, "--startup", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    results = Path(env["RESULTS_DIR"]) / "bench"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not [r for f in results.glob("*-startup/startups.jsonl") for r in _rows(f)]:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    (run,) = results.glob("*-startup")
+    kept = _rows(run / "startups.jsonl")
+    assert proc.returncode == 130 and "[bench] interrupted — continue with a new --startup run" in out
+    assert 1 <= len(kept) < 20 and all(r["status"] == "ok" for r in kept)
+    again = bench(env, "--resume", str(run), timeout=60)
+    assert again.returncode == 2 and "a --startup run has no points to resume" in again.stderr.strip().splitlines()[-1]
 
 
 def test_a_python_without_the_load_generator_is_named_with_the_fix(env):

@@ -66,3 +66,20 @@ def test_no_timeline_without_a_start_time_or_log_lines(tmp_path):
     assert startup.timeline_line(log, "2026-12-01T10:00:00Z", at("2026-12-01 10:01:00")) is None
     assert startup.timeline_line(tmp_path / "absent.log", "2026-12-01T10:00:00Z", 0.0) is None
     assert startup.timeline_line(log, "yesterday", 0.0) is None
+
+
+def test_the_timeline_of_a_real_start_is_structured_with_its_ready_time(tmp_path):
+    log = CAPTURES / "startup_8_tokenizer_workers.log"
+    timeline = startup.read_timeline(log, "2026-12-01T15:44:55Z", at("2026-12-01 15:47:16"))
+    assert timeline is not None and timeline.ready_s == 141
+    names = [p.name for p in timeline.phases]
+    assert names[:2] == ["launcher", "scheduler start"] and names[-1] == "first generation"
+    assert sum(p.seconds for p in timeline.phases) == pytest.approx(timeline.ready_s)
+    assert timeline.line().startswith("ready in 141 s: launcher 24 s, scheduler start 24 s")
+
+
+def test_a_log_without_markers_still_gives_the_ready_time_but_no_line(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("no timestamps here\n")
+    timeline = startup.read_timeline(log, "2026-12-01T10:00:00Z", at("2026-12-01 10:00:30"))
+    assert timeline == startup.Timeline(30.0, ()) and timeline.line() is None

@@ -1,0 +1,237 @@
+"""`run_bench.py --startup N`: how fast the server starts, arm by arm, and where each start spends its time.
+
+    ./run_bench.py --startup 3 --arm nopcg="--disable-piecewise-cuda-graph" --arm tok1="--tokenizer-worker-num 1"
+
+Every arm (baseline = our defaults, plus the --arm / --arms ones) restarts the server N times through
+llmhost.serve.lifecycle, as ./serve.sh restart does; no load points run. Each restart is one StartupRecord in
+startups.jsonl, appended as soon as it is ready (a killed run keeps what it recorded): the whole restart's wall time,
+launch-to-ready (what serve.sh's 'ready in N s' line says) and that start's phases read from SGLang's log
+(llmhost.serve.startup). The closing table and JSON line give per arm the median ready time (min-max) and the median
+of each phase over the starts that logged it.
+
+Writes $RESULTS_DIR/bench/<run_id>-startup/ (manifest.json with startup_restarts, startups.jsonl, raw/serve-<arm>.log).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import statistics
+import sys
+import time
+
+from llmhost import config, files, provenance
+from llmhost.bench import arms as arms_mod
+from llmhost.bench import costs, records, run_end, runlock, runner, store
+from llmhost.bench.records import StartupRecord
+from llmhost.bench.runner import fmt_s
+from llmhost.serve import lifecycle
+from llmhost.serve.console import Console, ServeError
+
+DEFAULT_RESTARTS = 3  # the issue's acceptance: the median of 3 restarts
+EXIT_BUSY = 75  # another run holds the server, as run_bench.py says it
+# Options that plan load points: a start-up run has none, so any of them is a mistake, not something to ignore.
+LOAD_OPTIONS = ("concurrency", "rates", "patterns", "workloads", "budget_min", "tune", "quick", "repeat",
+                "duration_s", "resume", "only_missing", "apply")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--startup", type=int, nargs="?", const=DEFAULT_RESTARTS, metavar="N",
+                        help="measure start-up only: restart the server N times per arm (default N: "
+                        f"{DEFAULT_RESTARTS}; arms: baseline + --arm ones, or --arms), no load points; prints "
+                        "per arm the median ready time and the median of each start-up phase")
+
+
+def problem(args: argparse.Namespace) -> str | None:
+    """Why --startup cannot work with the other options given, as one line; None when it can. Called before
+    run_bench.py fills in its defaults, so every option seen set was given."""
+    if args.startup is None:
+        return None
+    if args.startup < 1:
+        return f"--startup must be >= 1 restart per arm (got {args.startup})"
+    given = [f"--{name.replace('_', '-')}" for name in LOAD_OPTIONS if getattr(args, name, None)]
+    if given:
+        return f"--startup measures restarts only, no load points: drop {', '.join(given)}"
+    return None
+
+
+# --- one restart ----------------------------------------------------------------------------------------------
+
+def restart_once(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, repeat: int,
+                 since: float) -> StartupRecord:
+    """Restart the server with the arm's flags and record how it went (a failed start is a record too).
+    runner.UserStopped when ./serve.sh stop ran after `since` (the user's stop ends the run)."""
+    flags, settings = arms_mod.server_overrides(arm)
+    began = time.time()
+    started_at = provenance.utc_now(began)
+    try:
+        with open(run.raw_dir() / f"serve-{arm.name}.log", "a") as log:
+            ready = lifecycle.restart(cfg, extra_args=flags, settings=settings, console=Console(log, log),
+                                      unless_stopped_since=since)
+    except lifecycle.StoppedByUser as exc:
+        raise runner.UserStopped(exc.when) from None
+    except ServeError as exc:  # a crash, a timeout, a flag the server refuses: recorded, the next restart runs
+        return StartupRecord(arm.name, repeat, "failed", started_at, time.time() - began, None, {},
+                             error=str(exc).splitlines()[0][:300])
+    restart_s = time.time() - began
+    timeline = ready.timeline
+    return StartupRecord(arm.name, repeat, "ok", started_at, restart_s,
+                         timeline.ready_s if timeline else ready.waited_s,
+                         {p.name: p.seconds for p in timeline.phases} if timeline else {},
+                         launch_command=ready.launch_command or None)
+
+
+def progress_line(rec: StartupRecord, done: int, total: int) -> str:
+    head = f"[bench startup {done}/{total}] arm {rec.arm}, restart {rec.repeat}"
+    if rec.status != "ok":
+        return f"{head}: failed after {rec.restart_s:.0f} s: {rec.error}"
+    phases = ", ".join(f"{name} {s:.0f} s" for name, s in rec.phases.items())
+    return f"{head}: ready in {rec.ready_s:.0f} s (whole restart {rec.restart_s:.0f} s)" + \
+        (f": {phases}" if phases else "")
+
+
+# --- medians and the table ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArmStartup:
+    """One arm's starts, summarised: medians over its ok starts (None without any)."""
+
+    arm: str
+    ok: int
+    failed: int
+    ready_s: float | None
+    ready_min_s: float | None
+    ready_max_s: float | None
+    restart_s: float | None
+    phases: dict[str, float]  # phase -> median seconds over the starts that logged it, in log order
+
+
+def summarize(rows: list[StartupRecord]) -> list[ArmStartup]:
+    """Per arm, in the order the arms first appear."""
+    out = []
+    for arm in dict.fromkeys(r.arm for r in rows):
+        ok = [r for r in rows if r.arm == arm and r.status == "ok" and r.ready_s is not None]
+        ready = [r.ready_s for r in ok if r.ready_s is not None]
+        names = dict.fromkeys(name for r in ok for name in r.phases)
+        phases = {n: statistics.median(r.phases[n] for r in ok if n in r.phases) for n in names}
+        out.append(ArmStartup(arm, len(ok), sum(1 for r in rows if r.arm == arm) - len(ok),
+                              statistics.median(ready) if ready else None, min(ready, default=None),
+                              max(ready, default=None),
+                              statistics.median(r.restart_s for r in ok) if ok else None, phases))
+    return out
+
+
+def table_lines(arms: list[ArmStartup]) -> list[str]:
+    """A fixed-width table: arm, starts, median ready s (min-max), median whole restart, then one column per phase."""
+    names = list(dict.fromkeys(n for a in arms for n in a.phases))
+    head = ["arm", "starts", "ready s (min-max)", "restart s", *names]
+    body = [[a.arm, f"{a.ok}" + (f" +{a.failed} failed" if a.failed else ""),
+             f"{a.ready_s:.0f} ({a.ready_min_s:.0f}-{a.ready_max_s:.0f})" if a.ready_s is not None else "-",
+             f"{a.restart_s:.0f}" if a.restart_s is not None else "-",
+             *(f"{a.phases[n]:.0f}" if n in a.phases else "-" for n in names)] for a in arms]
+    widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+            for row in (head, *body)]
+
+
+def closing(run: store.RunStore, arms: list[ArmStartup], restarts: int) -> dict:
+    """The last stdout line: the run directory and per-arm medians, seconds to 0.01 (the records keep them whole)."""
+    def s(value: float | None) -> float | None:
+        return None if value is None else round(value, 2)
+
+    return {"run_dir": str(run.root), "run_id": run.run_id, "restarts_per_arm": restarts,
+            "arms": {a.arm: {"starts_ok": a.ok, "starts_failed": a.failed, "ready_s_median": s(a.ready_s),
+                             "ready_s_min": s(a.ready_min_s), "ready_s_max": s(a.ready_max_s),
+                             "restart_s_median": s(a.restart_s),
+                             "phases_s_median": {n: s(v) for n, v in a.phases.items()}} for a in arms}}
+
+
+# --- the run --------------------------------------------------------------------------------------------------
+
+def print_plan(arms: list[arms_mod.Arm], restarts: int, model: costs.CostModel) -> None:
+    """What --startup --dry-run prints: each arm's flags, the restarts and the estimate by the cost model."""
+    total = len(arms) * restarts
+    print(f"[bench] start-up plan: {restarts} restarts x {len(arms)} arms, no load points")
+    for arm in arms:
+        print(f"  {arm.name:<20} {' '.join(arm.flags) or '(our defaults)'}")
+    print(f"[bench] estimate: {fmt_s(total * model.ready_s)} ({total} restarts x ~{model.ready_s:.0f} s), "
+          f"{model.label}")
+    print(json.dumps({"dry_run": True, "startup_restarts": restarts, "arms": [a.name for a in arms],
+                      "estimate_s": round(total * model.ready_s), "calibrated": model.is_calibrated}))
+
+
+def new_run(cfg: config.Config, arms: list[arms_mod.Arm], restarts: int, tag: str,
+            argv: list[str]) -> store.RunStore:
+    """A fresh <run_id>-startup directory with its manifest written first (WriteError, one line, when it fails)."""
+    run = store.RunStore.create(cfg.results_path, f"{tag}-startup" if tag else "startup")
+    try:
+        run.write_manifest(records.Manifest(
+            run_id=run.run_id, provenance=provenance.collect(["run_bench.py", *argv], python=cfg.sglang_python),
+            config=config.redacted(cfg), seed=0, slo=None, arms=tuple(arms), workloads=(), plan=(),
+            startup_restarts=restarts))
+    except files.WriteError:
+        shutil.rmtree(run.root, ignore_errors=True)  # created a moment ago: nothing recorded in it
+        raise
+    return run
+
+
+def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm], restarts: int) -> int:
+    """Every arm's restarts, each recorded as it finishes; the table and the closing JSON line; the exit code."""
+    since, done, rows = time.time(), 0, []
+    runner.interrupt_on_sigterm()
+    try:
+        for arm in arms:
+            for repeat in range(1, restarts + 1):
+                print(f"[bench startup {done}/{len(arms) * restarts}] arm {arm.name}, restart {repeat}: restarting "
+                      f"(progress in {run.root}/raw/serve-{arm.name}.log)", flush=True)
+                rec = restart_once(cfg, run, arm, repeat, since)
+                run.append_startup(rec)
+                rows.append(rec)
+                done += 1
+                print(progress_line(rec, done, len(arms) * restarts), flush=True)
+    except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
+        ended = run_end.ended_by(exc, run.root, f"a new --startup run (the restarts so far are in {run.root}/"
+                                 "startups.jsonl)")
+        if ended is None:
+            raise
+        print(ended[0], file=sys.stderr)
+        return ended[1]
+    summary = summarize(rows)
+    for line in table_lines(summary):
+        print(f"[bench] {line}")
+    print(json.dumps(closing(run, summary, restarts)))
+    return 0 if all(r.status == "ok" for r in rows) else 1
+
+
+def main(cfg: config.Config, model: costs.CostModel, restarts: int, arm_names: list[str] | None,
+         user_arms: list[str], tag: str, dry_run: bool, argv: list[str]) -> int:
+    """`run_bench.py --startup`: pick the arms (baseline unless --arms says otherwise), then the dry run, or the
+    run under the bench lock."""
+    try:
+        arms = arms_mod.select(arm_names or ["baseline"], user_arms, arms_mod.config_arm_specs(cfg.bench_user_arms))
+    except arms_mod.ArmError as exc:
+        print(f"[bench] error: {exc} — see ./run_bench.py --help", file=sys.stderr)
+        return 2
+    if dry_run:
+        print_plan(arms, restarts, model)
+        return 0
+    problem = files.writable_dir_problem(cfg.results_path / "bench")
+    if problem:
+        print(f"[bench] error: {cfg.source('RESULTS_DIR')}: RESULTS_DIR={cfg.results_dir}: {problem}", file=sys.stderr)
+        return 1
+    lock = runlock.RunLock(cfg.state_dir)
+    try:
+        lock.acquire(["run_bench.py", *argv])
+    except runlock.RunBusy as exc:
+        print(f"[bench] error: {exc}", file=sys.stderr)
+        return EXIT_BUSY
+    with lock:
+        try:
+            run = new_run(cfg, arms, restarts, tag, argv)
+        except files.WriteError as exc:
+            print(f"[bench] error: {exc} — free space or fix permissions, then run again", file=sys.stderr)
+            return 1
+        lock.record_owner(["run_bench.py", *argv], run.root)
+        print(f"[bench] run directory {run.root} (start-up: {restarts} restarts x {len(arms)} arms)", flush=True)
+        return measure_all(cfg, run, arms, restarts)
