@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[dashboard] error: {exc}", file=sys.stderr)
         return 1
     for name, loaded in (("RUN_DIR", run), ("--compare", other)):
+        if loaded is not None and not loaded.points and (loaded.path / "startups.jsonl").exists():
+            print(f"[dashboard] error: {name} {loaded.path} is a start-up run (./run_bench.py --startup): it has no "
+                  "load points to draw; its table is in that run's output and startups.jsonl", file=sys.stderr)
+            return 1
         if loaded is not None and not loaded.points:  # a page of empty charts is not a dashboard
             why = "; ".join(loaded.warnings) or "points.jsonl is missing or empty"
             print(f"[dashboard] error: {name} {loaded.path} has no readable points ({why}) — finish it with "

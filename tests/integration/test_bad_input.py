@@ -149,6 +149,8 @@ CASES = {
     "dashboard damaged manifest": case("make_dashboard.py", "{tmp}/damaged", needles=("is not readable JSON",)),
     "dashboard run without readable points": case("make_dashboard.py", "{tmp}/empty-run",
                                                   needles=("has no readable points", "--resume")),
+    "dashboard of a start-up run": case("make_dashboard.py", "{tmp}/startup-run",
+                                        needles=("is a start-up run (./run_bench.py --startup)", "startups.jsonl")),
     "dashboard --compare without readable points": case("make_dashboard.py", "{tmp}/bench/20261129-120000",
                                                         "--compare", "{tmp}/empty-run",
                                                         needles=("--compare", "empty-run has no readable points")),
@@ -197,9 +199,10 @@ def tmp(tmp_path_factory) -> Path:
     (root / "loose-key").write_text("k3y\n")
     (root / "loose-key").chmod(0o644)
     empty = manifest_of("20261129-130000", [], [], 0)  # a valid manifest, no points recorded
-    for name, manifest in (("damaged", b"\xff{"), ("empty-run", json.dumps(empty))):
+    for name, manifest in (("damaged", b"\xff{"), ("empty-run", json.dumps(empty)), ("startup-run", json.dumps(empty))):
         (root / name).mkdir()
         (root / name / "manifest.json").write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
+    (root / "startup-run" / "startups.jsonl").write_text("")  # what run_bench.py --startup writes instead of points
     make_run(root, n=8, repeats=1)  # a good run, for --compare
     return root
 
