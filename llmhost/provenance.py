@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from llmhost import nvidia
 from llmhost.setup import versions as setup_versions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,26 +98,17 @@ def git_state(repo: Path = REPO) -> tuple[str | None, bool | None]:
 
 def gpu_info() -> Gpu:
     """The visible GPUs through NVML (nvidia-ml-py), else nvidia-smi; name None and count 0 without one."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name, driver = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlSystemGetDriverVersion()
-        return Gpu(name.decode() if isinstance(name, bytes) else name, pynvml.nvmlDeviceGetCount(),
-                   pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
-                   driver.decode() if isinstance(driver, bytes) else driver)
-    except Exception:  # noqa: BLE001 - no nvidia-ml-py or no driver: ask the CLI
-        pass
-    exe = shutil.which("nvidia-smi")
-    rows: list[list[str]] = []
-    if exe:
+    pynvml = nvidia.nvml()
+    if pynvml is not None:
         try:
-            out = subprocess.run([exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout
-            rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-        except (subprocess.SubprocessError, OSError):
-            rows = []
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name, driver = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlSystemGetDriverVersion()
+            return Gpu(name.decode() if isinstance(name, bytes) else name, pynvml.nvmlDeviceGetCount(),
+                       pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30,
+                       driver.decode() if isinstance(driver, bytes) else driver)
+        except Exception:  # noqa: BLE001 - a driver that lists no device: ask the CLI
+            pass
+    rows = nvidia.smi("name,memory.total,driver_version", timeout_s=10)
     if not rows or len(rows[0]) != 3:
         return Gpu(None, 0, None, None)
     return Gpu(rows[0][0], len(rows), float(rows[0][1]) / 1024, rows[0][2])

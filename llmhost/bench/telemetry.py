@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from llmhost import nvidia
 from llmhost.bench.records import TelemetrySample
 from llmhost.files import WriteError
 from llmhost.serve import metrics
@@ -77,33 +78,36 @@ def smi_rows(csv_text: str, t: float, point_id: str | None) -> list[TelemetrySam
     return rows
 
 
+def nvml_reader(pynvml) -> Callable[[float, str | None], list[TelemetrySample]]:
+    """Every GPU's counters through NVML, labelled by index; a counter the board lacks is skipped, like "[N/A]"."""
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    readers = {"gpu_util_pct": lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+               "gpu_mem_used_gb": lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**30,
+               "gpu_power_w": lambda h: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+               "gpu_sm_clock_mhz": lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}
+
+    def read(t: float, point_id: str | None) -> list[TelemetrySample]:
+        rows = []
+        for i, h in enumerate(handles):
+            for name, counter in readers.items():
+                try:
+                    value = float(counter(h))
+                except pynvml.NVMLError:  # e.g. power Not Supported on some boards
+                    continue
+                rows.append(TelemetrySample(t, "gpu", name, {"gpu": str(i)}, value, point_id))
+        return rows
+
+    return read
+
+
 def gpu_reader() -> Callable[[float, str | None], list[TelemetrySample]]:
-    """The best available GPU counter source: NVML, else nvidia-smi, else nothing."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-
-        readers = {"gpu_util_pct": lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
-                   "gpu_mem_used_gb": lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**30,
-                   "gpu_power_w": lambda h: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                   "gpu_sm_clock_mhz": lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}
-
-        def nvml(t: float, point_id: str | None) -> list[TelemetrySample]:
-            rows = []
-            for i, h in enumerate(handles):
-                for name, read in readers.items():
-                    try:
-                        value = float(read(h))
-                    except pynvml.NVMLError:  # e.g. power Not Supported on some boards: skip it, like "[N/A]"
-                        continue
-                    rows.append(TelemetrySample(t, "gpu", name, {"gpu": str(i)}, value, point_id))
-            return rows
-
-        return nvml
-    except Exception:  # no nvidia-ml-py, no driver: try the CLI
-        pass
+    """The best available GPU counter source: NVML, else nvidia-smi, else nothing (llmhost.nvidia's rule)."""
+    pynvml = nvidia.nvml()
+    if pynvml is not None:
+        try:
+            return nvml_reader(pynvml)
+        except Exception:  # noqa: BLE001 - a driver that cannot list its devices: try the CLI
+            pass
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return lambda t, point_id: []

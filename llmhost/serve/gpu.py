@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable
+
+from llmhost.nvidia import nvml as _nvml, smi as _smi
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -29,32 +29,6 @@ class GpuProcess:
     pid: int
     gpu_index: int
     used_mib: float | None  # None where the driver does not report it (e.g. some containers)
-
-
-def _nvml():
-    """The initialised pynvml module, or None when the library or the driver is missing."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
-        return None
-
-
-def _smi(query: str, kind: str) -> list[list[str]]:
-    """Rows of `nvidia-smi --query-<kind>=<query>`; [] when nvidia-smi is missing or fails."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run(
-            [exe, f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
 
 
 def _mib(text: str) -> float | None:
