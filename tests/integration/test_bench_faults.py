@@ -102,7 +102,8 @@ def test_serve_stop_mid_point_ends_the_run_in_one_line_and_resume_retries_the_po
     assert last.startswith("[bench] the server was stopped with ./serve.sh stop at ") and "leaves it stopped" in last
     run = _run_dirs(slow_env)[0]
     assert f"./run_bench.py --resume {run}" in last
-    assert "restarting" not in out.split("running")[-1] and "HTTP 400" not in out + err
+    after_start = out.split("baseline.chat.qps.r8.r1: running")[-1]  # the point's own start line onwards
+    assert "restarting" not in after_start and "HTTP 400" not in out + err, out + err
     running = subprocess.run([str(REPO / "serve.sh"), "running"], env=slow_env, cwd=REPO, timeout=30)
     assert running.returncode != 0  # still stopped: the user's stop won
     assert [(r["attempt"], r["status"]) for r in rows(run / "points.jsonl")] == [(1, "failed")]
