@@ -401,7 +401,9 @@ phase_sglang() {
   fi
   is_dry || need_disk $((VENV_NEED_GB * 1073741824)) "$WORK_DIR" "sglang + torch + flashinfer"
   log "sglang: $(is_dry && echo would install || echo installing) sglang==$SGLANG_VERSION and its CUDA $CUDA_MAJOR stack (~11 GB of wheels, typically 3-8 min)"
-  uv_pip install "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
+  # --compile-bytecode: uv leaves .pyc to the first import, and every server start imports SGLang's stack twice
+  # (launcher, then the spawned scheduler); compiled here, the first start does not pay for it
+  uv_pip install --compile-bytecode "${SRC[@]}" "${extra[@]}" "sglang==$SGLANG_VERSION" -e "$REPO_DIR"
   is_dry && { rehearse_sglang; return 0; }
   have=$(installed_version sglang) || fail "cannot list the packages of $SGLANG_PYTHON (message above)"
   toolkit llmhost.setup.versions same "$have" "$SGLANG_VERSION" || fail "asked for sglang==$SGLANG_VERSION, got $have — see $LOG_FILE"

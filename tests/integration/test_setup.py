@@ -335,6 +335,7 @@ def test_install_mode_pins_sglang_with_cuda13_torch_and_the_toolkit(host):
     assert proc.returncode == 0, proc.stderr
     uv_call = [line for line in host.called().splitlines() if line.startswith("uv pip install")][0]
     assert "sglang==0.5.17" in uv_call and "--torch-backend cu130" in uv_call
+    assert "--compile-bytecode" in uv_call  # the first server start does not compile SGLang's modules
     assert f"-e {host.repo}" in uv_call and "--prerelease=allow" in uv_call
     assert "sglang: installed 0.5.17" in proc.stdout
 
