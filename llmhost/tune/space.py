@@ -20,6 +20,7 @@ from llmhost.bench.arms import Arm
 DEFAULTS_NAME = "baseline"  # the defaults' trial is the benchmark's baseline arm: paired comparisons are against it
 _COLORS = ("#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 SPACE_ENV = "LLMHOST_TUNE_SPACE"  # "FLAG=v1,v2;FLAG=v3": replaces SPACE (tests use a tiny grid; same code path)
+SWITCH = "on"  # the value of a lever that is a bare flag (e.g. --enable-mixed-chunk): the trial passes the flag alone
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +46,9 @@ SPACE: tuple[Lever, ...] = (
     # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
     # agent's shared system prompts are reused before the radix cache evicts them.
     Lever("--schedule-policy", "sp", ("lpm",), "longest-prefix-match admission: more prefix-cache hits"),
+    # Off by default: a prefill chunk then runs as its own forward pass and every running request waits for it. Mixed,
+    # the chunk rides along with a decode step, so decode does not stall while new requests prefill.
+    Lever("--enable-mixed-chunk", "mix", (SWITCH,), "prefill chunks ride in decode batches: no decode stall"),
     # 1 by default: the scheduler looks for new requests after every decode step; several steps in a row cut its
     # CPU overhead per token (ITL) but admit new requests later (TTFT).
     Lever("--num-continuous-decode-steps", "ncds", ("4",), "decode steps per scheduling round: ITL vs TTFT"),
@@ -58,7 +62,7 @@ class Trial:
     stage: str  # "coarse" or "refine"
 
     def flags(self) -> tuple[str, ...]:
-        return tuple(part for flag, value in self.settings for part in (flag, value))
+        return tuple(part for flag, value in self.settings for part in ((flag,) if value == SWITCH else (flag, value)))
 
     def arm(self, index: int) -> Arm:
         if not self.settings:
@@ -87,7 +91,7 @@ def trial_of(settings: Sequence[tuple[str, str]], space: Sequence[Lever], stage:
     keys = {lv.flag: lv.key for lv in space}
     order = [lv.flag for lv in space]
     ordered = tuple(sorted(settings, key=lambda s: order.index(s[0])))
-    name = "-".join(f"{keys[f]}{v}" for f, v in ordered) if ordered else DEFAULTS_NAME
+    name = "-".join(keys[f] + ("" if v == SWITCH else v) for f, v in ordered) if ordered else DEFAULTS_NAME
     return Trial(name.lower(), ordered, stage)
 
 

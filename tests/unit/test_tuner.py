@@ -22,8 +22,16 @@ ROWS = [("agent", "concurrency", 64, None, 256)]
 
 def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_middle_value():
     names = [t.name for t in space.coarse_trials(space.SPACE)]
-    assert names == ["baseline", "mrr64", "cps2048", "splpm", "ncds4", "mrr256", "cps16384", "mrr128", "cps4096"]
+    assert names == ["baseline", "mrr64", "cps2048", "splpm", "mix", "ncds4", "mrr256", "cps16384", "mrr128",
+                     "cps4096"]
     assert space.coarse_trials(space.SPACE)[1].flags() == ("--max-running-requests", "64")
+    assert space.coarse_trials(space.SPACE)[4].flags() == ("--enable-mixed-chunk",)  # a switch: the bare flag
+
+
+def test_a_switch_lever_from_the_environment_is_a_bare_flag_and_combines_with_others():
+    levers = space.space_from_env({space.SPACE_ENV: "--max-running-requests=8;--enable-mixed-chunk=on"})
+    both = space.trial_of([("--enable-mixed-chunk", space.SWITCH), ("--max-running-requests", "8")], levers, "refine")
+    assert both.name == "maxrun8-enable" and both.flags() == ("--max-running-requests", "8", "--enable-mixed-chunk")
 
 
 def test_refine_combines_the_levers_that_beat_the_defaults_then_tries_midpoints_around_each_best():
@@ -168,4 +176,4 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
                 ("cps2048", "c64"): _reps(0.9, 1.0)}
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
     assert [t.name for t in refined.trials[3:]] == ["mrr88", "splpm"] and refined.stage == "refine"
-    assert refined.cut == ("ncds4", "mrr256", "cps16384", "mrr128", "cps4096")
+    assert refined.cut == ("mix", "ncds4", "mrr256", "cps16384", "mrr128", "cps4096")
