@@ -25,8 +25,10 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
                                              # medians per arm over 3 restarts each (llmhost.bench.startup_bench)
 
 Writes $RESULTS_DIR/bench/<run_id>/ (manifest.json, points.jsonl, requests/, telemetry.jsonl, toolcalls.jsonl,
-servers/, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
-The last stdout line is one JSON document: {"run_dir", "points_ok", "points_failed", ...}.
+servers/, sittings.jsonl, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
+The lines before the last say how the run did against the estimate it was planned with, over all its sittings
+(the first run and each --resume), and how far its ETA swung (llmhost.bench.reckoning). The last stdout line is one
+JSON document: {"run_dir", "points_ok", "points_failed", ..., "estimate_s", "actual_s", "sittings", ...}.
 
 Faults: one run per server at a time (a second is refused, exit 75, naming the first: $WORK_DIR/server/bench.lock);
 ./serve.sh stop during a run ends it with one line and leaves the server stopped; a dead server is restarted once
