@@ -294,8 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     with lock:
         # --- the run directory: a new one (manifest first) or the resumed one ---
         try:
-            # a tune's dry run prices only its coarse stage (the refine stage spends what is left): no estimate
-            estimate = None if tune else dryrun.estimate(plan, arms, model, quick, planned)
+            # a new run's (a resumed one keeps its first); a tune's dry run prices only its coarse stage (the
+            # refine stage spends what is left): no estimate to hold it to
+            estimate = dryrun.estimate(plan, arms, model, quick, planned) if run is None and not tune else None
             run = open_store(run, opts, cfg, arms, plan, seed, help_text, tune, estimate)
         except files.WriteError as exc:  # nothing half-written is left: an empty new run directory is removed
             print(f"[bench] error: {exc} — free space or fix permissions, then run again", file=sys.stderr)
