@@ -25,8 +25,10 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
                                              # medians per arm over 3 restarts each (llmhost.bench.startup_bench)
 
 Writes $RESULTS_DIR/bench/<run_id>/ (manifest.json, points.jsonl, requests/, telemetry.jsonl, toolcalls.jsonl,
-servers/, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
-The last stdout line is one JSON document: {"run_dir", "points_ok", "points_failed", ...}.
+servers/, sittings.jsonl, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
+The lines before the last say how the run did against the estimate it was planned with, over all its sittings
+(the first run and each --resume), and how far its ETA swung (llmhost.bench.reckoning). The last stdout line is one
+JSON document: {"run_dir", "points_ok", "points_failed", ..., "estimate_s", "actual_s", "sittings", ...}.
 
 Faults: one run per server at a time (a second is refused, exit 75, naming the first: $WORK_DIR/server/bench.lock);
 ./serve.sh stop during a run ends it with one line and leaves the server stopped; a dead server is restarted once
@@ -48,7 +50,7 @@ from pathlib import Path
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
 from llmhost.bench import budget, costs, dryrun, points, preflight, records, runlock, runner, startup_bench, store
-from llmhost.bench import run_end, telemetry
+from llmhost.bench import reckoning, run_end, sittings, telemetry
 from llmhost.bench.eta import Eta
 from llmhost.bench.runner import BenchError, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -238,15 +240,17 @@ def open_run(opts: Options, cfg: config.Config, model: costs.CostModel) -> tuple
 
 
 def manifest(run: store.RunStore, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
-             plan: list[points.Point], seed: int, tune: tune_driver.TuneRun | None) -> records.Manifest:
+             plan: list[points.Point], seed: int, tune: tune_driver.TuneRun | None,
+             estimate: records.Estimate | None) -> records.Manifest:
     return records.Manifest(
         run_id=run.run_id, provenance=provenance.collect(["run_bench.py", *opts.argv], python=cfg.sglang_python),
         config=config.redacted(cfg), seed=seed, slo=opts.slo, arms=tuple(arms),
         workloads=tuple(records.WorkloadRecord.of(WORKLOADS[w]) for w in dict.fromkeys(p.workload for p in plan)),
-        plan=tuple(plan), tune=tune.to_dict() if tune else None)
+        plan=tuple(plan), tune=tune.to_dict() if tune else None, estimate=estimate)
 
 
 def main(argv: list[str] | None = None) -> int:
+    began_at = time.time()  # this sitting of the run began: the time it counts starts here
     opts = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cfg = config.load()
@@ -263,13 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     # --- what a real run would stop at, checked before any work, and by the dry run too ---
     ready = preflight.check(cfg, plan, seed, new_run=run is None)
     if opts.dry_run:
-        active = [a for a in arms if any(p.arm == a.name for p in plan)]  # an arm without points is not restarted
-        boots = len(runner.boots(active))
-        dryrun.print_plan(plan, active, boots, model, quick, planned)
+        est = dryrun.print_plan(plan, arms, model, quick, planned)
         if tune:
             tune_cli.print_plan(tune, model)
-        print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in active],
-                          "estimate_s": round(model.plan_s(plan, boots, quick)), "calibrated": model.is_calibrated,
+        active = [a.name for a in dryrun.active_arms(arms, plan)]
+        print(json.dumps({"dry_run": True, "points": len(plan), "arms": active,
+                          "estimate_s": round(est.estimate_s), "calibrated": est.calibrated,
                           "budget_s": planned.budget_s if planned else None,
                           "left_out": [p.point_id for p in planned.left_out] if planned else [],
                           "problem": ready if isinstance(ready, str) else None,
@@ -291,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     with lock:
         # --- the run directory: a new one (manifest first) or the resumed one ---
         try:
-            run = open_store(run, opts, cfg, arms, plan, seed, help_text, tune)
+            # a new run's (a resumed one keeps its first); a tune's dry run prices only its coarse stage (the
+            # refine stage spends what is left): no estimate to hold it to
+            estimate = dryrun.estimate(plan, arms, model, quick, planned) if run is None and not tune else None
+            run = open_store(run, opts, cfg, arms, plan, seed, help_text, tune, estimate)
         except files.WriteError as exc:  # nothing half-written is left: an empty new run directory is removed
             print(f"[bench] error: {exc} — free space or fix permissions, then run again", file=sys.stderr)
             return 1
@@ -305,20 +311,21 @@ def main(argv: list[str] | None = None) -> int:
         stages = tune_cli.stages_hook(tune, model, run.read_manifest().slo or opts.slo, run, cfg,
                                       tune_cli.config_target() if opts.apply else None, bool(opts.resume)) \
             if tune else None  # a tune's coarse and refine stages run in place of the plain arm loop
-        return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None, stages)
+        return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None, began_at, stages)
 
 
 def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, arms: list[arms_mod.Arm],
-               plan: list[points.Point], seed: int, help_text: str,
-               tune: tune_driver.TuneRun | None) -> store.RunStore:
-    """The resumed run, or a new one with its manifest written first; WriteError (one line) when that fails,
-    and then a new run's directory is removed again (it holds nothing)."""
+               plan: list[points.Point], seed: int, help_text: str, tune: tune_driver.TuneRun | None,
+               estimate: records.Estimate | None) -> store.RunStore:
+    """The resumed run (its manifest, the first estimate included, as it is), or a new one with its manifest
+    written first; WriteError (one line) when that fails, and then a new run's directory is removed again (it
+    holds nothing)."""
     fresh = run is None
     if run is None:
         run = store.RunStore.create(cfg.results_path, opts.tag or ("tune" if tune else ""))
     try:
         if fresh:
-            run.write_manifest(manifest(run, opts, cfg, arms, plan, seed, tune))
+            run.write_manifest(manifest(run, opts, cfg, arms, plan, seed, tune, estimate))
         files.write_text_atomic(run.raw_dir() / "bench_help.txt", help_text)
     except files.WriteError:
         if fresh:
@@ -328,10 +335,12 @@ def open_store(run: store.RunStore | None, opts: Options, cfg: config.Config, ar
 
 
 def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point], quick: bool,
-            model: costs.CostModel, budget_s: float | None, stages: tune_cli.Stages | None = None) -> int:
+            model: costs.CostModel, budget_s: float | None, began_at: float,
+            stages: tune_cli.Stages | None = None) -> int:
     """Telemetry on, every boot, telemetry off; the closing lines; the exit code. `budget_s`: the --budget-min
-    budget, whose time left after the plan goes to adaptive repeats (None: no adaptive repeats). `stages`: a tune
-    run's stages, run instead of the plain arm loop (they return the final arms, plan and closing JSON part)."""
+    budget, whose time left after the plan goes to adaptive repeats (None: no adaptive repeats). `began_at`: when
+    this sitting of the run began (time.time()). `stages`: a tune run's stages, run instead of the plain arm loop
+    (they return the final arms, plan and closing JSON part)."""
     run = b.store
     b.sampler.start()
     done_before = run.done_points(b.only_missing)
@@ -344,6 +353,10 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     resume = f"./run_bench.py --resume {run.root}"
     closing: dict = {}  # a tune's part of the closing JSON
     try:
+        b.sitting = sittings.Sitting.begin(run, began_at, b.clock.seconds_left())  # appended as it goes
+        line = reckoning.resume_line(run.read_manifest().estimate, b.sitting.number, b.clock.seconds_left())
+        if line:
+            print(f"[bench] {line}", flush=True)
         if stages is None:
             runner.run_arms(b, arms, plan, quick)
         else:
@@ -359,16 +372,22 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
         return 1
     finally:
         b.sampler.stop()
+        if b.sitting:
+            b.sitting.end()
     gaps = b.sampler.gap_warning()
     if gaps:
         print(f"[bench] warning: {gaps}", file=sys.stderr)
     latest = run.latest_attempts()
     ok = sum(1 for p in plan if p.point_id in latest and latest[p.point_id].status == "ok")
+    tally = reckoning.of_run(run.root, run.read_manifest())  # None: a run planned before runs kept an estimate
+    for line in tally.lines() if tally else ():
+        print(f"[bench] {line}", flush=True)
     print(json.dumps({"run_dir": str(run.root), "run_id": run.run_id, "points_planned": len(plan), "points_ok": ok,
                       "points_failed": len(plan) - ok,
                       "adaptive_repeats": len(set(latest) - {p.point_id for p in plan}),
                       "telemetry_ticks": b.sampler.ticks,
-                      "telemetry_gaps": len(b.sampler.gaps), **({"tune": closing} if closing else {})}))
+                      "telemetry_gaps": len(b.sampler.gaps), **(tally.to_json() if tally else {}),
+                      **({"tune": closing} if closing else {})}))
     return 0 if ok == len(plan) else 1
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ slow point moves its kind halfway, not all the way); kinds not seen yet take the
 points. After each update the new remaining time is held within ±SWING of what the previous ETA, counted down
 since, says is left — except at the first finished point of each arm, the one moment a new server's speed is
 first seen. So a user sees a countdown that bends, never one that jumps from 12 to 34 minutes mid-arm.
+`anchor` (the arm whose first point gave the last free re-fit) and `added_s` (work added by `add`) let the run's
+end tell how far the projected finish moved after each arm's first point (llmhost.bench.reckoning).
 """
 from __future__ import annotations
 
@@ -23,6 +25,11 @@ SWING = 0.25  # largest relative change of the ETA at one update, after an arm's
 PRIOR_WEIGHT = 1.0  # the model's estimate counts as this many observations of ratio 1.0
 
 
+def fmt_s(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
 class Eta:
     def __init__(self, model: CostModel, todo: Iterable[Point], boots: int, quick: bool,
                  clock: Callable[[], float] = time.monotonic):
@@ -32,6 +39,8 @@ class Eta:
         self.boot_s = model.boot_s(quick)
         self.ratios: dict[tuple[str, str], list[float]] = {}
         self.arms_seen: set[str] = set()
+        self.anchor: str | None = None  # the arm whose first finished point re-fit the ETA freely, latest first
+        self.added_s = 0.0  # seconds of work `add` joined to the ETA: planned, not a swing
         self.fit_s = self.refit()
         self.fit_at = clock()
 
@@ -63,6 +72,8 @@ class Eta:
             self.ratios.setdefault((point.workload, point.pattern), []).append(wall_s / estimate_s)
         is_first_of_arm = point.arm not in self.arms_seen
         self.arms_seen.add(point.arm)
+        if is_first_of_arm:
+            self.anchor = point.arm
         self.update(is_free=is_first_of_arm)
 
     def boot_done(self, wall_s: float) -> None:
@@ -75,7 +86,9 @@ class Eta:
         """Points planned during the run (adaptive repeats): their cost joins the ETA at once (not a swing)."""
         added = [p for p in extra if p.point_id not in self.left]
         self.left.update({p.point_id: p for p in added})
-        self.fit_s += sum(self.model.point_s(p) * self.ratio((p.workload, p.pattern)) for p in added)
+        added_s = sum(self.model.point_s(p) * self.ratio((p.workload, p.pattern)) for p in added)
+        self.fit_s += added_s
+        self.added_s += added_s
 
     def seconds_left(self, now: float | None = None) -> float:
         return max(0.0, self.fit_s - ((self.clock() if now is None else now) - self.fit_at))

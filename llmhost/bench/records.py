@@ -7,6 +7,7 @@
     toolcalls.jsonl           ToolCallCase    one scored tool-call prompt, or ToolCallSkipped for a whole arm
     servers/<arm>.json        ServerRecord    an arm's exact launch command and /server_info
     startups.jsonl            StartupRecord   one restart of a --startup run: ready time and its phases
+    sittings.jsonl            (llmhost.bench.sittings) each invocation of a run: its span, boots and ETAs
 
 The schema number (SCHEMA, stored in manifest.json) covers the whole run directory. It changes only when a reader
 of today could misread a new file; added fields get defaults instead, so older runs read with the current schema.
@@ -305,6 +306,18 @@ class WorkloadRecord(Record):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Estimate(Record):
+    """What the dry run says the plan takes (llmhost.bench.dryrun), recorded when the run is planned and kept
+    across --resume, so the run's end can say how it did against it (llmhost.bench.reckoning)."""
+
+    estimate_s: float  # points + boots + the run's fixed part, by the cost model
+    calibrated: bool
+    label: str  # the cost model's own words: "calibrated on this host's last 2 run(s), ..." or "uncalibrated: ..."
+    boots: int  # server boots the estimate counts: one per group of arms sharing launch flags
+    budget_s: float | None  # --budget-min in seconds; None: --quick or --repeat fixed the plan
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Manifest(Record):
     run_id: str
     provenance: Provenance  # stored flat (created_at, command, git_commit, ...), as before it had a type
@@ -318,6 +331,7 @@ class Manifest(Record):
     schema: int = SCHEMA
     tune: dict[str, Any] | None = None  # a --tune run: its search space, trials and stage (llmhost.tune.driver)
     startup_restarts: int | None = None  # a --startup run: restarts per arm, no points (llmhost.bench.startup_bench)
+    estimate: Estimate | None = None  # the dry run's estimate of the plan; None: a tune, or a run made before
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

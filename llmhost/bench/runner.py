@@ -13,12 +13,13 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import config
-from llmhost.bench import budget, costs, points, records, salvage, store, telemetry, toolcalls
-from llmhost.bench.eta import Eta
+from llmhost.bench import budget, costs, points, records, salvage, sittings, store, telemetry, toolcalls
+from llmhost.bench.eta import Eta, fmt_s
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
@@ -26,11 +27,6 @@ from llmhost.bench.liveness import server_alive, server_client, server_watch
 from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
-
-
-def fmt_s(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def arm_overhead_s(quick: bool) -> float:
@@ -60,16 +56,28 @@ class Bench:
     loadgen: LoadGenerator | None = None  # the running boot's load generator
     done: int = 0
     clock: Eta | None = None  # the ETA, re-fit as points finish (set before the run starts)
+    sitting: sittings.Sitting | None = None  # records this invocation's boots and ETAs (set before the run starts)
     budget_end: float | None = None  # time.monotonic() the --budget-min budget ends; None: no adaptive repeats
     only_missing: bool = False  # --resume --only-missing: a point that failed its retry is not tried again
     check_tool_calls: bool = True  # False in a tune: its levers schedule requests, they do not change the answers
     started_at: float = dataclasses.field(default_factory=time.time)  # a ./serve.sh stop after this is the user's
 
-    def eta(self) -> str:
-        return fmt_s(self.clock.seconds_left()) if self.clock else "?"
-
     def progress(self, text: str) -> None:
-        print(f"[bench {self.done}/{self.total}] {text}  ETA {self.eta()}", flush=True)
+        """A progress line with the ETA, which the sitting records too (the run's end tells how far it swung)."""
+        left_s = self.clock.seconds_left() if self.clock else None
+        print(f"[bench {self.done}/{self.total}] {text}  ETA {'?' if left_s is None else fmt_s(left_s)}", flush=True)
+        if self.sitting and self.clock and left_s is not None:
+            self.sitting.eta_shown(self.done, left_s, self.clock)
+
+    def boot_paid(self, lead: str, arms: Iterable[str], started_at: float, error: str = "",
+                  is_fault: bool = False) -> None:
+        """A boot that began at started_at (time.time()) is over: the sitting records it, a planned one that
+        came up re-fits the ETA."""
+        boot_s = time.time() - started_at
+        if self.sitting:
+            self.sitting.boot(lead, arms, started_at, boot_s, error, is_fault)
+        if self.clock and not (error or is_fault):
+            self.clock.boot_done(boot_s)
 
     def spend(self, point: points.Point, wall_s: float) -> None:
         """A point is done (ok or failed) after wall_s seconds: the ETA re-fits."""
@@ -296,7 +304,9 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
         if attempt != attempts[-1] and not server_alive(b.cfg):
             check_user_stop(b)
             print(f"[bench] the server is not answering — restarting arm {arm.name} before the retry", flush=True)
+            restarted = time.time()
             error = restart_server(b, arm, reason=f"restarted after {point.point_id} attempt {attempt}: {record.error}")
+            b.boot_paid(arm.name, [arm.name], restarted, error, is_fault=True)
             if error:
                 print(f"[bench] {error}", flush=True)
     check_user_stop(b)  # a stop during the last attempt: say so now, not at the next arm
@@ -336,12 +346,13 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
     lead = group[0]
     b.progress(f"arm {'+'.join(a.name for a in group)}: restarting the server with "
                f"{' '.join(lead.flags) or 'the baseline flags'}")
-    booted = time.monotonic()
+    booted = time.time()
     by_name = {a.name: a for a in group}
     with LoadGenerator(b.cfg.sglang_python, b.module, b.env, b.store.raw_dir() / f"loadgen-{lead.name}.log") as gen:
         gen.launch(prepare=dataset_argvs(b, todo))  # the agent datasets get built while the server boots
         error = restart_server(b, lead)
         if error:  # recorded as attempt-1 failures: --resume tries them again
+            b.boot_paid(lead.name, by_name, booted, error)
             print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
             for p in todo:
                 b.store.append_point(PointRecord.of(p, attempt=1, status="failed", error=error,
@@ -361,8 +372,7 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
             for arm in group:
                 if b.check_tool_calls and arm.name not in b.store.toolcall_arms():
                     check_tools(b, arm)
-            if b.clock:
-                b.clock.boot_done(time.monotonic() - booted)
+            b.boot_paid(lead.name, by_name, booted)
             for p in todo:
                 run_point(b, by_name[p.arm], p, last.get(p.point_id))
             run_extra_repeats(b, by_name)

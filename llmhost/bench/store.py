@@ -8,6 +8,7 @@
     toolcalls.jsonl           ToolCallCase / ToolCallSkipped (llmhost/bench/toolcalls.py)
     servers/<arm>.json        ServerRecord: each arm's exact launch command and full /server_info
     startups.jsonl            StartupRecord: one line per restart of a --startup run (no points, no telemetry)
+    sittings.jsonl            llmhost.bench.sittings: each invocation's span, the boots it paid, the ETAs it printed
     raw/                      bench_serving's own output, start-time records and logs, per attempt
 
 Every write goes through llmhost.files: JSON files are replaced atomically, JSONL lines are appended whole and
@@ -69,6 +70,7 @@ class RunStore:
         self.points_path = root / "points.jsonl"
         self.telemetry_path = root / "telemetry.jsonl"
         self.toolcalls_path = root / "toolcalls.jsonl"
+        self.sittings_path = root / "sittings.jsonl"
 
     @classmethod
     def create(cls, results_dir: Path, tag: str = "") -> "RunStore":
@@ -147,6 +149,9 @@ class RunStore:
 
     def append_startup(self, record: records.StartupRecord) -> None:
         records.append_records(self.root / "startups.jsonl", [record])
+
+    def append_sitting(self, record: records.Record) -> None:
+        records.append_records(self.sittings_path, [record])
 
     def write_server(self, record: ServerRecord) -> None:
         files.write_json_atomic(self.root / "servers" / f"{record.arm}.json", record.to_dict())

@@ -67,7 +67,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
               "</p>")
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
             "baseline": ctx.baseline, "tune": tuner_ranking, "steady": steady_rows, "paired": paired, "not_steady": unsteady,
-            "layouts": layouts.arm_layouts(run),
+            "layouts": layouts.arm_layouts(run), "estimate": run.reckoning and run.reckoning.to_json(),
             "cost": price and {**dataclasses.asdict(price), "points": kpis.cost_rows(
                 headline, [a.name for a in run.arms], price.usd_per_hour)}}
     return Dashboard(page.document(f"Benchmark {run.run_id}", sections, header), rows, meta)
@@ -94,11 +94,22 @@ def env_card(run: Run, slo: stats.Slo) -> str:
                            "throughput CI was still wide)" if run.manifest.adaptive_repeats else "")
                         + (f", {failed} failed (see All points)" if failed else "")
                         + (f" — {len(planned - done)} never ran: ./run_bench.py --resume {run.path}"
-                           if planned - done else ""))]
+                           if planned - done else "")),
+             *timing_facts(run, is_finished=not planned - done)]
     items = "".join(f"<tr><th class=l>{esc(k)}</th><td class=l>{esc('not recorded' if v is None else v)}</td></tr>"
                     for k, v in facts)
     warn = "".join(page.missing(w) for w in run.warnings)
     return f"<div class=card><h3>Environment</h3><table>{items}</table></div>{warn}"
+
+
+def timing_facts(run: Run, is_finished: bool) -> list[tuple[str, str]]:
+    """The run's time against its estimate, and its ETA swing (llmhost.bench.reckoning); none for a run that
+    recorded no estimate."""
+    if run.reckoning is None:
+        return []
+    took, *eta = run.reckoning.lines()
+    return [("Time vs estimate", took if is_finished else f"so far (not finished): {took}"),
+            *(("ETA swing", line) for line in eta)]
 
 
 def _delta_cell(metric: str) -> page.Cell:

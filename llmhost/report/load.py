@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from llmhost import stats
+from llmhost.bench import reckoning
 from llmhost.bench.arms import Arm
 from llmhost.bench.records import (Manifest, Point, PointRecord, RecordError, RequestRecord, ServerRecord,
                                    TelemetrySample, ToolCallCase, ToolCallSkipped, WorkloadRecord, read_records,
@@ -65,6 +66,7 @@ class Run:
     toolcalls: tuple[ToolCallCase | ToolCallSkipped, ...]
     servers: dict[str, ServerRecord]
     warnings: tuple[str, ...]
+    reckoning: reckoning.Reckoning | None = None  # time vs the run's estimate, ETA swing; None: none recorded
 
     @property
     def run_id(self) -> str:
@@ -186,6 +188,8 @@ def load_run(path: Path) -> Run:
     toolcalls = read_records(path / "toolcalls.jsonl", toolcall_from_dict, "toolcalls.jsonl")
     warnings += telemetry.warnings + toolcalls.warnings + _gap_warnings(telemetry.records)
     servers = _servers(path, warnings)
+    tally = reckoning.of_run(path, manifest)
+    warnings += tally.warnings if tally else ()
     return Run(path=path, manifest=manifest, slo=_slo(manifest.slo), points=tuple(points), requests=requests,
                telemetry=tuple(telemetry.records), toolcalls=tuple(toolcalls.records), servers=servers,
-               warnings=tuple(warnings))
+               warnings=tuple(warnings), reckoning=tally)

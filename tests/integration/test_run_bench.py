@@ -41,6 +41,18 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     assert set(manifest["gpu"]) == {"name", "count", "memory_gb", "driver"} and manifest["config"]["port"]
     assert len(manifest["git_commit"]) == 40 and isinstance(manifest["git_dirty"], bool)
     assert len(manifest["plan"]) == 4
+    # The dry run's estimate of this plan, recorded when it was planned; the end says how the run did against it.
+    assert manifest["estimate"]["boots"] == 2 and not manifest["estimate"]["calibrated"]
+    assert final["estimate_s"] == round(manifest["estimate"]["estimate_s"]) and final["sittings"] == 1
+    assert final["resume_boots"] == 0 and 0 < final["actual_s"] == final["actual_without_resume_boots_s"]
+    took = next(line for line in proc.stdout.splitlines() if line.startswith("[bench] took "))
+    assert " in 1 sitting vs estimate " in took and "uncalibrated" in took
+    assert "[bench] ETA held within " in proc.stdout or "[bench] ETA swung " in proc.stdout
+    assert final["eta_swing_up_pct"] >= 0 >= final["eta_swing_down_pct"]
+    sittings = _rows(run / "sittings.jsonl")
+    assert [r["event"] for r in sittings if r["event"] != "eta"] == ["began", "boot", "boot", "ended"]
+    assert [(r["arm"], r["cause"]) for r in sittings if r["event"] == "boot"] == [("baseline", "plan"),
+                                                                                  ("page-16", "plan")]
 
     lines = _rows(run / "points.jsonl")
     assert sorted(r["point_id"] for r in lines) == sorted(p["point_id"] for p in manifest["plan"])
@@ -79,9 +91,15 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
                           capture_output=True, text=True, timeout=120)
     assert dash.returncode == 0, dash.stderr[-2000:]
     assert json.loads(dash.stdout.strip().splitlines()[-1])["points"] == 4 and "0 warnings" in dash.stdout
+    page = (run / "dashboard.html").read_text()
+    assert "Time vs estimate" in page and took.removeprefix("[bench] ") in page and "ETA swing" in page
+    assert json.loads((run / "summary.json").read_text())["estimate"]["sittings"] == 1
 
 
 def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
+    """... and keeps its estimate: the time the run counts is its two sittings', not the pause between them,
+    and the boot the resume paid for its arm, booted already, is named as such."""
+    started = time.time()
     proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "agent"], env=env,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = Path(env["RESULTS_DIR"]) / "bench"
@@ -91,11 +109,17 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)  # a crash: no cleanup runs
     proc.wait(10)
+    killed = time.time()
     run = (results / "latest").resolve()
     before = _rows(run / "points.jsonl")
+    estimate = json.loads((run / "manifest.json").read_text())["estimate"]
     planned = [p["point_id"] for p in json.loads((run / "manifest.json").read_text())["plan"]]
     assert 1 <= len(before) < len(planned) == 2
+    first = _rows(run / "sittings.jsonl")  # appended as it went: the kill lost none of it
+    assert [r["event"] for r in first if r["event"] != "eta"] == ["began", "boot"]
 
+    time.sleep(3)  # nothing runs: not the run's time
+    resumed = time.time()
     again = bench(env, "--resume", str(run))
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     final = json.loads(again.stdout.strip().splitlines()[-1])
@@ -104,6 +128,16 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
     assert after[:len(before)] == before
     assert sorted(r["point_id"] for r in after) == sorted(planned)  # each point exactly once
     assert all(r["status"] == "ok" for r in after)
+    assert json.loads((run / "manifest.json").read_text())["estimate"] == estimate
+    assert "sitting 2 of this run: measured against its planned estimate " in again.stdout
+    boots = [r for r in _rows(run / "sittings.jsonl") if r["event"] == "boot"]
+    assert [(r["sitting"], r["cause"]) for r in boots] == [(1, "plan"), (2, "resume")]
+    assert final["sittings"] == 2 and final["resume_boots"] == 1 and final["resume_boots_s"] == round(
+        boots[1]["boot_s"], 1)
+    assert final["actual_s"] <= (killed - started) + (time.time() - resumed)  # the pause is not counted
+    assert final["actual_without_resume_boots_s"] == pytest.approx(final["actual_s"] - final["resume_boots_s"],
+                                                                   abs=0.2)
+    assert "in 2 sittings vs estimate" in again.stdout and "resuming cost 1 extra boot (" in again.stdout
 
 
 @pytest.fixture
@@ -113,6 +147,8 @@ def noisy_env(tmp_path):
 
 
 def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_runs_them(noisy_env):
+    """The killed run is made to look recorded before runs kept an estimate and their sittings: it resumes, ends
+    and builds its dashboard all the same, saying nothing of an estimate."""
     env = noisy_env
     proc = subprocess.Popen([*BENCH, "--arms", "baseline", "--workloads", "chat", "--patterns", "concurrency",
                              "--concurrency", "64", "--budget-min", "6"], env=env, cwd=REPO,
@@ -130,9 +166,13 @@ def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_run
     extra = doc["adaptive_repeats"]
     assert extra == ["baseline.chat.concurrency.c64.r4"] and extra[0] in [p["point_id"] for p in doc["plan"]]
     assert not any(r["point_id"] == extra[0] and r["status"] == "ok" for r in _rows(run / "points.jsonl"))
+    del doc["estimate"]
+    manifest.write_text(json.dumps(doc))
+    (run / "sittings.jsonl").unlink()
 
     again = bench(env, "--resume", str(run))
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "estimate" not in again.stdout and "estimate_s" not in json.loads(again.stdout.splitlines()[-1])
     assert "resume: 3 of 4 points ok (kept), 0 failed, 1 not yet run" in again.stdout
     ok = {r["point_id"] for r in _rows(run / "points.jsonl") if r["status"] == "ok"}
     assert ok == {p["point_id"] for p in doc["plan"]} and len(ok) == 4
@@ -140,6 +180,7 @@ def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_run
                            capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
     assert "4 recorded of 4 planned (1 of them adaptive repeats" in (run / "dashboard.html").read_text()
+    assert "Time vs estimate" not in (run / "dashboard.html").read_text()
 
 
 def kill_mid_point(env: dict, kill) -> tuple[str, int, list[dict]]:

@@ -29,10 +29,13 @@ class FakeBench:
         self.store = store.RunStore.create(root)
         self.cfg = SimpleNamespace(state_dir=root / "state")
         self.started_at = time.time()
-        self.done, self.lines = 0, []
+        self.done, self.lines, self.boots = 0, [], []
 
     def progress(self, text: str) -> None:
         self.lines.append(text)
+
+    def boot_paid(self, lead: str, arms, started_at: float, error: str = "", is_fault: bool = False) -> None:
+        self.boots.append((lead, is_fault))
 
     def spend(self, point, wall_s: float) -> None:
         pass
@@ -66,6 +69,7 @@ def test_a_failed_point_is_retried_once_restarting_a_dead_server_first(tmp_path,
     lines = _points(bench.store)
     assert [r.status for r in lines] == final and [r.attempt for r in lines] == list(range(1, len(final) + 1))
     assert ok == (final[-1] == "ok") and len(reasons) == restarts and bench.done == 1
+    assert bench.boots == [("baseline", True)] * restarts  # a fault's restart is paid, not planned
     # the restart is recorded with the point and the failure that caused it (servers/<arm>.json restarts)
     assert all(r.startswith(f"restarted after {point.point_id} attempt 1: load generator") for r in reasons)
     assert bench.store.done_points(only_missing=True) == {point.point_id}
@@ -358,7 +362,7 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     chosen = [arms.REGISTRY["baseline"], arms.REGISTRY["page-16"], same, arms.REGISTRY["triton"]]
     plan = points.build_plan(chosen, ["agent", "chat"], True, 2)
     run = store.RunStore.create(tmp_path)
-    boots, ran = [], []
+    boots, ran, paid = [], [], []
 
     def restart(b, arm, reason=""):
         boots.append(arm.name)
@@ -391,9 +395,11 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     cfg = SimpleNamespace(sglang_python="python", base_url="http://h:1", model_dir="/m", served_model_name="q")
     bench = SimpleNamespace(store=run, cfg=cfg, module="m", env={}, seed=3,
                             loadgen=None, clock=None, budget_end=None, only_missing=False, check_tool_calls=True,
-                            progress=lambda text: None)
+                            progress=lambda text: None,
+                            boot_paid=lambda lead, names, started_at, error="": paid.append((lead, set(names))))
     runner.run_arms(bench, chosen, plan, quick=True)
     assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot
+    assert paid == [("baseline", {"baseline"}), ("page-16", {"page-16", "p16b"}), ("triton", {"triton"})]
     warm = sum(p.pattern == "warm" for p in plan)  # a warm point's priming pass has its own dataset
     assert len(prepared) == len(plan) + warm  # every pass's dataset offered to the load generator before its boot
     assert sorted(p.point_id for _, _, p in ran) == sorted(p.point_id for p in plan)

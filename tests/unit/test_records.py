@@ -52,6 +52,9 @@ def _through_json(record: object) -> dict:
               arms=(arms.REGISTRY["baseline"], arms.REGISTRY["fp8-kv"]),
               workloads=(WorkloadRecord.of(WORKLOADS["chat"]),), plan=(POINT,)),
      Manifest.from_dict),
+    (Manifest("r", PROVENANCE, {}, 1, None, (), (), (POINT,),
+              estimate=records.Estimate(1234.5, True, "calibrated on this host's last 1 run(s)", 2, 1200.0)),
+     Manifest.from_dict),
 ])
 def test_every_record_type_reads_back_equal_to_what_was_written(record, read):
     assert read(_through_json(record)) == record

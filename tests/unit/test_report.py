@@ -347,3 +347,26 @@ def test_the_headline_cards_take_a_points_steady_window_where_it_has_one_and_say
     # a point whose repeats were all not steady keeps its numbers over all requests
     unsteady = kpis.steady_view(rows, [_steady(64, 99.6, 7000.0, repeats_steady=0)], 99.0)
     assert unsteady[1]["basis"] == kpis.POOLED and unsteady[1]["output_throughput"] == 6400.0
+
+
+def test_the_environment_card_says_how_the_run_did_against_its_estimate_only_when_it_recorded_one(
+        tmp_path: Path, run: load.Run) -> None:
+    from llmhost.bench import store
+    from llmhost.bench.records import Estimate
+    from llmhost.bench.sittings import EtaShown, SittingBegan, SittingEnded
+    from llmhost.report import dashboard
+
+    assert run.reckoning is None and "Time vs estimate" not in dashboard.env_card(run, SLO)  # recorded before
+    root = make_run(tmp_path, n=8, repeats=1, telemetry=False, toolcalls=False, torn=False)
+    doc = json.loads((root / "manifest.json").read_text())
+    doc["estimate"] = dataclasses.asdict(Estimate(1200.0, True, "calibrated on ...", 4, 1200.0))
+    (root / "manifest.json").write_text(json.dumps(doc))
+    recorder = store.RunStore(root)
+    for row in (SittingBegan(1, 0.0, 1100.0), EtaShown(1, 300.0, 1, 300.0, 900.0, "baseline", 0.0),
+                EtaShown(1, 600.0, 2, 600.0, 720.0, "baseline", 0.0), SittingEnded(1, 1260.0)):
+        recorder.append_sitting(row)
+    with_estimate = load.load_run(root)
+    card = dashboard.env_card(with_estimate, SLO)
+    assert "<th class=l>Time vs estimate</th><td class=l>took 21m00s in 1 sitting vs estimate 20m00s (+5%)" in card
+    assert "ETA held within +10%/+0% after each arm&#x27;s first point (bound ±25%)" in card
+    assert dashboard.build(with_estimate, SLO).meta["estimate"]["actual_s"] == 1260.0
