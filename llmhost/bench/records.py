@@ -314,6 +314,7 @@ class StreamArmRecord(Record):
     requests_ok: int
     client_itl_p50_ms: float | None  # pooled over the requests' chunk gaps
     client_itl_p90_ms: float | None
+    client_itl_mean_ms: float | None  # what the streaming part is taken from: a mean, like the server's windows
     server_step_ms: float | None  # median of 1000 / gen throughput over the steady one-request Decode lines
     gpu_forward_ms: float | None  # median of step x fwd occupancy / 100 (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1)
     occupancy_pct: float | None

@@ -47,7 +47,7 @@ def problem(args: argparse.Namespace) -> str | None:
         return None
     if args.startup < 1:
         return f"--startup must be >= 1 restart per arm (got {args.startup})"
-    given = [f"--{name.replace('_', '-')}" for name in LOAD_OPTIONS if getattr(args, name, None)]
+    given = [f"--{name.replace('_', '-')}" for name in (*LOAD_OPTIONS, "single_stream") if getattr(args, name, None)]
     if given:
         return f"--startup measures restarts only, no load points: drop {', '.join(given)}"
     return None

@@ -7,9 +7,11 @@ guessed):
     floor              weight bytes / datasheet bandwidth (llmhost.bench.floor)
     GPU above floor    GPU forward - floor: the kernels at batch 1 not reaching peak bandwidth
     CPU gap            server step - GPU forward: scheduling, sampling outside the graph, launch
-    streaming          client ITL p50 - server step: detokenize, HTTP, the client
+    streaming          client ITL mean - server step: detokenize, HTTP, the client
 
-    server step  = 1000 / SGLang's gen throughput at one running request (its Decode log line)
+    server step  = 1000 / SGLang's gen throughput at one running request (its Decode log line): the mean step of
+                   a window of 40, so streaming subtracts it from the client's mean gap, not from its p50 (on a
+                   skewed gap distribution a p50 under the mean would make streaming look negative)
     GPU forward  = server step x fwd occupancy / 100 (SGLang's device timer)
     BW share     = floor / GPU forward: the peak bandwidth the forward reaches on the weights
 """
@@ -31,6 +33,7 @@ class Breakdown:
     arm: str
     client_itl_p50_ms: float | None
     client_itl_p90_ms: float | None
+    client_itl_mean_ms: float | None
     server_step_ms: float | None
     gpu_forward_ms: float | None
     floor_ms: float | None
@@ -65,6 +68,7 @@ def summarize_arm(arm: str, requests: list[StreamRequestRecord], lines: list[Dec
     return StreamArmRecord(
         arm=arm, status="failed" if error else "ok", requests_ok=len(ok),
         client_itl_p50_ms=p50 if gaps else None, client_itl_p90_ms=p90 if gaps else None,
+        client_itl_mean_ms=statistics.fmean(gaps) if gaps else None,
         server_step_ms=_median([d.step_ms for d in lines]), gpu_forward_ms=_median(gpu),
         occupancy_pct=_median([d.occupancy_pct for d in lines]), sglang_read_gb_s=_median([d.read_gb_s for d in lines]),
         tokenizer_itl_ms=tokenizer_itl_ms, decode_lines=len(lines),
@@ -76,10 +80,10 @@ def breakdown(rec: StreamArmRecord) -> Breakdown:
     """The four parts and the bandwidth share of one arm's record (see the module docstring)."""
     floor_ms = Floor(rec.weight_bytes, rec.peak_gb_s, None).ms if rec.weight_bytes else None
     share = floor_ms / rec.gpu_forward_ms * 100 if floor_ms is not None and rec.gpu_forward_ms else None
-    return Breakdown(rec.arm, rec.client_itl_p50_ms, rec.client_itl_p90_ms, rec.server_step_ms, rec.gpu_forward_ms,
-                     floor_ms, _minus(rec.gpu_forward_ms, floor_ms), _minus(rec.server_step_ms, rec.gpu_forward_ms),
-                     _minus(rec.client_itl_p50_ms, rec.server_step_ms), share, rec.sglang_read_gb_s,
-                     rec.tokenizer_itl_ms)
+    return Breakdown(rec.arm, rec.client_itl_p50_ms, rec.client_itl_p90_ms, rec.client_itl_mean_ms,
+                     rec.server_step_ms, rec.gpu_forward_ms, floor_ms, _minus(rec.gpu_forward_ms, floor_ms),
+                     _minus(rec.server_step_ms, rec.gpu_forward_ms), _minus(rec.client_itl_mean_ms, rec.server_step_ms),
+                     share, rec.sglang_read_gb_s, rec.tokenizer_itl_ms)
 
 
 def missing_notes(rec: StreamArmRecord) -> list[str]:
@@ -100,7 +104,7 @@ def missing_notes(rec: StreamArmRecord) -> list[str]:
     return notes
 
 
-COLUMNS = ("arm", "client ITL p50 (p90)", "server step", "GPU fwd", "floor", "GPU>floor", "CPU gap", "streaming",
+COLUMNS = ("arm", "client ITL p50 (p90)", "mean", "server step", "GPU fwd", "floor", "GPU>floor", "CPU gap", "streaming",
            "BW share", "SGLang read GB/s")
 
 
@@ -110,7 +114,7 @@ def table_lines(rows: list[Breakdown]) -> list[str]:
         return "-" if v is None else f"{v:.2f}"
 
     body = [[b.arm, "-" if b.client_itl_p50_ms is None else f"{b.client_itl_p50_ms:.2f} ({ms(b.client_itl_p90_ms)})",
-             ms(b.server_step_ms), ms(b.gpu_forward_ms), ms(b.floor_ms), ms(b.gpu_above_floor_ms), ms(b.cpu_gap_ms),
+             ms(b.client_itl_mean_ms), ms(b.server_step_ms), ms(b.gpu_forward_ms), ms(b.floor_ms), ms(b.gpu_above_floor_ms), ms(b.cpu_gap_ms),
              ms(b.streaming_ms), "-" if b.bandwidth_share_pct is None else f"{b.bandwidth_share_pct:.0f}%",
              "-" if b.sglang_read_gb_s is None else f"{b.sglang_read_gb_s:.0f}"] for b in rows]
     widths = [max(len(row[i]) for row in (COLUMNS, *body)) for i in range(len(COLUMNS))]
