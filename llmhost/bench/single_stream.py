@@ -177,8 +177,8 @@ def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm
     try:
         for done, arm in enumerate(arms):
             print(f"[bench single-stream {done}/{len(arms)}] arm {arm.name}: restarting with "
-                  f"{' '.join(INSTRUMENT_FLAGS)} and {INSTRUMENT_ENV} (progress in {run.root}/raw/serve-{arm.name}.log)",
-                  flush=True)
+                  f"{' '.join(INSTRUMENT_FLAGS)} and {INSTRUMENT_ENV} "
+                  f"(progress in {run.root}/raw/serve-{arm.name}.log)", flush=True)
             run.append_stream(measure_arm(cfg, run, arm, requests, since, floor, floor_note))
     except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
         ended = run_end.ended_by(exc, run.root, f"a new --single-stream run (the arms so far are in {run.root}/"
