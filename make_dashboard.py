@@ -28,6 +28,9 @@ from llmhost import cli, config, deps, files, settings, slo as slo_rule
 if TYPE_CHECKING:  # types only: llmhost.cost needs numpy, which deps.ensure provides first
     from llmhost import cost
 
+# Runs of run_bench.py with no load points: kind -> (its flag, the records file that marks it)
+SIDE_RUNS = {"start-up": ("--startup", "startups.jsonl"), "single-stream": ("--single-stream", "stream_arms.jsonl")}
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Options:
@@ -114,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[dashboard] error: {exc}", file=sys.stderr)
         return 1
     for name, loaded in (("RUN_DIR", run), ("--compare", other)):
-        if loaded is not None and not loaded.points and (loaded.path / "startups.jsonl").exists():
-            print(f"[dashboard] error: {name} {loaded.path} is a start-up run (./run_bench.py --startup): it has no "
-                  "load points to draw; its table is in that run's output and startups.jsonl", file=sys.stderr)
+        kind = next((k for k in SIDE_RUNS if loaded is not None and (loaded.path / SIDE_RUNS[k][1]).exists()), None)
+        if loaded is not None and not loaded.points and kind:
+            flag, records_file = SIDE_RUNS[kind]
+            print(f"[dashboard] error: {name} {loaded.path} is a {kind} run (./run_bench.py {flag}): it has no "
+                  f"load points to draw; its table is in that run's output and {records_file}", file=sys.stderr)
             return 1
         if loaded is not None and not loaded.points:  # a page of empty charts is not a dashboard
             why = "; ".join(loaded.warnings) or "points.jsonl is missing or empty"

@@ -23,6 +23,10 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
                                              # the winner to config.local.env
     ./run_bench.py --startup 3 --arm tok1="--tokenizer-worker-num 1"   # start-up only: ready time and phase
                                              # medians per arm over 3 restarts each (llmhost.bench.startup_bench)
+    ./run_bench.py --single-stream 3 --arm nooverlap="--disable-overlap-schedule"   # one stream only: per arm,
+                                             # ms per output token split into weight-read floor, GPU above it,
+                                             # CPU gap between forwards and streaming (llmhost.bench.single_stream;
+                                             # SGLang's instruments on for that run, the server left on the last arm)
 
 Writes $RESULTS_DIR/bench/<run_id>/ (manifest.json, points.jsonl, requests/, telemetry.jsonl, toolcalls.jsonl,
 servers/, sittings.jsonl, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
@@ -50,7 +54,7 @@ from pathlib import Path
 from llmhost.bench import arms as arms_mod
 from llmhost import cli, config, deps, files, provenance, slo as slo_rule
 from llmhost.bench import budget, costs, dryrun, points, preflight, records, runlock, runner, startup_bench, store
-from llmhost.bench import reckoning, run_end, sittings, telemetry
+from llmhost.bench import reckoning, run_end, single_stream, sittings, telemetry
 from llmhost.bench.eta import Eta
 from llmhost.bench.runner import BenchError, fmt_s
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -80,6 +84,7 @@ class Options:
     tune: bool = False
     apply: bool = False
     startup: int | None = None  # --startup N: restarts per arm, no load points
+    single_stream: int | None = None  # --single-stream N: measured requests per arm, no load points
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -121,8 +126,10 @@ def parse_args(argv: list[str]) -> Options:
                         help="SLO recorded with the run: percent of requests meeting both (default: 99)")
     tune_cli.add_arguments(parser)
     startup_bench.add_arguments(parser)
+    single_stream.add_arguments(parser)
     args = parser.parse_args(argv)
-    problem = startup_bench.problem(args)  # before the defaults below: a --workloads seen set was given
+    # before the defaults below: a --workloads seen set was given
+    problem = startup_bench.problem(args) or single_stream.problem(args)
     args.workloads = args.workloads or ("agent" if args.tune else ",".join(WORKLOADS))
     problem = problem or usage_problem(args)
     if problem:
@@ -135,7 +142,8 @@ def parse_args(argv: list[str]) -> Options:
     budget_min = (tune_cli.DEFAULT_BUDGET_MIN if args.tune else budget.DEFAULT_BUDGET_MIN) \
         if args.budget_min is None else args.budget_min
     return Options(names, args.arm, workloads, args.quick, args.repeat, budget_min, loads, args.seed, args.tag,
-                   args.resume, args.only_missing, args.dry_run, slo, list(argv), args.tune, args.apply, args.startup)
+                   args.resume, args.only_missing, args.dry_run, slo, list(argv), args.tune, args.apply, args.startup,
+                   args.single_stream)
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:
@@ -193,11 +201,12 @@ def resume_problem(args: argparse.Namespace) -> str | None:
     if not (args.resume / "manifest.json").is_file():
         return f"--resume {args.resume}: no manifest.json there (pass a results/bench/<run_id> directory)"
     try:
-        is_startup = store.read_manifest(args.resume / "manifest.json").startup_restarts is not None
+        manifest = store.read_manifest(args.resume / "manifest.json")
     except records.RecordError as exc:
         return f"--resume: {exc}"
-    return f"--resume {args.resume}: a --startup run has no points to resume — run --startup again" \
-        if is_startup else None
+    mode = "--startup" if manifest.startup_restarts is not None else \
+        "--single-stream" if manifest.single_stream_requests is not None else None
+    return f"--resume {args.resume}: a {mode} run has no points to resume — run {mode} again" if mode else None
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -258,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         model = costs.fit(cfg.results_path / "bench")  # this host's last runs, else the H200 defaults
         if opts.startup:  # start-up only: restarts, no load points, its own run directory
             return startup_bench.main(cfg, model, opts.startup, opts.arms, opts.user_arms, opts.tag, opts.dry_run,
+                                      opts.argv)
+        if opts.single_stream:  # one stream only: per arm where its time per output token goes
+            return single_stream.main(cfg, opts.single_stream, opts.arms, opts.user_arms, opts.tag, opts.dry_run,
                                       opts.argv)
         run, arms, plan, seed, planned, tune = open_run(opts, cfg, model)
         quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command

@@ -16,21 +16,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import statistics
 import sys
 import time
 
-from llmhost import config, files, provenance
+from llmhost import config, provenance
 from llmhost.bench import arms as arms_mod
-from llmhost.bench import costs, records, run_end, runlock, runner, store
+from llmhost.bench import costs, restart_runs, run_end, runner, store
 from llmhost.bench.records import StartupRecord
 from llmhost.bench.runner import fmt_s
-from llmhost.serve import lifecycle
-from llmhost.serve.console import Console, ServeError
+from llmhost.serve.console import ServeError
 
 DEFAULT_RESTARTS = 3  # the issue's acceptance: the median of 3 restarts
-EXIT_BUSY = 75  # another run holds the server, as run_bench.py says it
 # Options that plan load points: a start-up run has none, so any of them is a mistake, not something to ignore.
 LOAD_OPTIONS = ("concurrency", "rates", "patterns", "workloads", "budget_min", "tune", "quick", "repeat",
                 "duration_s", "resume", "only_missing", "apply")
@@ -50,7 +47,7 @@ def problem(args: argparse.Namespace) -> str | None:
         return None
     if args.startup < 1:
         return f"--startup must be >= 1 restart per arm (got {args.startup})"
-    given = [f"--{name.replace('_', '-')}" for name in LOAD_OPTIONS if getattr(args, name, None)]
+    given = [f"--{name.replace('_', '-')}" for name in (*LOAD_OPTIONS, "single_stream") if getattr(args, name, None)]
     if given:
         return f"--startup measures restarts only, no load points: drop {', '.join(given)}"
     return None
@@ -62,15 +59,10 @@ def restart_once(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, rep
                  since: float) -> StartupRecord:
     """Restart the server with the arm's flags and record how it went (a failed start is a record too).
     runner.UserStopped when ./serve.sh stop ran after `since` (the user's stop ends the run)."""
-    flags, settings = arms_mod.server_overrides(arm)
     began = time.time()
     started_at = provenance.utc_now(began)
     try:
-        with open(run.raw_dir() / f"serve-{arm.name}.log", "a") as log:
-            ready = lifecycle.restart(cfg, extra_args=flags, settings=settings, console=Console(log, log),
-                                      unless_stopped_since=since)
-    except lifecycle.StoppedByUser as exc:
-        raise runner.UserStopped(exc.when) from None
+        ready = restart_runs.restart(cfg, run, arm, since)
     except ServeError as exc:  # a crash, a timeout, a flag the server refuses: recorded, the next restart runs
         return StartupRecord(arm.name, repeat, "failed", started_at, time.time() - began, None, {},
                              error=str(exc).splitlines()[0][:300])
@@ -161,21 +153,6 @@ def print_plan(arms: list[arms_mod.Arm], restarts: int, model: costs.CostModel) 
                       "estimate_s": round(total * model.ready_s), "calibrated": model.is_calibrated}))
 
 
-def new_run(cfg: config.Config, arms: list[arms_mod.Arm], restarts: int, tag: str,
-            argv: list[str]) -> store.RunStore:
-    """A fresh <run_id>-startup directory with its manifest written first (WriteError, one line, when it fails)."""
-    run = store.RunStore.create(cfg.results_path, f"{tag}-startup" if tag else "startup")
-    try:
-        run.write_manifest(records.Manifest(
-            run_id=run.run_id, provenance=provenance.collect(["run_bench.py", *argv], python=cfg.sglang_python),
-            config=config.redacted(cfg), seed=0, slo=None, arms=tuple(arms), workloads=(), plan=(),
-            startup_restarts=restarts))
-    except files.WriteError:
-        shutil.rmtree(run.root, ignore_errors=True)  # created a moment ago: nothing recorded in it
-        raise
-    return run
-
-
 def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm], restarts: int) -> int:
     """Every arm's restarts, each recorded as it finishes; the table and the closing JSON line; the exit code."""
     since, done, rows = time.time(), 0, []
@@ -209,29 +186,17 @@ def main(cfg: config.Config, model: costs.CostModel, restarts: int, arm_names: l
     """`run_bench.py --startup`: pick the arms (baseline unless --arms says otherwise), then the dry run, or the
     run under the bench lock."""
     try:
-        arms = arms_mod.select(arm_names or ["baseline"], user_arms, arms_mod.config_arm_specs(cfg.bench_user_arms))
+        arms = restart_runs.pick_arms(cfg, arm_names, user_arms)
     except arms_mod.ArmError as exc:
         print(f"[bench] error: {exc} — see ./run_bench.py --help", file=sys.stderr)
         return 2
     if dry_run:
         print_plan(arms, restarts, model)
         return 0
-    problem = files.writable_dir_problem(cfg.results_path / "bench")
-    if problem:
-        print(f"[bench] error: {cfg.source('RESULTS_DIR')}: RESULTS_DIR={cfg.results_dir}: {problem}", file=sys.stderr)
-        return 1
-    lock = runlock.RunLock(cfg.state_dir)
-    try:
-        lock.acquire(["run_bench.py", *argv])
-    except runlock.RunBusy as exc:
-        print(f"[bench] error: {exc}", file=sys.stderr)
-        return EXIT_BUSY
-    with lock:
-        try:
-            run = new_run(cfg, arms, restarts, tag, argv)
-        except files.WriteError as exc:
-            print(f"[bench] error: {exc} — free space or fix permissions, then run again", file=sys.stderr)
-            return 1
-        lock.record_owner(["run_bench.py", *argv], run.root)
+
+    def measure(run: store.RunStore) -> int:
         print(f"[bench] run directory {run.root} (start-up: {restarts} restarts x {len(arms)} arms)", flush=True)
         return measure_all(cfg, run, arms, restarts)
+
+    return restart_runs.run_locked(
+        cfg, argv, lambda: restart_runs.new_run(cfg, arms, "startup", tag, argv, startup_restarts=restarts), measure)

@@ -9,6 +9,9 @@
     servers/<arm>.json        ServerRecord: each arm's exact launch command and full /server_info
     startups.jsonl            StartupRecord: one line per restart of a --startup run (no points, no telemetry)
     sittings.jsonl            llmhost.bench.sittings: each invocation's span, the boots it paid, the ETAs it printed
+
+    stream_requests.jsonl     StreamRequestRecord: one line per measured request of a --single-stream run
+    stream_arms.jsonl         StreamArmRecord: one line per arm of a --single-stream run
     raw/                      bench_serving's own output, start-time records and logs, per attempt
 
 Every write goes through llmhost.files: JSON files are replaced atomically, JSONL lines are appended whole and
@@ -152,6 +155,15 @@ class RunStore:
 
     def append_sitting(self, record: records.Record) -> None:
         records.append_records(self.sittings_path, [record])
+
+    def append_stream(self, record: records.StreamRequestRecord | records.StreamArmRecord) -> None:
+        """A --single-stream record, to stream_requests.jsonl or stream_arms.jsonl by its type."""
+        name = "stream_arms.jsonl" if isinstance(record, records.StreamArmRecord) else "stream_requests.jsonl"
+        records.append_records(self.root / name, [record])
+
+    def read_stream_arms(self) -> records.Loaded[records.StreamArmRecord]:
+        return records.read_records(self.root / "stream_arms.jsonl", records.StreamArmRecord.from_dict,
+                                    shown_as="stream_arms.jsonl")
 
     def write_server(self, record: ServerRecord) -> None:
         files.write_json_atomic(self.root / "servers" / f"{record.arm}.json", record.to_dict())

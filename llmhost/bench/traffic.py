@@ -7,8 +7,8 @@ time per output token. For load that must run inside this process, around someth
     records = run_clients(client, endpoint.model, ChatLoad(concurrency=32, prefixes=4, prefix_words=1500,
                                                            max_tokens=128), 10.0, "[trace] phase 1", count())
 
-Each record: ok, start/end (monotonic s), prompt/completion/cached tokens, ttft_s, tpot_s; a failure is a record
-with ok False and its error, never an exception.
+Each record: ok, start/end (monotonic s), prompt/completion/cached tokens, ttft_s, tpot_s, gaps_s (between
+consecutive content chunks); a failure is a record with ok False and its error, never an exception.
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def one_request(client: Any, model: str, load: ChatLoad, number: int) -> dict[st
     start = time.monotonic()
     first = last = None
     usage = None
+    gaps: list[float] = []
     try:
         stream = client.chat.completions.create(
             model=model, max_tokens=load.max_tokens, temperature=0.0, stream=True,
@@ -51,7 +52,10 @@ def one_request(client: Any, model: str, load: ChatLoad, number: int) -> dict[st
             extra_body={"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}})
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
-                last = time.monotonic()
+                now = time.monotonic()
+                if last is not None:
+                    gaps.append(now - last)
+                last = now
                 first = first or last
             usage = chunk.usage or usage
     except Exception as exc:  # the SDK raises many types; all are a failed request here
@@ -63,7 +67,7 @@ def one_request(client: Any, model: str, load: ChatLoad, number: int) -> dict[st
     return {"ok": True, "start": start, "end": time.monotonic(), "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": tokens, "cached_tokens": getattr(details, "cached_tokens", None) or 0,
             "ttft_s": first - start if first else None,
-            "tpot_s": (last - first) / (tokens - 1) if first and last and tokens > 1 else None}
+            "tpot_s": (last - first) / (tokens - 1) if first and last and tokens > 1 else None, "gaps_s": gaps}
 
 
 def run_clients(client: Any, model: str, load: ChatLoad, seconds: float, label: str,

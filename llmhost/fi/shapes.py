@@ -47,14 +47,20 @@ def from_config(config: dict, model: str) -> AttentionShape:
                           model=model)
 
 
-def from_model_dir(path: str | Path) -> AttentionShape:
-    """Read <path>/config.json; the model name is the directory name (e.g. 'Qwen3-4B')."""
-    model_dir = Path(path)
-    config_file = model_dir / "config.json"
+def read_config(path: str | Path) -> dict:
+    """<path>/config.json as a dict; ShapeError (one line) when it is missing or unreadable."""
+    config_file = Path(path) / "config.json"
     try:
         config = json.loads(config_file.read_text())
     except FileNotFoundError:
         raise ShapeError(f"{config_file} not found (set MODEL_DIR or --model-dir to a model directory)") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise ShapeError(f"{config_file} is unreadable: {exc}") from None
-    return from_config(config, model_dir.name)
+    if not isinstance(config, dict):
+        raise ShapeError(f"{config_file} is not a JSON object")
+    return config
+
+
+def from_model_dir(path: str | Path) -> AttentionShape:
+    """Read <path>/config.json; the model name is the directory name (e.g. 'Qwen3-4B')."""
+    return from_config(read_config(path), Path(path).name)

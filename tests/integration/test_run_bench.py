@@ -272,6 +272,11 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
      "--startup measures restarts only, no load points: drop --concurrency, --workloads"),
     (["--startup", "--tune"], 2, "drop --tune"),
     (["--startup", "2", "--arms", "nope"], 2, "unknown arm nope"),
+    (["--single-stream", "0"], 2, "--single-stream must be >= 1 request per arm (got 0)"),
+    (["--single-stream", "2", "--concurrency", "4"], 2,
+     "--single-stream measures one stream only, no load points: drop --concurrency"),
+    (["--startup", "--single-stream"], 2, "--startup measures restarts only, no load points: drop --single-stream"),
+    (["--single-stream", "--arms", "nope"], 2, "unknown arm nope"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
     proc = bench(env, *args, timeout=60)

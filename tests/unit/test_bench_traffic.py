@@ -43,6 +43,7 @@ def test_a_streamed_reply_yields_tokens_cache_hits_ttft_and_tpot():
     got = traffic.one_request(client(FakeCompletions()), "m", LOAD, 0)
     assert got["ok"] and got["completion_tokens"] == 4 and got["cached_tokens"] == 24
     assert got["ttft_s"] >= 0 and got["tpot_s"] is not None and got["tpot_s"] >= 0  # 4 tokens: 3 gaps
+    assert len(got["gaps_s"]) == 3 and all(g >= 0 for g in got["gaps_s"])
 
 
 def test_a_failed_request_is_a_record_not_an_exception():

@@ -21,6 +21,10 @@ the model path is only echoed. Knobs (environment variables):
   STANDIN_NO_TOOL_CALLS=1       a named tool_choice returns no call (to test a missing tool call).
   STANDIN_TOOL_ARGUMENTS        arguments of a named (forced) call: what random weights write (default "{}").
   STANDIN_NATURAL_TOOL_ARGUMENTS  behave like real weights: tool_choice auto calls the first tool with these.
+  STANDIN_FWD_OCCUPANCY         percent the `fwd occupancy` suffix of the Decode batch line says (default 85).
+The scheduler's `Decode batch` line is logged every --decode-log-interval (default 40) decode steps while requests run,
+in SGLang's format, with the estimate suffix under --enable-mfu-metrics (and --enable-metrics) and the occupancy
+suffix when SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (_standin/decode_log.py).
 The prefix cache is off with --disable-radix-cache, like the real flag.
 With --tokenizer-worker-num > 1 the HTTP server runs in a child process, as in SGLang 0.5.17 (its tokenizer workers
 serve uvicorn): killed -9, the launcher leaves that child accepting requests that never finish (the scheduler died
@@ -38,6 +42,7 @@ import traceback
 from sglang._standin import args as args_mod
 from sglang._standin import engine, server
 from sglang._standin.args import CAPTURES
+from sglang._standin.decode_log import DecodeLog
 
 H200_MAX_TOTAL_TOKENS = 859665  # KV slots of Qwen3-4B on an H200 at mem_fraction 0.903 (server.log capture)
 QWEN3_CONTEXT_LEN = 40960
@@ -83,6 +88,8 @@ def settings_from(parsed: dict) -> tuple[dict, dict]:
         "default_include_usage": bool(parsed.get("stream_response_default_include_usage")),
         "radix": not parsed.get("disable_radix_cache"), "max_total_tokens": max_total,
         "max_running": int(os.environ.get("STANDIN_MAX_RUNNING") or parsed.get("max_running_requests") or 4096),
+        "decode_log_interval": int(parsed.get("decode_log_interval") or 40),
+        "enable_mfu_metrics": bool(parsed.get("enable_mfu_metrics")) and bool(parsed.get("enable_metrics")),
     }
     return s, info
 
@@ -145,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     server.log(f"server_args={_server_args_repr(info)}")  # the real server logs --api-key here too
     eng = engine.Engine(_timing(s), s["max_total_tokens"], s["radix"])
     eng.log = server.log
+    timer_on = os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER", "").lower() in ("true", "1", "yes", "y")
+    eng.decode_log = DecodeLog(s["decode_log_interval"], s["enable_mfu_metrics"],
+                               float(os.environ.get("STANDIN_FWD_OCCUPANCY", 85)) if timer_on else None, server.log,
+                               s["max_total_tokens"])
     model_info = _captured_json("GET_model_info.txt")
     model_info.update(model_path=info["model_path"], tokenizer_path=info["tokenizer_path"])
     state = server.State(s, eng, info, model_info)

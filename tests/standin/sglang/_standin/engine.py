@@ -16,6 +16,8 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
+from sglang._standin.decode_log import DecodeLog
+
 _PIECE = re.compile(r"<\|[a-z_]+\|>|\s?\w+|\s?[^\w\s]|\s+")
 VOCAB = 151936
 # Pieces copied from the captured random-weight replies (tests/captures/chat_*.txt, generate_stream.txt).
@@ -130,6 +132,7 @@ class Engine:
         self.stats = Stats()
         self.flushes = 0
         self.log = lambda msg: None  # the server sets this to its log function
+        self.decode_log: DecodeLog | None = None  # the server sets this: the Decode batch lines
 
     @property
     def itl_ms(self) -> float:
@@ -187,6 +190,8 @@ class Engine:
                     # only until the next decode step (captured /metrics after load reads 0.0)
                     with self.lock:
                         self.stats.last_hit_rate = 0.0
+                    if self.decode_log is not None:
+                        self.decode_log.step(len(self.running), self._pool)
                 piece = rng.choice(GARBAGE)
                 req.output.append(piece)
                 if i == 0:
@@ -195,6 +200,11 @@ class Engine:
         finally:
             self._finish(req)
             self.slots.release()
+
+    def _pool(self) -> tuple[int, int]:
+        """(KV tokens in use, requests queued), for the Decode batch line."""
+        with self.lock:
+            return sum(len(r.prompt) + len(r.output) for r in self.running.values()), self.queued
 
     def _finish(self, req: Request) -> None:
         req.finished_ts = time.time()

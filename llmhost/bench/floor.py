@@ -1,0 +1,57 @@
+"""The weight-read floor of one decode step: every weight is read once per token, so a step at batch 1 cannot
+beat weight bytes / peak HBM bandwidth. Pure (reads config.json only).
+
+    Qwen3-4B: 36 layers x (q/k/v/o 26.2 M + MLP 74.7 M) + LM head 388.96 M = 4.022 B params x 2 bytes (bf16)
+              = 8.04 GB per token; / 4.8 TB/s (H200 datasheet) = 1.68 ms
+
+Counted: q/k/v/o projections (from head_dim, query and KV heads), MLP gate/up/down, the LM head once (read for
+every token even when tied to the embedding). Left out as negligible: the one embedding row looked up, norms,
+biases, the KV cache read (1,024 cached tokens of Qwen3-4B: 0.15 GB, under 2%). Dense models only: a mixture of
+experts reads only its routed experts, and quantized weights have their own byte sizes, so both are refused.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from llmhost.fi import shapes
+from llmhost.fi.shapes import ShapeError
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Floor:
+    weight_bytes: int  # bytes read per decode token
+    peak_gb_s: float | None  # datasheet HBM bandwidth; None: GPU not in llmhost.fi.gpu_specs
+    gpu: str | None  # the GPU name it was looked up by
+
+    @property
+    def ms(self) -> float | None:
+        """weight_bytes / peak bandwidth, in ms: 8.04e9 B / 4.8e12 B/s = 1.68 ms."""
+        return self.weight_bytes / (self.peak_gb_s * 1e9) * 1e3 if self.peak_gb_s else None
+
+
+def weight_bytes(config: dict, model: str) -> int:
+    """Bytes of the weights one decode token reads (see the module docstring); ShapeError (one line) when the
+    config lacks a field or describes a model this count does not fit."""
+    shape = shapes.from_config(config, model)
+    if config.get("num_experts") or config.get("num_local_experts") or config.get("quantization_config"):
+        raise ShapeError(f"config.json of {model}: a mixture of experts or quantized weights — the dense bf16 "
+                         "weight count does not apply")
+    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    if dtype not in DTYPE_BYTES:
+        raise ShapeError(f"config.json of {model}: torch_dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    try:
+        hidden, inter, vocab = (int(config[k]) for k in ("hidden_size", "intermediate_size", "vocab_size"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ShapeError(f"config.json of {model} lacks a size field ({exc})") from None
+    q_o = 2 * hidden * shape.num_qo_heads * shape.head_dim
+    k_v = 2 * hidden * shape.num_kv_heads * shape.head_dim
+    mlp = 3 * hidden * inter  # gate, up, down
+    return (shape.num_layers * (q_o + k_v + mlp) + vocab * hidden) * DTYPE_BYTES[dtype]
+
+
+def weight_bytes_of_dir(model_dir: str | Path) -> int:
+    """weight_bytes() of <model_dir>/config.json; ShapeError (one line) when it cannot be read."""
+    return weight_bytes(shapes.read_config(model_dir), Path(model_dir).name)

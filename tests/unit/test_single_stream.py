@@ -1,0 +1,136 @@
+"""run_bench.py --single-stream's pure parts: SGLang's Decode line parsed, the weight-read floor, the breakdown."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from llmhost.bench import decode_log, floor, single_stream, startup_bench, stream_breakdown
+from llmhost.bench.records import StreamArmRecord, StreamRequestRecord
+from llmhost.fi import gpu_specs
+from llmhost.fi.shapes import ShapeError
+
+CAPTURED_LOG = Path(__file__).resolve().parents[1] / "captures" / "server.log"
+STAMP = "[2026-12-01 10:00:00] "
+PLAIN = STAMP + ("Decode batch, #running-req: 1, #token: 234, token usage: 0.00, cuda graph: True, "
+                 "gen throughput (token/s): 259.67, #queue-req: 0")
+MFU = (", est. decode TFLOPS/s (per GPU): 2.09, est. read BW (GB/s per GPU): 2088.91, "
+       "est. write BW (GB/s per GPU): 0.04")
+PREFILL = STAMP + ("Prefill batch, #new-seq: 1, #new-token: 14, #cached-token: 0, token usage: 0.00, #running-req: 0, "
+                   "#queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 12.93")
+QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
+            "torch_dtype": "bfloat16"}
+
+
+def test_a_plain_decode_line_gives_the_step_time_and_no_instrument_figures():
+    line = decode_log.parse(PLAIN)
+    assert (line.running, line.graph, line.gen_tok_s, line.read_gb_s, line.occupancy_pct) == \
+        (1, True, 259.67, None, None)
+    assert line.step_ms == pytest.approx(3.851, abs=0.001)  # the H200's 3.85 ms per token at one request
+
+
+def test_both_suffixes_are_read_and_a_nan_occupancy_is_not_measured():
+    line = decode_log.parse(PLAIN + MFU + ", fwd occupancy: 62.50%")
+    assert (line.read_gb_s, line.occupancy_pct) == (2088.91, 62.5)
+    assert decode_log.parse(PLAIN + ", fwd occupancy: nan%").occupancy_pct is None
+    assert decode_log.parse(PREFILL) is None and decode_log.parse("Decode batch") is None
+
+
+def test_other_pool_parts_and_an_eager_step_parse_too():
+    line = decode_log.parse(STAMP + "Decode batch, #running-req: 3, #full token: 9, full token usage: 0.00, "
+                            "#swa token: 9, swa token usage: 0.00, cuda graph: False, gen throughput (token/s): 0.00, "
+                            "#queue-req: 2")
+    assert (line.running, line.graph, line.step_ms) == (3, False, None)
+
+
+def test_the_first_decode_line_after_a_prefill_is_left_out_it_counts_the_idle_time():
+    lines = decode_log.single_stream(CAPTURED_LOG.read_text().splitlines())
+    throughputs = [line.gen_tok_s for line in lines]
+    assert 2.30 not in throughputs and 81.19 not in throughputs  # the windows that spanned idle time and a prefill
+    assert 259.67 in throughputs and 278.54 in throughputs and all(tok_s > 200 for tok_s in throughputs)
+
+
+def test_lines_are_read_from_an_offset_and_a_rotated_log_gives_none(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(PREFILL + "\n")
+    offset = log.stat().st_size
+    with open(log, "a") as f:
+        f.write(PLAIN + "\n")
+    assert decode_log.read_from(log, offset) == [PLAIN]
+    assert decode_log.read_from(tmp_path / "gone.log", 0) == []
+
+
+def test_qwen3_4b_reads_8_04_gb_per_token_and_its_floor_on_an_h200_is_1_68_ms():
+    weight_bytes = floor.weight_bytes(QWEN3_4B, "Qwen3-4B")
+    assert weight_bytes == 8_044_544_000  # 4.022 B params (LM head counted once though tied) x 2 bytes
+    h200 = floor.Floor(weight_bytes, gpu_specs.lookup("NVIDIA H200").peak_gb_s, "NVIDIA H200")
+    assert h200.ms == pytest.approx(1.676, abs=0.001)
+    assert floor.Floor(weight_bytes, None, None).ms is None
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"num_experts": 128}, "mixture of experts"), ({"torch_dtype": "int8"}, "torch_dtype 'int8'"),
+    ({"intermediate_size": None}, "lacks a size field"),
+])
+def test_a_config_the_dense_count_does_not_fit_is_one_line(change, needle):
+    with pytest.raises(ShapeError, match=needle):
+        floor.weight_bytes({**QWEN3_4B, **change}, "m")
+
+
+def arm_record(**given) -> StreamArmRecord:
+    base = dict(arm="baseline", status="ok", requests_ok=3, client_itl_p50_ms=3.8, client_itl_p90_ms=4.0,
+                client_itl_mean_ms=3.9, server_step_ms=3.85, gpu_forward_ms=2.4, occupancy_pct=62.3,
+                sglang_read_gb_s=2100.0, tokenizer_itl_ms=3.88, decode_lines=70, weight_bytes=8_044_544_000,
+                peak_gb_s=4800.0)
+    return StreamArmRecord(**{**base, **given})
+
+
+def test_the_breakdown_is_differences_of_measured_medians():
+    b = stream_breakdown.breakdown(arm_record())
+    assert b.floor_ms == pytest.approx(1.676, abs=0.001)
+    assert b.gpu_above_floor_ms == pytest.approx(2.4 - 1.676, abs=0.001)
+    assert (b.cpu_gap_ms, b.streaming_ms) == (pytest.approx(1.45), pytest.approx(0.05))
+    assert b.bandwidth_share_pct == pytest.approx(1.676 / 2.4 * 100, abs=0.1)
+
+
+def test_an_instrument_that_gave_nothing_is_not_measured_and_said_so():
+    rec = arm_record(gpu_forward_ms=None, occupancy_pct=None, peak_gb_s=None, floor_note="GPU x unknown")
+    b = stream_breakdown.breakdown(rec)
+    assert (b.floor_ms, b.gpu_above_floor_ms, b.cpu_gap_ms, b.bandwidth_share_pct) == (None, None, None, None)
+    assert b.streaming_ms == pytest.approx(0.05)
+    notes = " | ".join(stream_breakdown.missing_notes(rec))
+    assert "no 'fwd occupancy'" in notes and "floor not stated: GPU x unknown" in notes
+    row = stream_breakdown.table_lines([b])[1].split()
+    assert row[0] == "baseline" and row[5:8] == ["-", "-", "-"]  # GPU fwd, floor, GPU>floor
+
+
+def test_an_arm_is_summarised_from_its_requests_and_steady_lines():
+    requests = [StreamRequestRecord("a", 1, True, "", 4, 20.0, (3.0, 4.0, 5.0)),
+                StreamRequestRecord("a", 2, False, "Timeout", 0, None, ())]
+    lines = [decode_log.parse(PLAIN + MFU + ", fwd occupancy: 50.00%")] * 3
+    rec = stream_breakdown.summarize_arm("a", requests, lines, 3.9, floor.Floor(8_044_544_000, 4800.0, "H200"), "")
+    assert (rec.status, rec.requests_ok, rec.client_itl_p50_ms, rec.client_itl_mean_ms) == ("ok", 1, 4.0, 4.0)
+    assert rec.server_step_ms == pytest.approx(3.851, abs=0.001)
+    assert rec.gpu_forward_ms == pytest.approx(rec.server_step_ms / 2) and rec.sglang_read_gb_s == 2088.91
+    assert StreamArmRecord.from_dict(rec.to_dict()) == rec
+    failed = stream_breakdown.summarize_arm("a", [], [], None, None, "no config", "restart failed: boom")
+    assert failed.status == "failed" and failed.server_step_ms is None and failed.error == "restart failed: boom"
+
+
+def options(**given) -> argparse.Namespace:
+    return argparse.Namespace(**{**{name: None for name in (*startup_bench.LOAD_OPTIONS, "startup", "single_stream")},
+                                 **given})
+
+
+@pytest.mark.parametrize("given, needle", [
+    ({"single_stream": 0}, "--single-stream must be >= 1 request per arm (got 0)"),
+    ({"single_stream": 3, "concurrency": "4", "startup": 2}, "no load points: drop --concurrency, --startup"),
+])
+def test_load_options_and_a_zero_count_are_refused_in_one_line(given, needle):
+    assert needle in single_stream.problem(options(**given))
+
+
+def test_nothing_is_refused_without_the_flag_or_with_it_alone():
+    assert single_stream.problem(options()) is None and single_stream.problem(options(single_stream=3)) is None
