@@ -8,8 +8,7 @@
     servers/<arm>.json        ServerRecord    an arm's exact launch command and /server_info
     startups.jsonl            StartupRecord   one restart of a --startup run: ready time and its phases
     sittings.jsonl            (llmhost.bench.sittings) each invocation of a run: its span, boots and ETAs
-    stream_requests.jsonl     StreamRequestRecord  one request of a --single-stream run: its chunk gaps
-    stream_arms.jsonl         StreamArmRecord one arm of a --single-stream run: client and server figures per token
+    stream_*.jsonl            (llmhost.bench.stream_records) a --single-stream run's requests and arms
 
 The schema number (SCHEMA, stored in manifest.json) covers the whole run directory. It changes only when a reader
 of today could misread a new file; added fields get defaults instead, so older runs read with the current schema.
@@ -291,41 +290,6 @@ class StartupRecord(Record):
     phases: dict[str, float]  # phase -> seconds in log order (llmhost.serve.startup); {} when the log told none
     launch_command: str | None = None
     error: str = ""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StreamRequestRecord(Record):
-    """One measured request of a `run_bench.py --single-stream` run (llmhost.bench.single_stream)."""
-
-    arm: str
-    number: int  # 1..N within the arm
-    ok: bool
-    error: str
-    output_tokens: int
-    ttft_ms: float | None  # first content chunk
-    itl_ms: tuple[float, ...]  # gaps between consecutive content chunks, as the client saw them
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StreamArmRecord(Record):
-    """One arm of a --single-stream run: what was measured, medians over its window; None = not measured."""
-
-    arm: str
-    status: Status
-    requests_ok: int
-    client_itl_p50_ms: float | None  # pooled over the requests' chunk gaps
-    client_itl_p90_ms: float | None
-    client_itl_mean_ms: float | None  # what the streaming part is taken from: a mean, like the server's windows
-    server_step_ms: float | None  # median of 1000 / gen throughput over the steady one-request Decode lines
-    gpu_forward_ms: float | None  # median of step x fwd occupancy / 100 (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1)
-    occupancy_pct: float | None
-    sglang_read_gb_s: float | None  # SGLang's est. read BW (--enable-mfu-metrics)
-    tokenizer_itl_ms: float | None  # the ITL histogram's sum/count delta over the window (tokenizer manager)
-    decode_lines: int  # steady one-request Decode lines the server figures come from
-    weight_bytes: int | None  # read per decode token (llmhost.bench.floor); None: not stated, see floor_note
-    peak_gb_s: float | None  # datasheet HBM bandwidth of the GPU; None: unknown GPU
-    floor_note: str = ""  # why the floor is not stated, when it is not
-    error: str = ""  # why the arm failed (its restart, every request)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

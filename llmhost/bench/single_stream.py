@@ -29,7 +29,7 @@ from llmhost import config
 from llmhost.bench import arms as arms_mod
 from llmhost.bench import decode_log, floor as floor_mod, restart_runs, run_end, runner, store, stream_breakdown
 from llmhost.bench import traffic
-from llmhost.bench.records import StreamArmRecord, StreamRequestRecord
+from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
 from llmhost.bench.startup_bench import LOAD_OPTIONS
 from llmhost.fi import gpu_specs
 from llmhost.serve import metrics

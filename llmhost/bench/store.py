@@ -29,6 +29,7 @@ from pathlib import Path
 from llmhost import files
 from llmhost.bench import records
 from llmhost.bench.records import Manifest, PointRecord, RecordError, RequestRecord, ServerRecord, TelemetrySample
+from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
 from llmhost.provenance import redact_secrets
 
 
@@ -156,13 +157,13 @@ class RunStore:
     def append_sitting(self, record: records.Record) -> None:
         records.append_records(self.sittings_path, [record])
 
-    def append_stream(self, record: records.StreamRequestRecord | records.StreamArmRecord) -> None:
+    def append_stream(self, record: StreamRequestRecord | StreamArmRecord) -> None:
         """A --single-stream record, to stream_requests.jsonl or stream_arms.jsonl by its type."""
-        name = "stream_arms.jsonl" if isinstance(record, records.StreamArmRecord) else "stream_requests.jsonl"
+        name = "stream_arms.jsonl" if isinstance(record, StreamArmRecord) else "stream_requests.jsonl"
         records.append_records(self.root / name, [record])
 
-    def read_stream_arms(self) -> records.Loaded[records.StreamArmRecord]:
-        return records.read_records(self.root / "stream_arms.jsonl", records.StreamArmRecord.from_dict,
+    def read_stream_arms(self) -> records.Loaded[StreamArmRecord]:
+        return records.read_records(self.root / "stream_arms.jsonl", StreamArmRecord.from_dict,
                                     shown_as="stream_arms.jsonl")
 
     def write_server(self, record: ServerRecord) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from llmhost import stats
 from llmhost.bench.decode_log import DecodeLine
 from llmhost.bench.floor import Floor
-from llmhost.bench.records import StreamArmRecord, StreamRequestRecord
+from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

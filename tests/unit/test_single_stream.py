@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llmhost.bench import decode_log, floor, single_stream, startup_bench, stream_breakdown
-from llmhost.bench.records import StreamArmRecord, StreamRequestRecord
+from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
 from llmhost.fi import gpu_specs
 from llmhost.fi.shapes import ShapeError
 
