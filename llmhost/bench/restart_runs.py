@@ -1,6 +1,7 @@
 """What run_bench.py's restart-per-arm modes share (--startup, --single-stream): no load points, the arms restarted
 one by one through llmhost.serve.lifecycle (as ./serve.sh restart does), a run directory of their own.
 
+    problem = mode_problem(args, "startup", "restart per arm", "restarts only")     # before run_bench's defaults
     arms = pick_arms(cfg, ["baseline"], ['tok1=--tokenizer-worker-num 1'])   # ArmError: one line
     return run_locked(cfg, argv, lambda: new_run(cfg, arms, "startup", tag, argv, startup_restarts=3), measure)
 
@@ -8,6 +9,7 @@ The server is left running with the last arm's flags, as after any benchmark arm
 """
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -15,11 +17,32 @@ from typing import Any
 
 from llmhost import config, files, provenance
 from llmhost.bench import arms as arms_mod
-from llmhost.bench import records, runlock, runner, store
+from llmhost.bench import records, run_end, runlock, runner, store
 from llmhost.serve import lifecycle
 from llmhost.serve.console import Console
 
 EXIT_BUSY = 75  # another run holds the server, as run_bench.py says it
+MODES = ("startup", "single_stream")  # the options that pick a restart-per-arm mode; one at a time
+# Options that plan load points: these modes have none, so any of them is a mistake, not something to ignore.
+LOAD_OPTIONS = ("concurrency", "rates", "patterns", "workloads", "budget_min", "tune", "quick", "repeat",
+                "duration_s", "resume", "only_missing", "apply")
+
+
+def mode_problem(args: argparse.Namespace, mode: str, unit: str, measures: str) -> str | None:
+    """Why the mode option `mode` (e.g. "startup") cannot work with the other options given, as one line; None
+    when it can or was not given. Called before run_bench.py fills in its defaults, so every option seen set was
+    given. `unit`: what its N counts; `measures`: what the mode measures instead of load points."""
+    value = getattr(args, mode)
+    if value is None:
+        return None
+    flag = f"--{mode.replace('_', '-')}"
+    if value < 1:
+        return f"{flag} must be >= 1 {unit} (got {value})"
+    given = [f"--{name.replace('_', '-')}" for name in (*LOAD_OPTIONS, *MODES)
+             if name != mode and getattr(args, name, None)]
+    if given:
+        return f"{flag} measures {measures}, no load points: drop {', '.join(given)}"
+    return None
 
 
 def pick_arms(cfg: config.Config, names: list[str] | None, user_arms: list[str]) -> list[arms_mod.Arm]:
@@ -82,3 +105,12 @@ def restart(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, since: f
     except lifecycle.StoppedByUser as exc:
         raise runner.UserStopped(exc.when) from None
 
+
+def cut_short(exc: BaseException, run: store.RunStore, fresh: str) -> int:
+    """A mode run ended by Ctrl-C, ./serve.sh stop or a write failure: its one line (run_end) and exit code; any
+    other exception is raised again. `fresh`: what the user can start instead, as run_end words it."""
+    ended = run_end.ended_by(exc, run.root, fresh)
+    if ended is None:
+        raise exc
+    print(ended[0], file=sys.stderr)
+    return ended[1]

@@ -27,10 +27,9 @@ import time
 
 from llmhost import config
 from llmhost.bench import arms as arms_mod
-from llmhost.bench import decode_log, floor as floor_mod, restart_runs, run_end, runner, store, stream_breakdown
+from llmhost.bench import decode_log, floor as floor_mod, restart_runs, runner, store, stream_breakdown
 from llmhost.bench import traffic
 from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
-from llmhost.bench.startup_bench import LOAD_OPTIONS
 from llmhost.fi import gpu_specs
 from llmhost.serve import metrics
 from llmhost.serve.console import ServeError
@@ -54,16 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def problem(args: argparse.Namespace) -> str | None:
-    """Why --single-stream cannot work with the other options given, as one line; None when it can. Called before
-    run_bench.py fills in its defaults, so every option seen set was given."""
-    if args.single_stream is None:
-        return None
-    if args.single_stream < 1:
-        return f"--single-stream must be >= 1 request per arm (got {args.single_stream})"
-    given = [f"--{name.replace('_', '-')}" for name in (*LOAD_OPTIONS, "startup") if getattr(args, name, None)]
-    if given:
-        return f"--single-stream measures one stream only, no load points: drop {', '.join(given)}"
-    return None
+    """Why --single-stream cannot work with the other options given, as one line; None when it can."""
+    return restart_runs.mode_problem(args, "single_stream", "request per arm", "one stream only")
 
 
 # --- one arm --------------------------------------------------------------------------------------------------
@@ -181,12 +172,8 @@ def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm
                   f"(progress in {run.root}/raw/serve-{arm.name}.log)", flush=True)
             run.append_stream(measure_arm(cfg, run, arm, requests, since, floor, floor_note))
     except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
-        ended = run_end.ended_by(exc, run.root, f"a new --single-stream run (the arms so far are in {run.root}/"
-                                 "stream_arms.jsonl)")
-        if ended is None:
-            raise
-        print(ended[0], file=sys.stderr)
-        return ended[1]
+        return restart_runs.cut_short(exc, run, f"a new --single-stream run (the arms so far are in {run.root}/"
+                                         "stream_arms.jsonl)")
     recs = print_summary(run, requests)
     return 0 if recs and all(r.status == "ok" for r in recs) else 1
 

@@ -22,15 +22,12 @@ import time
 
 from llmhost import config, provenance
 from llmhost.bench import arms as arms_mod
-from llmhost.bench import costs, restart_runs, run_end, runner, store
+from llmhost.bench import costs, restart_runs, runner, store
 from llmhost.bench.records import StartupRecord
 from llmhost.bench.runner import fmt_s
 from llmhost.serve.console import ServeError
 
 DEFAULT_RESTARTS = 3  # the issue's acceptance: the median of 3 restarts
-# Options that plan load points: a start-up run has none, so any of them is a mistake, not something to ignore.
-LOAD_OPTIONS = ("concurrency", "rates", "patterns", "workloads", "budget_min", "tune", "quick", "repeat",
-                "duration_s", "resume", "only_missing", "apply")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,16 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def problem(args: argparse.Namespace) -> str | None:
-    """Why --startup cannot work with the other options given, as one line; None when it can. Called before
-    run_bench.py fills in its defaults, so every option seen set was given."""
-    if args.startup is None:
-        return None
-    if args.startup < 1:
-        return f"--startup must be >= 1 restart per arm (got {args.startup})"
-    given = [f"--{name.replace('_', '-')}" for name in (*LOAD_OPTIONS, "single_stream") if getattr(args, name, None)]
-    if given:
-        return f"--startup measures restarts only, no load points: drop {', '.join(given)}"
-    return None
+    """Why --startup cannot work with the other options given, as one line; None when it can."""
+    return restart_runs.mode_problem(args, "startup", "restart per arm", "restarts only")
 
 
 # --- one restart ----------------------------------------------------------------------------------------------
@@ -168,12 +157,8 @@ def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm
                 done += 1
                 print(progress_line(rec, done, len(arms) * restarts), flush=True)
     except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
-        ended = run_end.ended_by(exc, run.root, f"a new --startup run (the restarts so far are in {run.root}/"
-                                 "startups.jsonl)")
-        if ended is None:
-            raise
-        print(ended[0], file=sys.stderr)
-        return ended[1]
+        return restart_runs.cut_short(exc, run, f"a new --startup run (the restarts so far are in {run.root}/"
+                                         "startups.jsonl)")
     summary = summarize(rows)
     for line in table_lines(summary):
         print(f"[bench] {line}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench import decode_log, floor, single_stream, startup_bench, stream_breakdown
+from llmhost.bench import decode_log, floor, restart_runs, single_stream, stream_breakdown
 from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
 from llmhost.fi import gpu_specs
 from llmhost.fi.shapes import ShapeError
@@ -120,7 +120,7 @@ def test_an_arm_is_summarised_from_its_requests_and_steady_lines():
 
 
 def options(**given) -> argparse.Namespace:
-    return argparse.Namespace(**{**{name: None for name in (*startup_bench.LOAD_OPTIONS, "startup", "single_stream")},
+    return argparse.Namespace(**{**{name: None for name in (*restart_runs.LOAD_OPTIONS, "startup", "single_stream")},
                                  **given})
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench import startup_bench
+from llmhost.bench import restart_runs, startup_bench
 from llmhost.bench.records import StartupRecord
 from llmhost.bench.store import RunStore
 
@@ -71,10 +71,10 @@ def test_a_startup_record_round_trips_through_its_json():
     ({"startup": 2, "budget_min": 20.0}, "drop --budget-min"),
 ])
 def test_startup_refuses_options_that_plan_load_points(given, needle):
-    args = argparse.Namespace(**{**{name: None for name in startup_bench.LOAD_OPTIONS}, **given})
+    args = argparse.Namespace(**{**{name: None for name in restart_runs.LOAD_OPTIONS}, **given})
     assert needle in startup_bench.problem(args)
 
 
 def test_startup_alone_is_fine():
-    args = argparse.Namespace(**{name: None for name in startup_bench.LOAD_OPTIONS}, startup=3)
+    args = argparse.Namespace(**{name: None for name in restart_runs.LOAD_OPTIONS}, startup=3)
     assert startup_bench.problem(args) is None
