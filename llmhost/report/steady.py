@@ -15,7 +15,8 @@ import numpy as np
 
 from llmhost import repeats, stats
 from llmhost.bench import window
-from llmhost.bench.records import PointRecord
+from llmhost.bench.records import PointRecord, TelemetrySample
+from llmhost.report import server_ttft
 from llmhost.report.load import Requests, Run
 from llmhost.report.tables import Group, load_label
 
@@ -30,6 +31,9 @@ class RepeatWindow:
     ttft_ms: dict[str, np.ndarray]  # phase -> TTFT
     prefix: window.PrefixSplit  # of the steady window
     steady_sent: tuple[np.ndarray, np.ndarray, np.ndarray]  # ok, TTFT, TPOT of every request of the window
+    # SGLang's own mean TTFT over the window, the client's over the same span, requests SGLang counted
+    # (llmhost.report.server_ttft); nan, nan, 0 without telemetry
+    server_ttft: tuple[float, float, int] = (math.nan, math.nan, 0)
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -44,8 +48,9 @@ class RepeatWindow:
         return self.steadiness.is_steady
 
 
-def window_repeat(point: PointRecord, r: Requests, seed: int = 0) -> RepeatWindow:
-    """Window one repeat's requests and check its steadiness."""
+def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
+                  telemetry: tuple[TelemetrySample, ...] = ()) -> RepeatWindow:
+    """Window one repeat's requests and check its steadiness; SGLang's own TTFT over the window from `telemetry`."""
     order = np.argsort(r.start_s, kind="stable")
     start, ttft, ok = r.start_s[order], r.ttft_ms[order], r.ok[order]
     w, steady = window.window_and_check(point, start, r.e2e_ms[order], r.output_tokens[order], ttft, ok, seed)
@@ -53,14 +58,25 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0) -> RepeatWindo
     in_window = w.mask("steady")
     prefix = window.prefix_split(ttft[in_window], ok[in_window], r.prompt_tokens[order][in_window],
                                  r.cached_tokens[order][in_window])
+    timed = ok & np.isfinite(ttft)
+    server = server_ttft.window_means(telemetry, point.point_id, w.t_start, w.t_end,
+                                      start[timed] + ttft[timed] / 1000.0, ttft[timed])
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
-                                                            r.itl_mean_ms[order][in_window]))
+                                                            r.itl_mean_ms[order][in_window]), server)
 
 
 def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, list[RepeatWindow]]:
     """Group key -> its successful repeats, windowed (repeat order)."""
-    return {g.key: [window_repeat(p, run.requests[p.point_id], seed) for p in g.ok_points
+    return {g.key: [window_repeat(p, run.requests[p.point_id], seed, run.telemetry) for p in g.ok_points
                     if p.point_id in run.requests] for g in groups}
+
+
+def _server_ttft_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
+    """Client and SGLang mean TTFT over the steady repeats' windows, weighted by the requests SGLang counted."""
+    seen = [r.server_ttft for r in steady if r.server_ttft[2] and math.isfinite(r.server_ttft[1])]
+    n = sum(c for _, _, c in seen)
+    return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
+            "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n}
 
 
 def _phase_p50(reps: list[RepeatWindow], phase: str) -> tuple[float, int]:
@@ -99,6 +115,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_goodput_pct", good),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
+        **_server_ttft_fields(steady),
         "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
         "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),
         "per_repeat": [{"repeat": r.repeat, "is_steady": r.is_steady,

@@ -7,7 +7,7 @@ from typing import Any
 
 from llmhost import stats
 from llmhost.bench import window
-from llmhost.report import page
+from llmhost.report import page, server_ttft
 from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
@@ -120,7 +120,8 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
-        page.table(_steady_columns(), rows, left=4) if rows else page.missing("No point has request data yet."))
+        page.table(_steady_columns(), rows, left=4) + server_ttft_note(rows) if rows
+        else page.missing("No point has request data yet."))
 
 
 def _unsteady_columns() -> list[tuple[str, page.Cell]]:
@@ -148,4 +149,30 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
             ("Warm-up TTFT p50 ms (n)", lambda r: f"{num(r['warmup_ttft_p50_ms'])} ({r['warmup_n']})"),
             ("Drain TTFT p50 ms (n)", lambda r: f"{num(r['drain_ttft_p50_ms'])} ({r['drain_n']})"),
             ("Prefix hit / miss TTFT p50 ms (n)", lambda r: f"{num(r['hit_ttft_p50_ms'])} ({r['hit_n']}) / "
-                                                            f"{num(r['miss_ttft_p50_ms'])} ({r['miss_n']})")]
+                                                            f"{num(r['miss_ttft_p50_ms'])} ({r['miss_n']})"),
+            ("TTFT mean ms: client / SGLang (n)", _server_ttft_cell)]
+
+
+def _server_ttft_cell(r: dict[str, Any]) -> str:
+    if not r["server_ttft_n"]:
+        return "–"
+    client, server = r["client_ttft_mean_ms"], r["server_ttft_mean_ms"]
+    flag = (" <span class=flag title='the HTTP path and the load generator add this much: see the note under the "
+            "table'>⚠</span>") if server_ttft.gap_is_notable(client, server) else ""
+    return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}"
+
+
+def server_ttft_note(rows: list[dict[str, Any]]) -> str:
+    """A paragraph on the points whose client TTFT is well above SGLang's own, or '' when none is."""
+    far = [r for r in rows if r["server_ttft_n"]
+           and server_ttft.gap_is_notable(r["client_ttft_mean_ms"], r["server_ttft_mean_ms"])]
+    if not far:
+        return ""
+    worst = max(far, key=lambda r: r["client_ttft_mean_ms"] - r["server_ttft_mean_ms"])
+    return (f"<p class=read>At {len(far)} point(s) the load generator's TTFT is well above SGLang's own (its "
+            "tokenizer manager's histogram, read over the same steady window: arrival, tokenization, prefill, first "
+            f"token back). Largest: {esc(worst['arm'])} · {esc(worst['workload'])} · {esc(worst['load'])}, client "
+            f"{num(worst['client_ttft_mean_ms'])} ms vs SGLang {num(worst['server_ttft_mean_ms'])} ms. The "
+            "difference is spent outside the server's scheduler: HTTP in and out, and the load generator's own "
+            "event loop streaming every request of the point. Read those TTFTs as an upper bound of what the "
+            "server gives.</p>")

@@ -1,0 +1,61 @@
+"""TTFT as SGLang itself measured it, beside the load generator's, over the same steady window.
+
+SGLang's `sglang:time_to_first_token_seconds` histogram is observed in its tokenizer manager: from the request's
+arrival there (tokenization included) to the first output batch coming back from the scheduler (0.5.17,
+tokenizer_manager.collect_metrics). The load generator's TTFT adds what lies outside: the HTTP request in, the
+first chunk's way out, and its own event loop (one Python process streaming every request of the point). The
+telemetry sampler reads the histogram's _sum and _count about once a second (telemetry.jsonl, tagged with the
+running point), so the server's mean over a window is the difference of the two counters between the last samples
+at or before the window's ends, and the client's mean is over the requests whose first token fell between those
+same two samples. A client mean far above the server's says the number is partly the measuring side's, not the
+server's. Means, not percentiles: the histogram's buckets are too coarse for a p99.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from llmhost.bench.records import TelemetrySample
+
+HISTOGRAM = "sglang:time_to_first_token_seconds"
+SUM, COUNT = f"{HISTOGRAM}_sum", f"{HISTOGRAM}_count"
+# The page calls the gap out when the client's mean exceeds the server's by both of these
+GAP_MS, GAP_SHARE = 50.0, 0.2
+
+
+def counters(telemetry: Sequence[TelemetrySample], point_id: str) -> tuple[list[float], list[tuple[float, float]]]:
+    """The point's sampler ticks (sorted) and, per tick, (sum s, count) summed over its label sets (workers)."""
+    ticks: dict[float, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for s in telemetry:
+        if s.point_id == point_id and s.name in (SUM, COUNT):
+            ticks[s.t][0 if s.name == SUM else 1] += s.value
+    times = sorted(ticks)
+    return times, [(ticks[t][0], ticks[t][1]) for t in times]
+
+
+def window_means(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float,
+                 first_token_s: np.ndarray, ttft_ms: np.ndarray) -> tuple[float, float, int]:
+    """(server mean ms, client mean ms, requests the server counted) over [t_start, t_end] snapped to the sampler's
+    ticks; nans and 0 when the window has no two ticks or the server counted no first token between them.
+    `first_token_s`, `ttft_ms`: the point's successful requests (unix s of their first token, and their TTFT)."""
+    times, values = counters(telemetry, point_id)
+    i0, i1 = bisect.bisect_right(times, t_start) - 1, bisect.bisect_right(times, t_end) - 1
+    if math.isnan(t_start) or i0 < 0 or i1 <= i0:
+        return math.nan, math.nan, 0
+    (sum0, n0), (sum1, n1) = values[i0], values[i1]
+    count = int(round(n1 - n0))
+    if count <= 0:
+        return math.nan, math.nan, 0
+    inside = (first_token_s > times[i0]) & (first_token_s <= times[i1])
+    client = float(ttft_ms[inside].mean()) if inside.any() else math.nan
+    return 1000.0 * (sum1 - sum0) / count, client, count
+
+
+def gap_is_notable(client_ms: float, server_ms: float) -> bool:
+    """Whether the client's mean TTFT is far enough above SGLang's to say so on the page."""
+    gap = client_ms - server_ms
+    return math.isfinite(gap) and gap > GAP_MS and gap > GAP_SHARE * server_ms
