@@ -52,6 +52,11 @@ class LoadGenerator:
         else:  # Ctrl-C or an error between points: no grace period
             self.kill()
 
+    def pid(self) -> int | None:
+        """The running process's PID; None when there is none (not launched yet, or it ended)."""
+        proc = self.proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def launch(self, prepare: Sequence[list[str]] = ()) -> None:
         """Start the process without waiting for it; `prepare`: the points whose datasets it builds (through the
         module's own cache) before it takes a point, which start() then waits for."""

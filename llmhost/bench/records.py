@@ -222,7 +222,8 @@ class RequestRecord(Record):
 @dataclasses.dataclass(frozen=True, slots=True)
 class TelemetrySample(Record):
     t: float  # unix seconds, one stamp per sampler tick
-    source: Literal["metrics", "gpu", "gap"]  # gap: GAP_NAME, value = seconds whose samples could not be written
+    # gap: GAP_NAME, value = seconds whose samples could not be written; client: the load generator's own use
+    source: Literal["metrics", "gpu", "gap", "client"]
     name: str
     labels: dict[str, str]
     value: float

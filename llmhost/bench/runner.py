@@ -366,6 +366,7 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
             share_boot(b, lead, arm)
         gen.start()  # LoadgenError (an SGLang whose API this toolkit does not drive) ends the run in one line
         b.loadgen = gen
+        b.sampler.watch_client(gen.pid)
         try:
             if not quick:
                 warm_arm(b, lead)
@@ -378,6 +379,7 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
             run_extra_repeats(b, by_name)
         finally:
             b.loadgen = None
+            b.sampler.watch_client(None)
 
 
 def run_extra_repeats(b: Bench, by_name: dict[str, arms_mod.Arm]) -> None:

@@ -5,6 +5,8 @@ Each tick stamps one `time.time()` (the clock the per-request start times use) o
     source "metrics": name "sglang:num_running_reqs", ..., labels as SGLang exports them, plus {"worker": "worker0"}
                       when the samples are one of several workers' behind the router (see scrape_targets)
     source "gpu":     name "gpu_util_pct" | "gpu_mem_used_gb" | "gpu_power_w" | "gpu_sm_clock_mhz", labels {"gpu": "0"}
+    source "client":  name "loadgen_cpu_pct": the load generator's CPU use since the last tick, % of one core (one
+                      Python process streams every request of a point: near 100% it, not the server, sets the pace)
 Only the live-state series below are kept (the full exposition is ~390 samples, ~100 MB an hour at 1 Hz).
 sglang-router does not serve SGLang's /metrics, so under ROUTER=on each worker is scraped itself (the runner names
 them after every server restart, from the layout start recorded). GPU counters cover every GPU of the host, labelled
@@ -28,7 +30,7 @@ from urllib.parse import urlsplit
 from llmhost import nvidia
 from llmhost.bench.records import TelemetrySample
 from llmhost.files import WriteError
-from llmhost.serve import metrics
+from llmhost.serve import metrics, procfs
 from llmhost.serve.endpoints import ServerClient
 from llmhost.serve.router import LOCAL_HOST
 
@@ -125,6 +127,24 @@ def gpu_reader() -> Callable[[float, str | None], list[TelemetrySample]]:
 
 
 GAP_NAME = "telemetry_gap_s"
+CLIENT_CPU = "loadgen_cpu_pct"
+
+
+class ClientCpu:
+    """The load generator's CPU use per tick, from /proc: `pid()` names the process now (None: none running; a new
+    PID, e.g. a fresh process after a point was killed at its limit, starts a new baseline)."""
+
+    def __init__(self, pid: Callable[[], int | None]):
+        self.pid = pid
+        self._last: tuple[int, float, float] | None = None  # pid, unix s, cpu s
+
+    def read(self, t: float, point_id: str | None) -> list[TelemetrySample]:
+        pid = self.pid()
+        cpu = procfs.cpu_seconds(pid) if pid else None
+        last, self._last = self._last, (pid, t, cpu) if pid and cpu is not None else None
+        if self._last is None or last is None or last[0] != pid or t <= last[1]:
+            return []
+        return [TelemetrySample(t, "client", CLIENT_CPU, {}, 100.0 * (cpu - last[2]) / (t - last[1]), point_id)]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,11 +171,17 @@ class Sampler:
         self.gaps: list[Gap] = []  # closed gaps: telemetry that could not be written
         self._gap_open: tuple[float, str] | None = None  # (start, error) while writes fail
         self._gpu: Callable[[float, str | None], list[TelemetrySample]] = lambda t, p: []
+        self._client: ClientCpu | None = None
 
     def scrape(self, targets: Sequence[tuple[str, str]]) -> None:
         """From the next tick on, scrape these (worker label, URL) (scrape_targets: after each server restart)."""
         # clients of its own: the runner's thread has its own connections; one assignment, so a tick sees old or new
         self._targets = tuple((worker, ServerClient(url, self._api_key)) for worker, url in targets)
+
+    def watch_client(self, pid: Callable[[], int | None] | None) -> None:
+        """From the next tick on, sample the CPU use of the process `pid()` names (the boot's load generator);
+        None: stop."""
+        self._client = ClientCpu(pid) if pid else None
 
     def start(self) -> "Sampler":
         self._gpu = gpu_reader()
@@ -177,7 +203,8 @@ class Sampler:
                 except metrics.MetricsError:
                     pass  # a garbled scrape is a missing sample, not a failed run
         rows += self._gpu(t, point_id)
-        return rows
+        client = self._client
+        return rows + client.read(t, point_id) if client else rows
 
     def _loop(self) -> None:
         next_t = time.monotonic()

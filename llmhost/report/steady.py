@@ -16,7 +16,7 @@ import numpy as np
 from llmhost import repeats, stats
 from llmhost.bench import window
 from llmhost.bench.records import PointRecord, TelemetrySample
-from llmhost.report import server_ttft
+from llmhost.report import client_overhead
 from llmhost.report.load import Requests, Run
 from llmhost.report.tables import Group, load_label
 
@@ -34,6 +34,7 @@ class RepeatWindow:
     # SGLang's own mean TTFT over the window, the client's over the same span, requests SGLang counted
     # (llmhost.report.server_ttft); nan, nan, 0 without telemetry
     server_ttft: tuple[float, float, int] = (math.nan, math.nan, 0)
+    client_cpu_pct: float = math.nan  # the load generator's mean CPU over the window, % of one core
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -59,10 +60,11 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     prefix = window.prefix_split(ttft[in_window], ok[in_window], r.prompt_tokens[order][in_window],
                                  r.cached_tokens[order][in_window])
     timed = ok & np.isfinite(ttft)
-    server = server_ttft.window_means(telemetry, point.point_id, w.t_start, w.t_end,
+    server = client_overhead.window_means(telemetry, point.point_id, w.t_start, w.t_end,
                                       start[timed] + ttft[timed] / 1000.0, ttft[timed])
+    cpu = client_overhead.client_cpu_pct(telemetry, point.point_id, w.t_start, w.t_end)
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
-                                                            r.itl_mean_ms[order][in_window]), server)
+                                                            r.itl_mean_ms[order][in_window]), server, cpu)
 
 
 def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, list[RepeatWindow]]:
@@ -76,7 +78,8 @@ def _server_ttft_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
     seen = [r.server_ttft for r in steady if r.server_ttft[2] and math.isfinite(r.server_ttft[1])]
     n = sum(c for _, _, c in seen)
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
-            "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n}
+            "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n,
+            "client_cpu_pct": _mean([r.client_cpu_pct for r in steady])}
 
 
 def _phase_p50(reps: list[RepeatWindow], phase: str) -> tuple[float, int]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from llmhost import stats
 from llmhost.bench import window
-from llmhost.report import page, server_ttft
+from llmhost.report import client_overhead, page
 from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
@@ -150,7 +150,10 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
             ("Drain TTFT p50 ms (n)", lambda r: f"{num(r['drain_ttft_p50_ms'])} ({r['drain_n']})"),
             ("Prefix hit / miss TTFT p50 ms (n)", lambda r: f"{num(r['hit_ttft_p50_ms'])} ({r['hit_n']}) / "
                                                             f"{num(r['miss_ttft_p50_ms'])} ({r['miss_n']})"),
-            ("TTFT mean ms: client / SGLang (n)", _server_ttft_cell)]
+            ("TTFT mean ms: client / SGLang (n)", _server_ttft_cell),
+            ("Load generator CPU % of a core", lambda r: num(r["client_cpu_pct"], 0) + (
+                " <span class=flag title='client-bound: the load generator, not the server, set the pace'>⚠</span>"
+                if r["client_cpu_pct"] >= client_overhead.BUSY_CLIENT_PCT else ""))]
 
 
 def _server_ttft_cell(r: dict[str, Any]) -> str:
@@ -158,16 +161,21 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
         return "–"
     client, server = r["client_ttft_mean_ms"], r["server_ttft_mean_ms"]
     flag = (" <span class=flag title='the HTTP path and the load generator add this much: see the note under the "
-            "table'>⚠</span>") if server_ttft.gap_is_notable(client, server) else ""
+            "table'>⚠</span>") if client_overhead.gap_is_notable(client, server) else ""
     return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}"
 
 
 def server_ttft_note(rows: list[dict[str, Any]]) -> str:
-    """A paragraph on the points whose client TTFT is well above SGLang's own, or '' when none is."""
+    """Paragraphs on the points whose client TTFT is well above SGLang's own and whose load generator was near a
+    full core, or '' when none is."""
+    busy = [r for r in rows if r["client_cpu_pct"] >= client_overhead.BUSY_CLIENT_PCT]
+    note = (f"<p class=read>At {len(busy)} point(s) the load generator used ≥ {client_overhead.BUSY_CLIENT_PCT:.0f}% "
+            "of its one core over the steady window (⚠ in the table): it, not the server, set the pace there, so "
+            "their throughput is a lower bound and their latencies an upper bound of the server's.</p>") if busy else ""
     far = [r for r in rows if r["server_ttft_n"]
-           and server_ttft.gap_is_notable(r["client_ttft_mean_ms"], r["server_ttft_mean_ms"])]
+           and client_overhead.gap_is_notable(r["client_ttft_mean_ms"], r["server_ttft_mean_ms"])]
     if not far:
-        return ""
+        return note
     worst = max(far, key=lambda r: r["client_ttft_mean_ms"] - r["server_ttft_mean_ms"])
     return (f"<p class=read>At {len(far)} point(s) the load generator's TTFT is well above SGLang's own (its "
             "tokenizer manager's histogram, read over the same steady window: arrival, tokenization, prefill, first "
@@ -175,4 +183,4 @@ def server_ttft_note(rows: list[dict[str, Any]]) -> str:
             f"{num(worst['client_ttft_mean_ms'])} ms vs SGLang {num(worst['server_ttft_mean_ms'])} ms. The "
             "difference is spent outside the server's scheduler: HTTP in and out, and the load generator's own "
             "event loop streaming every request of the point. Read those TTFTs as an upper bound of what the "
-            "server gives.</p>")
+            "server gives.</p>") + note

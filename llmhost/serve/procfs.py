@@ -102,6 +102,15 @@ def pgid_of(pid: int) -> int | None:
         return None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) the process has used so far, seconds; None when it is gone or unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14-15
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     """The process exists and is not a zombie (a killed child its parent has not reaped yet)."""
     try:

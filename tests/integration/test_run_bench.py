@@ -77,6 +77,9 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     stamps = sorted({t["t"] for t in telemetry})
     gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
     assert 0.9 <= gaps[len(gaps) // 2] <= 1.1  # 1 Hz ticks (none while the server restarts: no GPU on CI)
+    client = [t for t in telemetry if t["source"] == "client"]  # the load generator's own CPU, while it runs
+    assert client and all(t["name"] == "loadgen_cpu_pct" and 0 <= t["value"] < 400 for t in client)
+    assert any(t["point_id"] for t in client)
 
     page16 = json.loads((run / "servers" / "page-16.json").read_text())
     assert "--page-size 16" in page16["launch_command"] and page16["server_info"]["page_size"] == 16

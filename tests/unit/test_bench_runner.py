@@ -393,12 +393,14 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     monkeypatch.setattr(runner, "check_tools", lambda b, arm: None)
     monkeypatch.setattr(runner, "run_point", lambda b, arm, p, attempt: ran.append((b.loadgen.pid, arm.name, p)))
     cfg = SimpleNamespace(sglang_python="python", base_url="http://h:1", model_dir="/m", served_model_name="q")
+    watched: list = []
     bench = SimpleNamespace(store=run, cfg=cfg, module="m", env={}, seed=3,
                             loadgen=None, clock=None, budget_end=None, only_missing=False, check_tool_calls=True,
-                            progress=lambda text: None,
+                            progress=lambda text: None, sampler=SimpleNamespace(watch_client=watched.append),
                             boot_paid=lambda lead, names, started_at, error="": paid.append((lead, set(names))))
     runner.run_arms(bench, chosen, plan, quick=True)
     assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot
+    assert len(watched) == 6 and watched[1::2] == [None] * 3  # each boot's load generator sampled, then let go
     assert paid == [("baseline", {"baseline"}), ("page-16", {"page-16", "p16b"}), ("triton", {"triton"})]
     warm = sum(p.pattern == "warm" for p in plan)  # a warm point's priming pass has its own dataset
     assert len(prepared) == len(plan) + warm  # every pass's dataset offered to the load generator before its boot

@@ -1,4 +1,5 @@
-"""TTFT as SGLang itself measured it, beside the load generator's, over the same steady window.
+"""How much of a point's numbers is the measuring side's: TTFT as SGLang itself measured it beside the load
+generator's over the same steady window, and the load generator's own CPU use.
 
 SGLang's `sglang:time_to_first_token_seconds` histogram is observed in its tokenizer manager: from the request's
 arrival there (tokenization included) to the first output batch coming back from the scheduler (0.5.17,
@@ -8,7 +9,9 @@ telemetry sampler reads the histogram's _sum and _count about once a second (tel
 running point), so the server's mean over a window is the difference of the two counters between the last samples
 at or before the window's ends, and the client's mean is over the requests whose first token fell between those
 same two samples. A client mean far above the server's says the number is partly the measuring side's, not the
-server's. Means, not percentiles: the histogram's buckets are too coarse for a p99.
+server's. Means, not percentiles: the histogram's buckets are too coarse for a p99. The load generator's CPU use
+(telemetry's source "client", % of one core per tick) near a full core says the same from the other side: the
+client, not the server, set the pace.
 """
 from __future__ import annotations
 
@@ -20,11 +23,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from llmhost.bench.records import TelemetrySample
+from llmhost.bench.telemetry import CLIENT_CPU
 
 HISTOGRAM = "sglang:time_to_first_token_seconds"
 SUM, COUNT = f"{HISTOGRAM}_sum", f"{HISTOGRAM}_count"
 # The page calls the gap out when the client's mean exceeds the server's by both of these
 GAP_MS, GAP_SHARE = 50.0, 0.2
+BUSY_CLIENT_PCT = 90.0  # the load generator's CPU, % of its one core, from which the page calls it client-bound
 
 
 def counters(telemetry: Sequence[TelemetrySample], point_id: str) -> tuple[list[float], list[tuple[float, float]]]:
@@ -59,3 +64,10 @@ def gap_is_notable(client_ms: float, server_ms: float) -> bool:
     """Whether the client's mean TTFT is far enough above SGLang's to say so on the page."""
     gap = client_ms - server_ms
     return math.isfinite(gap) and gap > GAP_MS and gap > GAP_SHARE * server_ms
+
+
+def client_cpu_pct(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float) -> float:
+    """The load generator's mean CPU use over the ticks in (t_start, t_end], % of one core; nan without any."""
+    values = [s.value for s in telemetry
+              if s.source == "client" and s.name == CLIENT_CPU and s.point_id == point_id and t_start < s.t <= t_end]
+    return sum(values) / len(values) if values else math.nan

@@ -1,0 +1,102 @@
+"""The measuring side's share: SGLang's own TTFT over a steady window (the telemetry's histogram counters) beside
+the client's, and the load generator's CPU use."""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from llmhost.bench import telemetry
+from llmhost.bench.records import TelemetrySample
+from llmhost.serve import procfs
+from llmhost.report import client_overhead, steady, steady_page
+
+POINT = "baseline.agent.concurrency.c64.r1"
+
+
+def ticks(per_second: list[tuple[float, int]], worker: str = "", point: str = POINT) -> list[TelemetrySample]:
+    """1 Hz samples from t=100: each second adds (seconds of TTFT, first tokens) to the cumulative counters."""
+    out, total, count = [], 0.0, 0
+    labels = {"model_name": "qwen3-4b", **({"worker": worker} if worker else {})}
+    for i, (seconds, n) in enumerate(per_second):
+        total, count = total + seconds, count + n
+        out += [TelemetrySample(100.0 + i, "metrics", client_overhead.SUM, labels, total, point),
+                TelemetrySample(100.0 + i, "metrics", client_overhead.COUNT, labels, float(count), point)]
+    return out
+
+
+def test_the_server_mean_is_the_counters_difference_between_the_ticks_that_bound_the_window():
+    # ticks at 100..110; each second 4 first tokens totalling 0.8 s (200 ms each), seconds 5-6 slower (400 ms)
+    samples = ticks([(0.8, 4)] * 5 + [(1.6, 4)] * 2 + [(0.8, 4)] * 4)
+    first_token = np.array([101.5, 102.5, 103.2, 106.9, 108.0, 110.5])
+    ttft = np.array([250.0, 260.0, 270.0, 500.0, 280.0, 999.0])
+    server, client, n = client_overhead.window_means(samples, POINT, 102.4, 108.7, first_token, ttft)
+    # window snaps to ticks 102 and 108: seconds 103..108 -> 6 x 4 tokens, 4 x 0.8 + 2 x 1.6 = 6.4 s
+    assert n == 24 and math.isclose(server, 6400 / 24)
+    assert math.isclose(client, (260 + 270 + 500 + 280) / 4)  # first tokens in (102, 108]
+
+
+def test_workers_behind_a_router_are_summed_and_other_points_ignored():
+    samples = ticks([(0.1, 1)] * 6, "worker0") + ticks([(0.3, 1)] * 6, "worker1") + ticks([(9.0, 1)] * 6, "",
+                                                                                          "other.point")
+    server, _, n = client_overhead.window_means(samples, POINT, 100.0, 105.0, np.array([103.0]), np.array([1.0]))
+    assert n == 10 and math.isclose(server, 1000 * (5 * 0.4) / 10)
+
+
+def test_no_ticks_in_the_window_or_no_first_token_is_not_measured():
+    samples = ticks([(0.0, 0)] * 4)
+    assert client_overhead.window_means(samples, POINT, 100.0, 103.0, np.array([]), np.array([]))[2] == 0
+    assert client_overhead.window_means(samples, POINT, 50.0, 99.0, np.array([]), np.array([]))[2] == 0
+    nan_start = client_overhead.window_means(ticks([(0.2, 1)] * 4), POINT, math.nan, 103.0, np.array([]), np.array([]))
+    assert math.isnan(nan_start[0]) and nan_start[2] == 0
+    assert client_overhead.window_means([], POINT, 100.0, 103.0, np.array([]), np.array([]))[2] == 0
+
+
+def test_the_gap_is_called_out_only_when_large_in_ms_and_in_share():
+    assert client_overhead.gap_is_notable(389.0, 201.0)  # the H200's agent c=64: +188 ms, +94%
+    assert not client_overhead.gap_is_notable(459.0, 425.0)  # chat c=64: +34 ms
+    assert not client_overhead.gap_is_notable(2100.0, 2000.0)  # +100 ms but 5%
+    assert not client_overhead.gap_is_notable(math.nan, 200.0)
+
+
+def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_the_worst_point():
+    class Rep:
+        def __init__(self, server: float, client: float, n: int) -> None:
+            self.server_ttft, self.client_cpu_pct = (server, client, n), 30.0 + n / 10
+    fields = steady._server_ttft_fields([Rep(200.0, 400.0, 100), Rep(300.0, 500.0, 300), Rep(math.nan, math.nan, 0)])
+    assert fields["server_ttft_n"] == 400 and math.isclose(fields["server_ttft_mean_ms"], 275.0)
+    assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
+    row = {"arm": "baseline", "workload": "agent", "load": "c=64", **fields, "client_cpu_pct": 35.0}
+    note = steady_page.server_ttft_note([row, {**row, "load": "c=8", "client_ttft_mean_ms": 280.0}])
+    assert "At 1 point(s)" in note and "client 475.0 ms vs SGLang 275.0 ms" in note and "c=64" in note
+    assert steady_page.server_ttft_note([{**row, "server_ttft_n": 0}]) == ""
+    assert "475.0 / 275.0 (400)" in steady_page._server_ttft_cell(row)
+
+
+def test_the_load_generators_cpu_is_sampled_from_proc_per_tick_and_restarts_with_a_new_process():
+    pid = [os.getpid()]
+    cpu = telemetry.ClientCpu(lambda: pid[0])
+    assert cpu.read(time.time(), "p") == []  # the first reading is the baseline
+    end = time.process_time() + 0.3
+    while time.process_time() < end:  # burn ~0.3 s of this process's CPU
+        pass
+    rows = cpu.read(time.time(), "p")
+    assert len(rows) == 1 and rows[0].source == "client" and rows[0].name == telemetry.CLIENT_CPU
+    assert 20.0 < rows[0].value <= 110.0 and rows[0].point_id == "p"
+    pid[0] = os.getppid()  # another process: a new baseline, no sample across the two
+    assert cpu.read(time.time(), "p") == []
+    pid[0] = None
+    assert cpu.read(time.time(), "p") == [] and procfs.cpu_seconds(2**22 + 7) is None
+
+
+def test_the_windows_mean_cpu_and_the_page_calls_a_busy_client_out():
+    samples = [TelemetrySample(100.0 + i, "client", telemetry.CLIENT_CPU, {}, v, POINT)
+               for i, v in enumerate([10.0, 95.0, 97.0, 99.0, 20.0])]
+    assert math.isclose(client_overhead.client_cpu_pct(samples, POINT, 100.5, 103.0), 97.0)
+    assert math.isnan(client_overhead.client_cpu_pct(samples, "other", 100.0, 104.0))
+    row = {"arm": "baseline", "workload": "chat", "load": "c=128", "server_ttft_n": 0, "client_cpu_pct": 97.0}
+    note = steady_page.server_ttft_note([row])
+    assert "At 1 point(s) the load generator used ≥ 90%" in note and "set the pace" in note
+    assert steady_page.server_ttft_note([{**row, "client_cpu_pct": math.nan}]) == ""
