@@ -40,6 +40,7 @@ class LoadGenerator:
         self.cwd = repo
         self.proc: subprocess.Popen[bytes] | None = None
         self.version = ""
+        self.event_loop = ""
         self._buffer = b""
         self._preparing = False  # a prepare command was sent and its answer is still to be read
 
@@ -89,6 +90,7 @@ class LoadGenerator:
             why = hello.get("error") if hello else f"no ready line within {START_LIMIT_S:.0f} s"
             raise LoadgenError(str(why or f"it exited: {last_line(self.log_file)}"))
         self.version = str(hello.get("version", ""))
+        self.event_loop = str(hello.get("event_loop", ""))  # uvloop when installed (llmhost.bench.loadgen)
         if self._preparing:
             self._preparing = False
             if not (isinstance(prepared, dict) and prepared.get("ok")):

@@ -59,6 +59,7 @@ def test_one_process_runs_every_point_of_a_boot_with_wall_clock_requests_and_cac
         assert error == "" and totals["completed"] == 32
         chat_totals, error = gen.run(_argv(chat, srv.url, tmp_path / "c.jsonl"), tmp_path / "c.req", 60)
         assert error == "" and gen.proc.pid == pid and gen.version == "0.5.17"  # the same process all along
+        assert gen.event_loop == "uvloop"  # SGLang installs it; the points stream on it
     assert chat_totals["completed"] == 12 and json.loads((tmp_path / "c.jsonl").read_text())["completed"] == 12
     rows = _rows(tmp_path / "w.req")
     assert len(rows) == 32 and all(r.ok for r in rows)
