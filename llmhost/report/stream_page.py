@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # The parts of the client's mean gap, left to right. A part an instrument could not split is drawn whole under a
 # name that says so, never split by a guess; a part with no number at all is left out (the notes say why).
 SEGMENTS: tuple[tuple[str, Callable[[Breakdown], float | None], str], ...] = (
-    ("weight-read floor", lambda b: b.floor_ms, "#4e79a7"),
+    ("weight-read floor", lambda b: b.floor_ms if b.gpu_forward_ms is not None else None, "#4e79a7"),  # in it
     ("GPU above floor", lambda b: b.gpu_above_floor_ms, "#76b7b2"),
     ("GPU forward (floor not stated)", lambda b: b.gpu_forward_ms if b.floor_ms is None else None, "#a0cbe8"),
     ("server step (not split: no GPU forward)",
