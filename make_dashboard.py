@@ -13,6 +13,10 @@ tool-call quality and the exact launch commands. Reads only the stored results, 
 
 Writes: RUN_DIR/dashboard.html (or --out FILE / --out DIR/), and summary.csv + summary.json beside it
 (X.summary.csv/.json for --out X.html; headline numbers per arm/workload/pattern/load with CIs). The last stdout line is one JSON document naming the files.
+
+A run without load points gets a page of its own, the page only (its numbers are in its records): a --startup run
+where each arm's restart spends its time (phases per arm and per restart, failures), a --single-stream run where
+one stream's time per output token goes (floor, GPU above it, CPU gap, streaming; what was not measured).
 """
 from __future__ import annotations
 
@@ -27,9 +31,7 @@ from llmhost import cli, config, deps, files, settings, slo as slo_rule
 
 if TYPE_CHECKING:  # types only: llmhost.cost needs numpy, which deps.ensure provides first
     from llmhost import cost
-
-# Runs of run_bench.py with no load points: kind -> (its flag, the records file that marks it)
-SIDE_RUNS = {"start-up": ("--startup", "startups.jsonl"), "single-stream": ("--single-stream", "stream_arms.jsonl")}
+    from llmhost.report.side_runs import SideKind
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,11 +98,48 @@ def gpu_price(opts: Options) -> cost.GpuPrice | None:
     return cost.GpuPrice(cfg.gpu_hourly_usd, f"GPU_HOURLY_USD, {cfg.source('GPU_HOURLY_USD')}")
 
 
+def draw_side_run(opts: Options, name: str, kind: SideKind) -> int:
+    """The page of a --startup or --single-stream run (`name`: RUN_DIR, or --compare when only that one is);
+    refused with --compare (a regression view needs load points on both sides)."""
+    from llmhost.report import load, side_runs
+    if opts.compare:
+        path = opts.run_dir if name == "RUN_DIR" else opts.compare
+        print(f"[dashboard] error: {name} {path} is a {kind.name} run (./run_bench.py {kind.flag}): --compare needs "
+              f"two runs with load points — draw its page alone: ./make_dashboard.py {path}", file=sys.stderr)
+        return 1
+    try:
+        run = side_runs.load(opts.run_dir, kind)
+    except load.LoadError as exc:
+        print(f"[dashboard] error: RUN_DIR {exc}", file=sys.stderr)
+        return 1
+    for warning in run.warnings:  # skipped lines: the page lists them too
+        print(f"[dashboard] warning: {warning}", file=sys.stderr)
+    try:
+        files.write_text_atomic(opts.out, kind.page(run))
+    except OSError as exc:  # llmhost.files.WriteError: one line naming the path and the free space
+        print(f"[dashboard] error: {exc} — pass --out to a writable path", file=sys.stderr)
+        return 1
+    print(f"[dashboard] {opts.out} ({kind.name} run, {len(run.records)} {kind.noun}, {len(run.warnings)} warnings)")
+    print(json.dumps({"html": str(opts.out), "kind": kind.name, kind.noun: len(run.records)}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     deps.ensure(__file__, ("numpy", "pandas", "plotly"), "dashboard")  # the host python3 lacks them
     from llmhost import stats
-    from llmhost.report import dashboard, load
+    from llmhost.report import dashboard, load, side_runs
+
+    # --- a run without load points (--startup, --single-stream) has a page of its own ---
+    try:
+        kinds = [(name, side_runs.kind_of(path)) for name, path in (("RUN_DIR", opts.run_dir),
+                                                                    ("--compare", opts.compare)) if path]
+    except load.LoadError as exc:
+        print(f"[dashboard] error: {exc}", file=sys.stderr)
+        return 1
+    side = next(((name, kind) for name, kind in kinds if kind), None)
+    if side:
+        return draw_side_run(opts, *side)
 
     # --- the GPU's price: --gpu-hourly-usd, else the current config's (a price set after the run counts) ---
     try:
@@ -117,12 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[dashboard] error: {exc}", file=sys.stderr)
         return 1
     for name, loaded in (("RUN_DIR", run), ("--compare", other)):
-        kind = next((k for k in SIDE_RUNS if loaded is not None and (loaded.path / SIDE_RUNS[k][1]).exists()), None)
-        if loaded is not None and not loaded.points and kind:
-            flag, records_file = SIDE_RUNS[kind]
-            print(f"[dashboard] error: {name} {loaded.path} is a {kind} run (./run_bench.py {flag}): it has no "
-                  f"load points to draw; its table is in that run's output and {records_file}", file=sys.stderr)
-            return 1
         if loaded is not None and not loaded.points:  # a page of empty charts is not a dashboard
             why = "; ".join(loaded.warnings) or "points.jsonl is missing or empty"
             print(f"[dashboard] error: {name} {loaded.path} has no readable points ({why}) — finish it with "

@@ -108,15 +108,21 @@ COLUMNS = ("arm", "client ITL p50 (p90)", "mean", "server step", "GPU fwd", "flo
            "streaming", "BW share", "SGLang read GB/s")
 
 
-def table_lines(rows: list[Breakdown]) -> list[str]:
-    """A fixed-width table, ms per output token; '-' = not measured."""
+def table_cells(rows: list[Breakdown]) -> list[list[str]]:
+    """The table's cells per arm, one per COLUMNS entry, ms per output token; '-' = not measured."""
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}"
 
-    body = [[b.arm, "-" if b.client_itl_p50_ms is None else f"{b.client_itl_p50_ms:.2f} ({ms(b.client_itl_p90_ms)})",
+    return [[b.arm, "-" if b.client_itl_p50_ms is None else f"{b.client_itl_p50_ms:.2f} ({ms(b.client_itl_p90_ms)})",
              ms(b.client_itl_mean_ms), ms(b.server_step_ms), ms(b.gpu_forward_ms), ms(b.floor_ms),
-             ms(b.gpu_above_floor_ms), ms(b.cpu_gap_ms), ms(b.streaming_ms), "-" if b.bandwidth_share_pct is None else f"{b.bandwidth_share_pct:.0f}%",
+             ms(b.gpu_above_floor_ms), ms(b.cpu_gap_ms), ms(b.streaming_ms),
+             "-" if b.bandwidth_share_pct is None else f"{b.bandwidth_share_pct:.0f}%",
              "-" if b.sglang_read_gb_s is None else f"{b.sglang_read_gb_s:.0f}"] for b in rows]
+
+
+def table_lines(rows: list[Breakdown]) -> list[str]:
+    """The terminal's fixed-width table of table_cells."""
+    body = table_cells(rows)
     widths = [max(len(row[i]) for row in (COLUMNS, *body)) for i in range(len(COLUMNS))]
     return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
             for row in (COLUMNS, *body)]

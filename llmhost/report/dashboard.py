@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import cost, files, stats
-from llmhost.report import figures, kpis, layouts, page, steady, steady_page, tables, timeline, tuner
+from llmhost.report import environment, figures, kpis, layouts, page, steady, steady_page, tables, timeline, tuner
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 
@@ -74,18 +74,10 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
 
 
 def env_card(run: Run, slo: stats.Slo) -> str:
-    prov = run.manifest.provenance
-    gpu, ver = prov.gpu, prov.versions
     planned = {p.point_id for p in run.plan}
     done = {p.point_id for p in run.points}
     failed = sum(p.status != "ok" for p in run.points)
-    gpu_text = f"{gpu.count} × {gpu.name} ({num(gpu.memory_gb)} GB)" if gpu.name else \
-        "not recorded (no NVIDIA GPU visible to run_bench.py)"
-    commit = prov.git_commit and prov.git_commit + (" + uncommitted changes" if prov.git_dirty else "")
-    facts = [("GPU", gpu_text),
-             ("Driver", gpu.driver), ("SGLang", ver.get("sglang")), ("FlashInfer", ver.get("flashinfer")),
-             ("torch", ver.get("torch")), ("llmhost", ver.get("llmhost")), ("git commit", commit),
-             ("Run date", prov.created_at), ("Seed", run.manifest.seed),
+    facts = [*environment.provenance_facts(run.manifest), ("Seed", run.manifest.seed),
              ("SLO", f"TTFT ≤ {slo.ttft_ms:g} ms, TPOT ≤ {slo.itl_ms:g} ms, for ≥ {slo.pct:g}% of requests"
                      + ("" if run.slo == slo else " (none recorded: defaults)" if run.slo is None
                         else " (overridden at build time)")),
@@ -96,10 +88,7 @@ def env_card(run: Run, slo: stats.Slo) -> str:
                         + (f" — {len(planned - done)} never ran: ./run_bench.py --resume {run.path}"
                            if planned - done else "")),
              *timing_facts(run, is_finished=not planned - done)]
-    items = "".join(f"<tr><th class=l>{esc(k)}</th><td class=l>{esc('not recorded' if v is None else v)}</td></tr>"
-                    for k, v in facts)
-    warn = "".join(page.missing(w) for w in run.warnings)
-    return f"<div class=card><h3>Environment</h3><table>{items}</table></div>{warn}"
+    return environment.card(facts, run.warnings)
 
 
 def timing_facts(run: Run, is_finished: bool) -> list[tuple[str, str]]:

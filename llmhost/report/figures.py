@@ -53,6 +53,13 @@ def _layout(fig: Any, height: int) -> Any:
     return fig
 
 
+def legend_on_top(fig: Any) -> Any:
+    """The legend above the plot in trace order: under a short bar chart it would cover the x axis title."""
+    fig.update_layout(legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
+                      margin={"t": 40})
+    return fig
+
+
 def _workloads_with(ctx: Context, pattern: str) -> list[str]:
     names = [w.name for w in ctx.run.workloads]
     have = {r["workload"] for r in ctx.rows if r["pattern"] == pattern and r["points_ok"]}

@@ -123,7 +123,8 @@ def requests_from_records(rows: list[RequestRecord]) -> Requests:
     )
 
 
-def _manifest(path: Path) -> Manifest:
+def run_manifest(path: Path) -> Manifest:
+    """The run directory's manifest; LoadError (one line) when there is none or it cannot be read."""
     if not path.is_dir():
         raise LoadError(f"{path} is not a directory — pass a run directory such as results/bench/latest")
     if not (path / "manifest.json").is_file() and (path / "latest").is_dir():
@@ -172,7 +173,7 @@ def _gap_warnings(samples: list[TelemetrySample]) -> list[str]:
 def load_run(path: Path) -> Run:
     """Everything the report needs from one run directory (follows the `latest` symlink)."""
     path = Path(path).resolve()
-    manifest = _manifest(path)
+    manifest = run_manifest(path)
     warnings: list[str] = []
     points = _latest_points(path, warnings)
     requests: dict[str, Requests] = {}

@@ -16,6 +16,9 @@ from standin.harness import free_port
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "standin"
 BENCH = [sys.executable, str(REPO / "run_bench.py")]
+QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
+            "torch_dtype": "bfloat16"}  # config.json of the model: the single-stream floor's weight bytes
 
 
 def isolated_env(tmp_path: Path, server_env: str = "") -> Iterator[dict[str, str]]:

@@ -149,8 +149,13 @@ CASES = {
     "dashboard damaged manifest": case("make_dashboard.py", "{tmp}/damaged", needles=("is not readable JSON",)),
     "dashboard run without readable points": case("make_dashboard.py", "{tmp}/empty-run",
                                                   needles=("has no readable points", "--resume")),
-    "dashboard of a start-up run": case("make_dashboard.py", "{tmp}/startup-run",
-                                        needles=("is a start-up run (./run_bench.py --startup)", "startups.jsonl")),
+    "dashboard of a start-up run without restarts": case(
+        "make_dashboard.py", "{tmp}/startup-run", needles=("is a start-up run with no readable restarts",
+                                                           "startups.jsonl is missing or empty", "--startup N")),
+    "dashboard --compare with a start-up run": case(
+        "make_dashboard.py", "{tmp}/bench/20261129-120000", "--compare", "{tmp}/startup-run",
+        needles=("--compare {tmp}/startup-run is a start-up run (./run_bench.py --startup)",
+                 "needs two runs with load points")),
     "dashboard --compare without readable points": case("make_dashboard.py", "{tmp}/bench/20261129-120000",
                                                         "--compare", "{tmp}/empty-run",
                                                         needles=("--compare", "empty-run has no readable points")),
@@ -199,10 +204,12 @@ def tmp(tmp_path_factory) -> Path:
     (root / "loose-key").write_text("k3y\n")
     (root / "loose-key").chmod(0o644)
     empty = manifest_of("20261129-130000", [], [], 0)  # a valid manifest, no points recorded
-    for name, manifest in (("damaged", b"\xff{"), ("empty-run", json.dumps(empty)), ("startup-run", json.dumps(empty))):
+    startup = {**empty, "startup_restarts": 3}  # what run_bench.py --startup writes
+    for name, manifest in (("damaged", b"\xff{"), ("empty-run", json.dumps(empty)),
+                           ("startup-run", json.dumps(startup))):
         (root / name).mkdir()
         (root / name / "manifest.json").write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
-    (root / "startup-run" / "startups.jsonl").write_text("")  # what run_bench.py --startup writes instead of points
+    (root / "startup-run" / "startups.jsonl").write_text("")  # killed before its first restart was recorded
     make_run(root, n=8, repeats=1)  # a good run, for --compare
     return root
 

@@ -8,13 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from benchrun import bench, isolated_env
+from benchrun import QWEN3_4B, bench, isolated_env
 from benchrun import rows as _rows
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
-QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
-            "torch_dtype": "bfloat16"}
 
 
 @pytest.fixture
