@@ -16,7 +16,7 @@ import numpy as np
 from llmhost import repeats, stats
 from llmhost.bench import window
 from llmhost.bench.records import PointRecord, TelemetrySample
-from llmhost.report import client_overhead
+from llmhost.report import client_overhead, waves
 from llmhost.report.load import Requests, Run
 from llmhost.report.tables import Group, load_label
 
@@ -35,6 +35,7 @@ class RepeatWindow:
     # (llmhost.report.server_ttft); nan, nan, 0 without telemetry
     server_ttft: tuple[float, float, int] = (math.nan, math.nan, 0)
     client_cpu_pct: float = math.nan  # the load generator's mean CPU over the window, % of one core
+    arrivals: waves.Waves = waves.Waves(math.nan, math.nan, 0)  # how the window's requests were sent (lockstep?)
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -64,7 +65,8 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
                                       start[timed] + ttft[timed] / 1000.0, ttft[timed])
     cpu = client_overhead.client_cpu_pct(telemetry, point.point_id, w.t_start, w.t_end)
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
-                                                            r.itl_mean_ms[order][in_window]), server, cpu)
+                                                            r.itl_mean_ms[order][in_window]), server, cpu,
+                        waves.find(start[in_window]))
 
 
 def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, list[RepeatWindow]]:
@@ -80,6 +82,14 @@ def _server_ttft_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
             "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n,
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady])}
+
+
+def _wave_fields(g: Group, steady: list[RepeatWindow]) -> dict[str, Any]:
+    """How the steady windows' requests were sent: mean requests per wave and wave period over the repeats, and
+    whether every steady repeat ran in lockstep waves (llmhost.report.waves)."""
+    return {"wave_size": _mean([r.arrivals.mean_size for r in steady]),
+            "wave_period_s": _mean([r.arrivals.period_s for r in steady]),
+            "in_waves": bool(steady) and all(r.arrivals.in_lockstep(g.concurrency) for r in steady)}
 
 
 def _phase_p50(reps: list[RepeatWindow], phase: str) -> tuple[float, int]:
@@ -118,7 +128,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_goodput_pct", good),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
-        **_server_ttft_fields(steady),
+        **_server_ttft_fields(steady), **_wave_fields(g, steady),
         "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
         "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),
         "per_repeat": [{"repeat": r.repeat, "is_steady": r.is_steady,

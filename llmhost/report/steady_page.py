@@ -120,7 +120,7 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
-        page.table(_steady_columns(), rows, left=4) + server_ttft_note(rows) if rows
+        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + server_ttft_note(rows) if rows
         else page.missing("No point has request data yet."))
 
 
@@ -150,6 +150,9 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
             ("Drain TTFT p50 ms (n)", lambda r: f"{num(r['drain_ttft_p50_ms'])} ({r['drain_n']})"),
             ("Prefix hit / miss TTFT p50 ms (n)", lambda r: f"{num(r['hit_ttft_p50_ms'])} ({r['hit_n']}) / "
                                                             f"{num(r['miss_ttft_p50_ms'])} ({r['miss_n']})"),
+            ("Sent in waves of (every s)", lambda r: f"{num(r['wave_size'], 0)} ({num(r['wave_period_s'])})"
+                                                      + (" <span class=flag title='lockstep waves: see the note under "
+                                                         "the table'>≋</span>" if r["in_waves"] else "")),
             ("TTFT mean ms: client / SGLang (n)", _server_ttft_cell),
             ("Load generator CPU % of a core", lambda r: num(r["client_cpu_pct"], 0) + (
                 " <span class=flag title='client-bound: the load generator, not the server, set the pace'>⚠</span>"
@@ -163,6 +166,20 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
     flag = (" <span class=flag title='the HTTP path and the load generator add this much: see the note under the "
             "table'>⚠</span>") if client_overhead.gap_is_notable(client, server) else ""
     return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}"
+
+
+def waves_note(rows: list[dict[str, Any]]) -> str:
+    """A paragraph on the points whose steady windows ran in lockstep waves, or '' when none did."""
+    lockstep = [r for r in rows if r["in_waves"]]
+    if not lockstep:
+        return ""
+    names = ", ".join(f"{esc(r['arm'])} · {esc(r['workload'])} · {esc(r['load'])}" for r in lockstep[:6])
+    more = ", …" if len(lockstep) > 6 else ""
+    return (f"<p class=read>≋ {len(lockstep)} point(s) ran in lockstep waves ({names}{more}): "
+            "every answer has the same length, so the requests that started together finish together and the "
+            "closed loop replaces them together. Each wave's TTFT includes prefilling the whole wave at once, so "
+            "these TTFT percentiles describe a burst of that size every period, not requests arriving one by one; "
+            "traffic whose answers vary in length spreads out (llmhost/report/waves.py).</p>")
 
 
 def server_ttft_note(rows: list[dict[str, Any]]) -> str:

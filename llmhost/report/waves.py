@@ -1,0 +1,39 @@
+"""Lockstep waves in a closed-loop point: requests sent in clusters rather than one by one.
+
+A closed loop sends a request when one finishes. When every answer has the same length (the built-in workloads
+ask for exactly 256 tokens and ignore EOS), the requests that started together finish together and are replaced
+together, so the steady state stays a train of waves: c requests sent within milliseconds, then none until that
+wave ends. Each wave's TTFT then includes prefilling all of it at once, and TTFT percentiles measure the wave, not a
+request arriving alone; traffic whose answers vary in length spreads out instead. This module finds the waves in a
+steady window's send times: sends closer than GAP_S to the previous one belong to the same wave.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+GAP_S = 0.05  # sends closer than this to the previous one join its wave
+WAVE_SHARE = 0.25  # a point "runs in waves" when its mean wave holds at least this share of its concurrency
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Waves:
+    mean_size: float  # requests per wave (nan without sends)
+    period_s: float  # mean time from one wave's first send to the next's (nan with fewer than two waves)
+    count: int
+
+    def in_lockstep(self, concurrency: int | None) -> bool:
+        return bool(concurrency) and math.isfinite(self.mean_size) and self.mean_size >= WAVE_SHARE * concurrency \
+            and self.mean_size >= 2
+
+
+def find(start_s: np.ndarray) -> Waves:
+    """The waves of these send times (any order)."""
+    if start_s.size == 0:
+        return Waves(math.nan, math.nan, 0)
+    t = np.sort(start_s)
+    firsts = t[np.concatenate(([True], np.diff(t) > GAP_S))]
+    period = float(np.diff(firsts).mean()) if firsts.size > 1 else math.nan
+    return Waves(t.size / firsts.size, period, int(firsts.size))
