@@ -90,7 +90,9 @@ def test_serve_stop_mid_point_ends_the_run_in_one_line_and_resume_retries_the_po
     proc = subprocess.Popen([*BENCH, *ONE_POINT], env=slow_env, cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not any(d.glob("raw/baseline.chat.qps.r8.r1.a1.*.log") for d in _run_dirs(slow_env)):
+    # the point's completed-requests file exists from the point's start to its end (llmhost.bench.loadgen)
+    while not any(any(d.glob("raw/baseline.chat.qps.r8.r1.a1.*.requests.completed.jsonl"))
+                  for d in _run_dirs(slow_env)):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
     time.sleep(3)  # mid-point: requests are streaming
