@@ -149,3 +149,15 @@ def test_the_eta_names_the_arm_whose_first_point_anchors_it_and_counts_added_wor
     assert e.added_s == pytest.approx(model.point_s(extra) * e.ratio(("chat", "concurrency")))
     e.point_done(plan[2], 30.0)
     assert e.anchor == "fp8-kv"
+
+
+def test_the_closing_json_is_complete_and_rounded():
+    tally = reckoning.Reckoning(1200.4, False, 1264.26, 2, 1, 100.04, (12.34, -8.76))
+    assert tally.to_json() == {
+        "estimate_s": 1200, "calibrated": False, "actual_s": 1264.3, "sittings": 2, "resume_boots": 1,
+        "resume_boots_s": 100.0, "actual_without_resume_boots_s": 1164.2, "error_pct": 5.3,
+        "error_without_resume_boots_pct": -3.0, "eta_swing_up_pct": 12.3, "eta_swing_down_pct": -8.8,
+        "eta_swing_bound_pct": 25}
+    assert tally.lines()[0] == ("took 21m04s in 2 sittings vs estimate 20m00s (+5%, uncalibrated); resuming cost "
+                                "1 extra boot (1m40s): 19m24s without them (-3%)")
+    assert reckoning.Reckoning(0.0, True, 60.0, 1, 0, 0.0, None).error_pct(60.0) == 0.0  # no estimate to miss

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,87 @@ def test_load_options_and_a_zero_count_are_refused_in_one_line(given, needle):
 
 def test_nothing_is_refused_without_the_flag_or_with_it_alone():
     assert single_stream.problem(options()) is None and single_stream.problem(options(single_stream=3)) is None
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"num_local_experts": 8}, "config.json of Mixtral: a mixture of experts or quantized weights"),
+    ({"quantization_config": {"quant_method": "fp8"}}, "the dense bf16 weight count does not apply"),
+    ({"torch_dtype": None, "dtype": "int4"}, "torch_dtype 'int4' is not one of bfloat16, float16, float32"),
+    ({"num_attention_heads": None}, "config.json of Mixtral lacks an attention field"),
+])
+def test_every_refusal_names_the_model_and_the_field(change, needle):
+    with pytest.raises(ShapeError) as err:
+        floor.weight_bytes({**QWEN3_4B, **change}, "Mixtral")
+    assert needle in str(err.value)
+
+
+def test_the_dtype_sets_the_bytes_per_weight_and_a_models_directory_is_read(tmp_path):
+    bf16 = floor.weight_bytes(QWEN3_4B, "m")
+    no_dtype = {k: v for k, v in QWEN3_4B.items() if k not in ("torch_dtype", "dtype")}
+    assert floor.weight_bytes(no_dtype, "m") == bf16  # SGLang's default: bf16
+    assert floor.weight_bytes({**no_dtype, "dtype": "float32"}, "m") == 2 * bf16  # the newer key, 4 bytes
+    assert floor.weight_bytes({**QWEN3_4B, "torch_dtype": "float16"}, "m") == bf16
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_4B))
+    assert floor.weight_bytes_of_dir(tmp_path) == bf16
+    with pytest.raises(ShapeError):
+        floor.weight_bytes_of_dir(tmp_path / "absent")
+
+
+def test_an_arm_summary_takes_percentiles_of_the_gaps_medians_of_the_lines_and_the_first_error():
+    gaps = tuple(float(g) for g in range(1, 11))  # p50 5.5, p90 9.1, mean 5.5
+    requests = [StreamRequestRecord("a", 1, True, "", 11, 30.0, gaps),
+                StreamRequestRecord("a", 2, False, "first", 0, None, ()),
+                StreamRequestRecord("a", 3, False, "second", 0, None, ())]
+    lines = [decode_log.DecodeLine(1, True, 250.0, 2000.0, 50.0), decode_log.DecodeLine(1, True, 1000 / 6, None, None),
+             decode_log.DecodeLine(1, True, 200.0, 1000.0, 40.0)]  # steps of 4, 6 and 5 ms
+    rec = stream_breakdown.summarize_arm("a", requests, lines, None, None, "GPU unknown")
+    assert (rec.client_itl_p50_ms, rec.client_itl_p90_ms, rec.client_itl_mean_ms) == (5.5, pytest.approx(9.1), 5.5)
+    assert (rec.server_step_ms, rec.occupancy_pct, rec.sglang_read_gb_s, rec.decode_lines) == (
+        pytest.approx(5.0), 45.0, 1500.0, 3)
+    assert rec.gpu_forward_ms == pytest.approx((2.0 + 2.0) / 2)  # 4.0 x 50% and 5.0 x 40%; the line without: out
+    assert (rec.weight_bytes, rec.peak_gb_s, rec.floor_note, rec.status, rec.error) == (None, None, "GPU unknown",
+                                                                                        "ok", "")
+    only_failed = stream_breakdown.summarize_arm("a", requests[1:], [], None, None, "")
+    assert (only_failed.status, only_failed.error, only_failed.client_itl_p50_ms) == ("failed", "first", None)
+    assert stream_breakdown.summarize_arm("a", [], [], None, None, "").error == "no request ran"
+
+
+def test_each_missing_instrument_has_its_own_note_and_a_measured_arm_has_none():
+    assert stream_breakdown.missing_notes(arm_record()) == []
+    no_lines = " | ".join(stream_breakdown.missing_notes(arm_record(decode_lines=0, error="restart failed: x")))
+    assert no_lines.startswith("failed: restart failed: x | no steady one-request Decode lines")
+    assert "'est. read BW'" not in no_lines  # no lines at all: one note, not a second about their suffix
+    no_bw = stream_breakdown.missing_notes(arm_record(sglang_read_gb_s=None))
+    assert no_bw == ["no 'est. read BW' in the Decode lines (--enable-mfu-metrics needs --enable-metrics)"]
+
+
+def test_the_table_prints_two_decimals_a_percent_share_and_dashes_for_what_is_missing():
+    cells = stream_breakdown.table_cells([stream_breakdown.breakdown(arm_record())])[0]
+    assert cells == ["baseline", "3.80 (4.00)", "3.90", "3.85", "2.40", "1.68", "0.72", "1.45", "0.05", "70%", "2100"]
+    empty = stream_breakdown.breakdown(arm_record(client_itl_p50_ms=None, client_itl_mean_ms=None,
+                                                  sglang_read_gb_s=None, gpu_forward_ms=0.0))
+    cells = stream_breakdown.table_cells([empty])[0]
+    assert cells[1:3] == ["-", "-"] and cells[9:] == ["-", "-"]  # no share against a zero forward
+    assert stream_breakdown.table_lines([empty])[0].split()[:3] == ["arm", "client", "ITL"]
+
+
+def test_what_the_arm_was_given_is_carried_whole_into_its_record_and_breakdown():
+    requests = [StreamRequestRecord("a", 1, True, "", 3, 20.0, (3.0, 5.0))]
+    h200 = floor.Floor(8_044_544_000, 4800.0, "H200")
+    rec = stream_breakdown.summarize_arm("a", requests, [], 3.87, h200, "")
+    assert (rec.weight_bytes, rec.peak_gb_s, rec.tokenizer_itl_ms) == (8_044_544_000, 4800.0, 3.87)
+    assert stream_breakdown.breakdown(rec).tokenizer_itl_ms == 3.87
+    no_floor = stream_breakdown.breakdown(arm_record(weight_bytes=None))
+    assert no_floor.floor_ms is None and no_floor.gpu_above_floor_ms is None and no_floor.bandwidth_share_pct is None
+    failed = stream_breakdown.summarize_arm("a", [StreamRequestRecord("a", 1, False, "x", 0, None, ())], [], None,
+                                            None, "")
+    assert (failed.client_itl_p50_ms, failed.client_itl_p90_ms, failed.client_itl_mean_ms) == (None, None, None)
+
+
+def test_the_notes_say_exactly_what_was_not_measured():
+    assert stream_breakdown.missing_notes(arm_record(decode_lines=0)) == [
+        "no steady one-request Decode lines in the server log: server step, GPU forward, CPU gap and streaming not "
+        "measured"]
+    assert stream_breakdown.missing_notes(arm_record(occupancy_pct=None)) == [
+        "no 'fwd occupancy' in the Decode lines (the server ignored SGLANG_ENABLE_METRICS_DEVICE_TIMER): GPU "
+        "forward, above floor and CPU gap not measured"]
