@@ -41,6 +41,7 @@ METRICS_KEPT = (
     "sglang:prompt_tokens_total", "sglang:cached_tokens_total", "sglang:generation_tokens_total",
     "sglang:num_requests_total",
     "sglang:time_to_first_token_seconds_sum", "sglang:time_to_first_token_seconds_count",
+    "sglang:inter_token_latency_seconds_sum", "sglang:inter_token_latency_seconds_count",
     "sglang:queue_time_seconds_sum", "sglang:queue_time_seconds_count",
 )
 SMI_FIELDS = (("utilization.gpu", "gpu_util_pct", 1.0), ("memory.used", "gpu_mem_used_gb", 1 / 1024),

@@ -27,19 +27,36 @@ from llmhost.bench.telemetry import CLIENT_CPU
 
 HISTOGRAM = "sglang:time_to_first_token_seconds"
 SUM, COUNT = f"{HISTOGRAM}_sum", f"{HISTOGRAM}_count"
+# Time per output token after the first, observed per streamed chunk (sum += the chunk's gap, count += its tokens)
+ITL_HISTOGRAM = "sglang:inter_token_latency_seconds"
 # The page calls the gap out when the client's mean exceeds the server's by both of these
 GAP_MS, GAP_SHARE = 50.0, 0.2
 BUSY_CLIENT_PCT = 90.0  # the load generator's CPU, % of its one core, from which the page calls it client-bound
 
 
-def counters(telemetry: Sequence[TelemetrySample], point_id: str) -> tuple[list[float], list[tuple[float, float]]]:
-    """The point's sampler ticks (sorted) and, per tick, (sum s, count) summed over its label sets (workers)."""
+def counters(telemetry: Sequence[TelemetrySample], point_id: str,
+             histogram: str = HISTOGRAM) -> tuple[list[float], list[tuple[float, float]]]:
+    """The point's sampler ticks (sorted) and, per tick, the histogram's (sum s, count) summed over its label sets
+    (workers)."""
+    total, count = f"{histogram}_sum", f"{histogram}_count"
     ticks: dict[float, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for s in telemetry:
-        if s.point_id == point_id and s.name in (SUM, COUNT):
-            ticks[s.t][0 if s.name == SUM else 1] += s.value
+        if s.point_id == point_id and s.name in (total, count):
+            ticks[s.t][0 if s.name == total else 1] += s.value
     times = sorted(ticks)
     return times, [(ticks[t][0], ticks[t][1]) for t in times]
+
+
+def window_delta(telemetry: Sequence[TelemetrySample], point_id: str, histogram: str, t_start: float,
+                 t_end: float) -> tuple[float, float, float, float] | None:
+    """(Δsum s, Δcount, first tick, last tick) of the histogram between the last ticks at or before the window's
+    ends; None when the window has no two such ticks."""
+    times, values = counters(telemetry, point_id, histogram)
+    i0, i1 = bisect.bisect_right(times, t_start) - 1, bisect.bisect_right(times, t_end) - 1
+    if math.isnan(t_start) or i0 < 0 or i1 <= i0:
+        return None
+    (sum0, n0), (sum1, n1) = values[i0], values[i1]
+    return sum1 - sum0, n1 - n0, times[i0], times[i1]
 
 
 def window_means(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float,
@@ -47,17 +64,26 @@ def window_means(telemetry: Sequence[TelemetrySample], point_id: str, t_start: f
     """(server mean ms, client mean ms, requests the server counted) over [t_start, t_end] snapped to the sampler's
     ticks; nans and 0 when the window has no two ticks or the server counted no first token between them.
     `first_token_s`, `ttft_ms`: the point's successful requests (unix s of their first token, and their TTFT)."""
-    times, values = counters(telemetry, point_id)
-    i0, i1 = bisect.bisect_right(times, t_start) - 1, bisect.bisect_right(times, t_end) - 1
-    if math.isnan(t_start) or i0 < 0 or i1 <= i0:
+    delta = window_delta(telemetry, point_id, HISTOGRAM, t_start, t_end)
+    count = int(round(delta[1])) if delta else 0
+    if delta is None or count <= 0:
         return math.nan, math.nan, 0
-    (sum0, n0), (sum1, n1) = values[i0], values[i1]
-    count = int(round(n1 - n0))
-    if count <= 0:
-        return math.nan, math.nan, 0
-    inside = (first_token_s > times[i0]) & (first_token_s <= times[i1])
+    inside = (first_token_s > delta[2]) & (first_token_s <= delta[3])
     client = float(ttft_ms[inside].mean()) if inside.any() else math.nan
-    return 1000.0 * (sum1 - sum0) / count, client, count
+    return 1000.0 * delta[0] / count, client, count
+
+
+def itl_means(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float,
+              first_token_s: np.ndarray, end_s: np.ndarray, output_tokens: np.ndarray) -> tuple[float, float]:
+    """(SGLang's mean time per output token after the first, the client's) over the window, ms; nans when
+    unmeasured. The client's: Σ(end − first token) / Σ(tokens − 1) of the requests streamed wholly inside it."""
+    delta = window_delta(telemetry, point_id, ITL_HISTOGRAM, t_start, t_end)
+    if delta is None or delta[1] <= 0:
+        return math.nan, math.nan
+    inside = (first_token_s > delta[2]) & (end_s <= delta[3]) & (output_tokens > 1)
+    gaps = float((output_tokens[inside] - 1).sum())
+    client = 1000.0 * float((end_s[inside] - first_token_s[inside]).sum()) / gaps if gaps else math.nan
+    return 1000.0 * delta[0] / delta[1], client
 
 
 def gap_is_notable(client_ms: float, server_ms: float) -> bool:

@@ -36,6 +36,7 @@ class RepeatWindow:
     server_ttft: tuple[float, float, int] = (math.nan, math.nan, 0)
     client_cpu_pct: float = math.nan  # the load generator's mean CPU over the window, % of one core
     arrivals: waves.Waves = waves.Waves(math.nan, math.nan, 0)  # how the window's requests were sent (lockstep?)
+    itl: tuple[float, float] = (math.nan, math.nan)  # SGLang's mean time per output token over the window, client's
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -64,9 +65,12 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     server = client_overhead.window_means(telemetry, point.point_id, w.t_start, w.t_end,
                                       start[timed] + ttft[timed] / 1000.0, ttft[timed])
     cpu = client_overhead.client_cpu_pct(telemetry, point.point_id, w.t_start, w.t_end)
+    first, e2e = start[timed] + ttft[timed] / 1000.0, r.e2e_ms[order][timed]
+    itl = client_overhead.itl_means(telemetry, point.point_id, w.t_start, w.t_end, first,
+                                    start[timed] + e2e / 1000.0, r.output_tokens[order][timed])
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
-                        waves.find(start[in_window]))
+                        waves.find(start[in_window]), itl)
 
 
 def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, list[RepeatWindow]]:
@@ -81,7 +85,9 @@ def _server_ttft_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
     n = sum(c for _, _, c in seen)
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
             "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n,
-            "client_cpu_pct": _mean([r.client_cpu_pct for r in steady])}
+            "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
+            "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
+            "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}
 
 
 def _wave_fields(g: Group, steady: list[RepeatWindow]) -> dict[str, Any]:

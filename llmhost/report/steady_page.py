@@ -154,6 +154,8 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
                                                       + (" <span class=flag title='lockstep waves: see the note under "
                                                          "the table'>≋</span>" if r["in_waves"] else "")),
             ("TTFT mean ms: client / SGLang (n)", _server_ttft_cell),
+            ("Time per token after the first, ms: client / SGLang",
+             lambda r: f"{num(r['client_itl_mean_ms'], 2)} / {num(r['server_itl_mean_ms'], 2)}"),
             ("Load generator CPU % of a core", lambda r: num(r["client_cpu_pct"], 0) + (
                 " <span class=flag title='client-bound: the load generator, not the server, set the pace'>⚠</span>"
                 if r["client_cpu_pct"] >= client_overhead.BUSY_CLIENT_PCT else ""))]

@@ -370,3 +370,27 @@ def test_agent_tools_point_streams_chat_completions_with_tool_schemas(tmp_path, 
     rows = [RequestRecord.from_dict(r) for r in _rows(tmp_path / "r.jsonl")]
     assert len(rows) == 16 and sum(r.ok for r in rows) >= 14 and totals["completed"] == sum(r.ok for r in rows)
     assert all(r.output_tokens > 0 and r.ttft_ms > 0 for r in rows if r.ok)
+
+
+@pytest.fixture
+def paced_env(tmp_path):
+    """5 ms a token: a closed loop at c=8 long enough for a steady window several telemetry ticks wide."""
+    yield from isolated_env(tmp_path, "STANDIN_ITL_MS=5")
+
+
+def test_a_steady_point_shows_the_measuring_sides_share_and_its_lockstep_waves(paced_env):
+    proc = bench(paced_env, "--arms", "baseline", "--workloads", "chat", "--patterns", "concurrency",
+                 "--concurrency", "8", "--repeat", "1", "--duration-s", "6", timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=paced_env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert dash.returncode == 0, dash.stderr[-2000:]
+    (row,) = json.loads((run / "summary.json").read_text())["steady"]
+    # SGLang's (the stand-in's) own histograms, read from telemetry over the window, beside the client's numbers
+    assert row["server_ttft_n"] > 0 and 0 < row["server_ttft_mean_ms"] <= row["client_ttft_mean_ms"]
+    assert row["client_itl_mean_ms"] == pytest.approx(row["server_itl_mean_ms"], rel=0.15)
+    assert row["server_itl_mean_ms"] == pytest.approx(5.0, rel=0.3)
+    assert 0 < row["client_cpu_pct"] < 100  # the load generator, sampled from /proc
+    assert row["in_waves"] and row["wave_size"] >= 2  # every answer 256 tokens: the 8 go and come together
+    assert "Time per token after the first" in (run / "dashboard.html").read_text()

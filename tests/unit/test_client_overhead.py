@@ -7,6 +7,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 
 from llmhost.bench import telemetry
 from llmhost.bench.records import TelemetrySample
@@ -65,9 +66,12 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
     class Rep:
         def __init__(self, server: float, client: float, n: int) -> None:
             self.server_ttft, self.client_cpu_pct = (server, client, n), 30.0 + n / 10
+            self.itl = (10.0 + n / 100, 11.0 + n / 100)
     fields = steady._server_ttft_fields([Rep(200.0, 400.0, 100), Rep(300.0, 500.0, 300), Rep(math.nan, math.nan, 0)])
     assert fields["server_ttft_n"] == 400 and math.isclose(fields["server_ttft_mean_ms"], 275.0)
     assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
+    assert (fields["server_itl_mean_ms"], fields["client_itl_mean_ms"]) == (pytest.approx(34 / 3),
+                                                                            pytest.approx(37 / 3))
     row = {"arm": "baseline", "workload": "agent", "load": "c=64", **fields, "client_cpu_pct": 35.0}
     note = steady_page.server_ttft_note([row, {**row, "load": "c=8", "client_ttft_mean_ms": 280.0}])
     assert "At 1 point(s)" in note and "client 475.0 ms vs SGLang 275.0 ms" in note and "c=64" in note
@@ -102,3 +106,23 @@ def test_the_windows_mean_cpu_and_the_page_calls_a_busy_client_out():
     note = steady_page.server_ttft_note([row])
     assert "At 1 point(s) the load generator used ≥ 90%" in note and "set the pace" in note
     assert steady_page.server_ttft_note([{**row, "client_cpu_pct": math.nan}]) == ""
+
+
+def test_time_per_token_is_sglangs_itl_counters_beside_the_requests_streamed_wholly_inside_the_window():
+    # ticks 100..110: each second SGLang counts 100 tokens after the first, 1.0 s of gaps (10 ms each)
+    samples = []
+    for i in range(11):
+        labels = {"model_name": "qwen3-4b"}
+        samples += [TelemetrySample(100.0 + i, "metrics", f"{client_overhead.ITL_HISTOGRAM}_sum", labels, 1.0 * i,
+                                    POINT),
+                    TelemetrySample(100.0 + i, "metrics", f"{client_overhead.ITL_HISTOGRAM}_count", labels,
+                                    100.0 * i, POINT)]
+    first = np.array([101.0, 102.5, 103.0, 108.0])
+    end = np.array([103.0, 105.0, 105.6, 109.5])  # the first starts before the window, the last ends after it
+    tokens = np.array([201, 201, 261, 51])
+    server, client = client_overhead.itl_means(samples, POINT, 102.2, 108.9, first, end, tokens)
+    assert server == pytest.approx(10.0)
+    # the window snaps to ticks 102 and 108: requests 2 and 3 streamed wholly inside; 1 began before, 4 ended after
+    assert client == pytest.approx(1000 * (2.5 + 2.6) / (200 + 260))
+    assert client_overhead.itl_means([], POINT, 102.2, 108.9, first, end, tokens) == (pytest.approx(math.nan,
+                                                                                                     nan_ok=True),) * 2
