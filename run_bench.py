@@ -128,17 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     # --- what a real run would stop at, checked before any work, and by the dry run too ---
     ready = preflight.check(cfg, plan, seed, new_run=run is None)
     if opts.dry_run:
-        est = dryrun.print_plan(plan, arms, model, quick, planned)
-        if tune:
-            tune_cli.print_plan(tune, model)
-        active = [a.name for a in dryrun.active_arms(arms, plan)]
-        print(json.dumps({"dry_run": True, "points": len(plan), "arms": active,
-                          "estimate_s": round(est.estimate_s), "calibrated": est.calibrated,
-                          "budget_s": planned.budget_s if planned else None,
-                          "left_out": [p.point_id for p in planned.left_out] if planned else [],
-                          "problem": ready if isinstance(ready, str) else None,
-                          **({"tune": {"trials": [t.name for t in tune.trials], "cut": list(tune.cut)}}
-                             if tune else {})}))
+        print_dry_run(plan, arms, model, quick, planned, tune, ready if isinstance(ready, str) else None)
     if isinstance(ready, str):
         print(f"[bench] error: {ready}", file=sys.stderr)
         return 1
@@ -173,6 +163,19 @@ def main(argv: list[str] | None = None) -> int:
                                       tune_cli.config_target() if opts.apply else None, bool(opts.resume)) \
             if tune else None  # a tune's coarse and refine stages run in place of the plain arm loop
         return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None, began_at, stages)
+
+
+def print_dry_run(plan: list[points.Point], arms: list[arms_mod.Arm], model: costs.CostModel, quick: bool,
+                  planned: budget.BudgetPlan | None, tune: tune_driver.TuneRun | None, problem: str | None) -> None:
+    """The dry run: the plan with its estimate (and a tune's trials), then one JSON line; nothing starts."""
+    est = dryrun.print_plan(plan, arms, model, quick, planned)
+    if tune:
+        tune_cli.print_plan(tune, model)
+    print(json.dumps({"dry_run": True, "points": len(plan), "arms": [a.name for a in dryrun.active_arms(arms, plan)],
+                      "estimate_s": round(est.estimate_s), "calibrated": est.calibrated,
+                      "budget_s": planned.budget_s if planned else None,
+                      "left_out": [p.point_id for p in planned.left_out] if planned else [], "problem": problem,
+                      **({"tune": {"trials": [t.name for t in tune.trials], "cut": list(tune.cut)}} if tune else {})}))
 
 
 def open_store(run: store.RunStore | None, opts: options.Options, cfg: config.Config, arms: list[arms_mod.Arm],
