@@ -31,7 +31,7 @@ from llmhost.bench import decode_log, floor as floor_mod, restart_runs, runner, 
 from llmhost.bench import traffic
 from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
 from llmhost.fi import gpu_specs
-from llmhost.serve import metrics
+from llmhost.serve import metrics, serverlog
 from llmhost.serve.console import ServeError
 from llmhost.serve.endpoints import ServerClient
 
@@ -116,7 +116,7 @@ def measure_arm(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, requ
     if not wait_idle(server):
         return failed(f"the server did not go idle within {IDLE_WAIT_S:.0f} s after the warm-up (another client?)")
     log = cfg.state_dir / "server.log"
-    offset, before = log.stat().st_size if log.exists() else 0, scrape(server)
+    offset, before = serverlog.size(log), scrape(server)
     rows = []
     for number in range(1, requests + 1):
         rec = request_record(arm.name, number, traffic.one_request(client, cfg.served_model_name, LOAD, next(numbers)))

@@ -62,12 +62,11 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     prefix = window.prefix_split(ttft[in_window], ok[in_window], r.prompt_tokens[order][in_window],
                                  r.cached_tokens[order][in_window])
     timed = ok & np.isfinite(ttft)
-    server = client_overhead.window_means(telemetry, point.point_id, w.t_start, w.t_end,
-                                      start[timed] + ttft[timed] / 1000.0, ttft[timed])
+    first, end = start[timed] + ttft[timed] / 1000.0, start[timed] + r.e2e_ms[order][timed] / 1000.0
+    server = client_overhead.window_means(telemetry, point.point_id, w.t_start, w.t_end, first, ttft[timed])
     cpu = client_overhead.client_cpu_pct(telemetry, point.point_id, w.t_start, w.t_end)
-    first, e2e = start[timed] + ttft[timed] / 1000.0, r.e2e_ms[order][timed]
-    itl = client_overhead.itl_means(telemetry, point.point_id, w.t_start, w.t_end, first,
-                                    start[timed] + e2e / 1000.0, r.output_tokens[order][timed])
+    itl = client_overhead.itl_means(telemetry, point.point_id, w.t_start, w.t_end, first, end,
+                                    r.output_tokens[order][timed])
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
                         waves.find(start[in_window]), itl)
@@ -79,8 +78,9 @@ def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, l
                     if p.point_id in run.requests] for g in groups}
 
 
-def _server_ttft_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
-    """Client and SGLang mean TTFT over the steady repeats' windows, weighted by the requests SGLang counted."""
+def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
+    """The measuring side's share over the steady repeats' windows: client and SGLang mean TTFT (weighted by the
+    requests SGLang counted), the load generator's CPU, and client and SGLang time per token after the first."""
     seen = [r.server_ttft for r in steady if r.server_ttft[2] and math.isfinite(r.server_ttft[1])]
     n = sum(c for _, _, c in seen)
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
@@ -134,7 +134,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_goodput_pct", good),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
-        **_server_ttft_fields(steady), **_wave_fields(g, steady),
+        **_measuring_side_fields(steady), **_wave_fields(g, steady),
         "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
         "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),
         "per_repeat": [{"repeat": r.repeat, "is_steady": r.is_steady,

@@ -120,7 +120,7 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
-        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + server_ttft_note(rows) if rows
+        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + measuring_side_note(rows) if rows
         else page.missing("No point has request data yet."))
 
 
@@ -184,7 +184,7 @@ def waves_note(rows: list[dict[str, Any]]) -> str:
             "traffic whose answers vary in length spreads out (llmhost/report/waves.py).</p>")
 
 
-def server_ttft_note(rows: list[dict[str, Any]]) -> str:
+def measuring_side_note(rows: list[dict[str, Any]]) -> str:
     """Paragraphs on the points whose client TTFT is well above SGLang's own and whose load generator was near a
     full core, or '' when none is."""
     busy = [r for r in rows if r["client_cpu_pct"] >= client_overhead.BUSY_CLIENT_PCT]

@@ -67,15 +67,15 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
         def __init__(self, server: float, client: float, n: int) -> None:
             self.server_ttft, self.client_cpu_pct = (server, client, n), 30.0 + n / 10
             self.itl = (10.0 + n / 100, 11.0 + n / 100)
-    fields = steady._server_ttft_fields([Rep(200.0, 400.0, 100), Rep(300.0, 500.0, 300), Rep(math.nan, math.nan, 0)])
+    fields = steady._measuring_side_fields([Rep(200.0, 400.0, 100), Rep(300.0, 500.0, 300), Rep(math.nan, math.nan, 0)])
     assert fields["server_ttft_n"] == 400 and math.isclose(fields["server_ttft_mean_ms"], 275.0)
     assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
     assert (fields["server_itl_mean_ms"], fields["client_itl_mean_ms"]) == (pytest.approx(34 / 3),
                                                                             pytest.approx(37 / 3))
     row = {"arm": "baseline", "workload": "agent", "load": "c=64", **fields, "client_cpu_pct": 35.0}
-    note = steady_page.server_ttft_note([row, {**row, "load": "c=8", "client_ttft_mean_ms": 280.0}])
+    note = steady_page.measuring_side_note([row, {**row, "load": "c=8", "client_ttft_mean_ms": 280.0}])
     assert "At 1 point(s)" in note and "client 475.0 ms vs SGLang 275.0 ms" in note and "c=64" in note
-    assert steady_page.server_ttft_note([{**row, "server_ttft_n": 0}]) == ""
+    assert steady_page.measuring_side_note([{**row, "server_ttft_n": 0}]) == ""
     assert "475.0 / 275.0 (400)" in steady_page._server_ttft_cell(row)
 
 
@@ -103,9 +103,9 @@ def test_the_windows_mean_cpu_and_the_page_calls_a_busy_client_out():
     assert math.isclose(client_overhead.client_cpu_pct(samples, POINT, 100.5, 103.0), 97.0)
     assert math.isnan(client_overhead.client_cpu_pct(samples, "other", 100.0, 104.0))
     row = {"arm": "baseline", "workload": "chat", "load": "c=128", "server_ttft_n": 0, "client_cpu_pct": 97.0}
-    note = steady_page.server_ttft_note([row])
+    note = steady_page.measuring_side_note([row])
     assert "At 1 point(s) the load generator used ≥ 90%" in note and "set the pace" in note
-    assert steady_page.server_ttft_note([{**row, "client_cpu_pct": math.nan}]) == ""
+    assert steady_page.measuring_side_note([{**row, "client_cpu_pct": math.nan}]) == ""
 
 
 def test_time_per_token_is_sglangs_itl_counters_beside_the_requests_streamed_wholly_inside_the_window():
