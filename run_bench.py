@@ -50,8 +50,8 @@ from llmhost.bench import arms as arms_mod
 from llmhost import config, deps, files, provenance
 from llmhost.bench import budget, costs, dryrun, options, points, preflight, records, runlock, runner, startup_bench
 from llmhost.bench import reckoning, run_end, single_stream, sittings, store, telemetry
-from llmhost.bench.eta import Eta
-from llmhost.bench.runner import BenchError, fmt_s
+from llmhost.bench.eta import Eta, fmt_s
+from llmhost.bench.runner import BenchError
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 from llmhost.tune import cli as tune_cli, driver as tune_driver
 

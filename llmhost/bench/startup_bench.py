@@ -24,7 +24,7 @@ from llmhost import config, provenance
 from llmhost.bench import arms as arms_mod
 from llmhost.bench import costs, restart_runs, runner, store
 from llmhost.bench.records import StartupRecord
-from llmhost.bench.runner import fmt_s
+from llmhost.bench.eta import fmt_s
 from llmhost.serve.console import ServeError
 
 DEFAULT_RESTARTS = 3  # the acceptance: the median of 3 restarts

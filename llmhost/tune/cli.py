@@ -20,7 +20,8 @@ from llmhost.bench import points, store
 from llmhost.bench.arms import Arm
 from llmhost.bench.costs import CostModel
 from llmhost.bench.records import Point
-from llmhost.bench.runner import Bench, BenchError, fmt_s
+from llmhost.bench.eta import fmt_s
+from llmhost.bench.runner import Bench, BenchError
 from llmhost.tune import driver, plan as plan_mod, space as space_mod
 
 DEFAULT_BUDGET_MIN = 30.0
