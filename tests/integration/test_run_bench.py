@@ -374,13 +374,13 @@ def test_agent_tools_point_streams_chat_completions_with_tool_schemas(tmp_path, 
 
 @pytest.fixture
 def paced_env(tmp_path):
-    """5 ms a token: a closed loop at c=8 long enough for a steady window several telemetry ticks wide."""
+    """5 ms a token: a closed loop at c=8 whose steady window spans several telemetry ticks, even on a busy machine."""
     yield from isolated_env(tmp_path, "STANDIN_ITL_MS=5")
 
 
 def test_a_steady_point_shows_the_measuring_sides_share_and_its_lockstep_waves(paced_env):
     proc = bench(paced_env, "--arms", "baseline", "--workloads", "chat", "--patterns", "concurrency",
-                 "--concurrency", "8", "--repeat", "1", "--duration-s", "6", timeout=240)
+                 "--concurrency", "8", "--repeat", "1", "--duration-s", "12", timeout=240)  # a window of several ticks
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
     dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=paced_env, cwd=REPO,
