@@ -67,8 +67,9 @@ def parse_args(argv: list[str], doc: str) -> Options:
                         "per workload with rate points (e.g. 2,8,16; default: the plan's)")
     parser.add_argument("--patterns", metavar="P,P,...", help="only these kinds of point (of: "
                         f"{', '.join(points.PATTERNS)}; e.g. concurrency,qps; default: all the plan has)")
-    parser.add_argument("--duration-s", type=float, help="size each concurrency and rate point to last about this "
-                        "many seconds on an H200 (default: the plan's request counts)")
+    parser.add_argument("--duration-s", type=float, help="size each concurrency and rate point so that its steady "
+                        "window lasts about this many seconds on an H200, after its warm-up (default: the plan's "
+                        "request counts)")
     parser.add_argument("--tag", default="", help=f"suffix of the run id (letters, digits, - and _; at most {TAG_MAX})")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a killed or stopped run; plan and "
                         "seed come from its manifest, points ok are kept, failed ones tried again")

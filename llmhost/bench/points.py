@@ -120,13 +120,21 @@ def with_loads(rows: tuple[Row, ...], loads: Loads) -> list[Row]:
     return [sized(r, loads.duration_s) if loads.duration_s and r[1] in ("concurrency", "qps") else r for r in out]
 
 
+WARMUP_WAVES = 2  # a closed loop's warm-up is its first 2c - 1 sends (llmhost.bench.window)
+MIN_STEADY_WAVES = 2  # a sized closed loop's steady window: at least two turnovers of its c slots
+
+
 def sized(row: Row, duration_s: float) -> Row:
-    """A concurrency or qps row whose request count lasts about duration_s by the estimate model."""
+    """A concurrency or qps row whose *steady window* lasts about duration_s by the estimate model: a closed loop
+    sends its warm-up waves first, then duration_s worth of waves (at least MIN_STEADY_WAVES); a Poisson row's
+    arrivals also cover its warm-up, one request's latency (llmhost.bench.window)."""
     workload, pattern, conc, rate, _ = row
+    w = WORKLOADS[workload]
     if pattern == "qps":
-        return workload, pattern, conc, rate, max(8, math.ceil((rate or 1.0) * duration_s))
-    waves = max(1, round(duration_s / request_s(WORKLOADS[workload], conc or 1)))
-    return workload, pattern, conc, rate, max(conc or 1, (conc or 1) * waves)
+        return workload, pattern, conc, rate, max(8, math.ceil((rate or 1.0) * (duration_s + request_s(w))))
+    c = conc or 1
+    waves = max(MIN_STEADY_WAVES, round(duration_s / request_s(w, c)))
+    return workload, pattern, conc, rate, c * (WARMUP_WAVES + waves)
 
 
 def build_plan(arms: list[Arm], workloads: list[str], quick: bool, repeat: int,

@@ -24,10 +24,14 @@ Open loop (Poisson arrivals at rate λ): arrivals do not wait for completions, s
 only a queue to fill. Warm-up ends at t_start = first arrival + the p90 end-to-end latency of the point: in an
 infinite-server queue (M/G/∞) the number in flight reaches its stationary distribution once one service time has
 passed, and p90 covers most service times without letting one outlier use up the run. The drain starts at the last
-arrival, as above. Whether the queue did settle is then checked, not assumed (`check_steady`): the TTFT of the
-window's first and second half must agree (a median drift both larger than the tolerance and outside its CI fails),
-and completions must keep up with arrivals (completed/arrived in the window >= KEEP_UP). A point that fails is
-flagged "not steady" and stays out of averages; its numbers are still reported.
+arrival, as above. Whether the queue did settle is then checked, not assumed (`check_steady`): the window must be
+long enough to say anything (a closed loop's window must see every one of its c slots turn over, >= c completions;
+an open loop's at least MIN_OPEN_COMPLETED completions), the TTFT of the window's first and second half must agree
+(a median drift both larger than the tolerance and outside its CI fails), and completions must keep up with
+arrivals (completed/arrived in the window >= KEEP_UP). A point that fails is flagged "not steady" and stays out of
+averages; its numbers are still reported. Without the length rule a closed loop of 2c requests (agent c=128, 256
+requests, on the H200) had windows of 4-44 ms between the c-th completion and the last send, one completion each,
+and "throughputs" up to 71,000 tok/s that made a paired arm difference of +619%.
 
 Points that measure a transient by design have no steady state: every request is warm-up. A burst sends every
 request at t0; a cold point measures the first requests after a cache flush.
@@ -52,6 +56,7 @@ TRANSIENT_PATTERNS = ("burst", "cold")  # measured for their transient: never "n
 HIT_FRACTION = 0.5  # a prefix hit skipped at least half of the prompt's prefill
 DRIFT_BLOCKS = 8  # contiguous time blocks per window half for the drift CI
 DRIFT_BOOT = 400
+MIN_OPEN_COMPLETED = 2 * DRIFT_BLOCKS  # an open loop's window: at least this many completions
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -183,10 +188,11 @@ def ttft_drift(first: np.ndarray, second: np.ndarray, seed: int = 0) -> tuple[fl
 
 
 def check_steady(window: Window, start_s: np.ndarray, ttft_ms: np.ndarray, ok: np.ndarray, *,
-                 is_open_loop: bool, seed: int = 0) -> Steadiness:
-    """Whether the window held a steady state: TTFT p50 of the requests sent in its first and second half agree — a
-    drift fails only when it is both beyond TTFT_DRIFT_TOL and outside its CI — and, for an open loop, completions
-    kept up with arrivals. A point without a window is not steady."""
+                 is_open_loop: bool, seed: int = 0, min_completed: int = 1) -> Steadiness:
+    """Whether the window held a steady state: it saw at least `min_completed` completions, TTFT p50 of the
+    requests sent in its first and second half agree — a drift fails only when it is both beyond TTFT_DRIFT_TOL and
+    outside its CI — and, for an open loop, completions kept up with arrivals. A point without a window is not
+    steady."""
     if not window.has_window:
         return Steadiness(False, math.nan, math.nan, math.nan, math.nan, ("no steady window (too few requests)",))
     start = np.asarray(start_s, float)
@@ -198,6 +204,9 @@ def check_steady(window: Window, start_s: np.ndarray, ttft_ms: np.ndarray, ok: n
     mid = window.t_start + window.duration_s / 2.0
     drift, lo, hi = ttft_drift(ttft[inside & (start < mid)], ttft[inside & (start >= mid)], seed)
     reasons = []
+    if window.completed < min_completed:
+        reasons.append(f"window too short: {window.completed} completions in {window.duration_s:.2f} s, fewer than "
+                       f"{min_completed} (send more requests: --duration-s)")
     if math.isnan(lo):  # a half without a successful request, or with one only: nothing to compare
         reasons.append("too few successful requests in a window half to check its TTFT")
     elif abs(drift) > 100 * TTFT_DRIFT_TOL and not (lo <= 0.0 <= hi):
@@ -229,7 +238,16 @@ def window_and_check(point: Point, start_s: np.ndarray, e2e_ms: np.ndarray, outp
                      ttft_ms: np.ndarray, ok: np.ndarray, seed: int = 0) -> tuple[Window, Steadiness]:
     """A point's window (by its load pattern) and its steadiness check; the arrays must be in send order."""
     w = point_window(point.pattern, point.concurrency, point.request_rate, start_s, e2e_ms, output_tokens)
-    return w, check_steady(w, start_s, ttft_ms, ok, is_open_loop=point.request_rate is not None, seed=seed)
+    return w, check_steady(w, start_s, ttft_ms, ok, is_open_loop=point.request_rate is not None, seed=seed,
+                           min_completed=min_window_completions(point))
+
+
+def min_window_completions(point: Point) -> int:
+    """Completions a steady window needs: a closed loop's c (every slot turned over once), an open loop's
+    MIN_OPEN_COMPLETED."""
+    if point.request_rate is not None or not point.concurrency:
+        return MIN_OPEN_COMPLETED
+    return point.concurrency
 
 
 def measure(point: Point, rows: list[RequestRecord], seed: int = 0) -> tuple[Window, Steadiness]:

@@ -169,10 +169,21 @@ def test_concurrency_and_rates_replace_the_sweep_levels_of_every_workload_that_h
 def test_duration_sizes_the_concurrency_and_rate_points_and_nothing_else():
     plan = points.build_plan(ALL_ARMS[:1], ["chat"], False, 1, points.Loads(rates=(8.0,), duration_s=60))
     qps = next(p for p in plan if p.pattern == "qps")
-    assert qps.num_prompts == 480  # 8 req/s x 60 s
+    # 8 req/s x (60 s of steady window + one request's latency of warm-up)
+    assert qps.num_prompts == math.ceil(8 * (60 + points.request_s(points.WORKLOADS["chat"])))
     c16 = next(p for p in plan if p.pattern == "concurrency" and p.concurrency == 16)
-    assert 50 <= points.estimate_s(c16) - points.LOADGEN_OVERHEAD_S <= 70 and c16.num_prompts % 16 == 0
+    # two warm-up waves of 16, then about 60 s of steady waves
+    steady_waves = c16.num_prompts // 16 - points.WARMUP_WAVES
+    assert c16.num_prompts % 16 == 0 and 50 <= steady_waves * points.request_s(points.WORKLOADS["chat"], 16) <= 70
     assert next(p for p in plan if p.pattern == "long").num_prompts == 10_000
+
+
+def test_duration_never_leaves_a_closed_loop_without_a_steady_window():
+    # 10 s at agent c=128 is fewer than two waves of ~3.9 s: the H200 run that asked for it got 256 requests and a
+    # window of 4-44 ms; now two warm-up waves and two steady ones
+    plan = points.build_plan(ALL_ARMS[:1], ["agent"], False, 1,
+                             points.Loads(concurrency=(128,), patterns=("concurrency",), duration_s=10))
+    assert [p.num_prompts for p in plan] == [128 * (points.WARMUP_WAVES + points.MIN_STEADY_WAVES)]
 
 
 def test_patterns_keep_only_those_kinds_of_point_with_the_users_loads():

@@ -10,14 +10,14 @@ import pytest
 from llmhost.bench import window
 
 
-def closed_loop(latencies_ms: list[float], concurrency: int) -> tuple[np.ndarray, np.ndarray]:
-    """Send times of a closed loop: each slot sends its next request the moment its previous one completes."""
+def closed_loop(latencies_ms: list[float], concurrency: int, delay_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Send times of a closed loop: each slot sends its next request `delay_s` after its previous one completes."""
     free = [0.0] * concurrency
     starts = []
-    for lat in latencies_ms:
+    for i, lat in enumerate(latencies_ms):
         slot = int(np.argmin(free))
-        starts.append(free[slot])
-        free[slot] += lat / 1000.0
+        starts.append(free[slot] + (delay_s if i >= concurrency else 0.0))
+        free[slot] = starts[-1] + lat / 1000.0
     return np.array(starts), np.array(latencies_ms)
 
 
@@ -120,3 +120,28 @@ def test_the_runner_can_window_its_request_records_in_any_order() -> None:
     point = Point("p", "baseline", "chat", "concurrency", 4, None, 20, 0)
     w, verdict = window.measure(point, rows[::-1])
     assert (w.t_start, w.t_end, w.count("steady")) == (1.0, 4.0, 12) and verdict.is_steady
+
+
+def test_a_closed_loop_window_that_sees_fewer_completions_than_slots_is_not_steady() -> None:
+    from llmhost.bench.records import Point, RequestRecord
+    # 2c requests with staggered latencies: the window runs from the c-th completion to the last send, a sliver
+    # holding one completion whose tokens over that sliver would read as a huge throughput
+    lat = [1000.0 + 3.0 * i for i in range(8)] + [1000.0] * 8
+    start, e2e = closed_loop(lat, concurrency=8, delay_s=0.005)  # the client takes 5 ms to send a refill
+    rows = [RequestRecord(float(s), True, "", 100, 256, 50.0, (9.0,) * 255, float(e)) for s, e in zip(start, e2e)]
+    w, verdict = window.measure(Point("p", "baseline", "agent", "concurrency", 8, None, 16, 1), rows)
+    assert w.has_window and w.completed < 8
+    assert not verdict.is_steady and verdict.reasons[0].startswith("window too short: ")
+    # four waves of the same loop: the window sees every slot turn over, and the length rule is silent
+    start, e2e = closed_loop(lat + [1000.0] * 16, concurrency=8, delay_s=0.005)
+    rows = [RequestRecord(float(s), True, "", 100, 256, 50.0, (9.0,) * 255, float(e)) for s, e in zip(start, e2e)]
+    w, verdict = window.measure(Point("p", "baseline", "agent", "concurrency", 8, None, 32, 1), rows)
+    assert w.completed >= 8 and not any(r.startswith("window too short") for r in verdict.reasons)
+
+
+def test_an_open_loop_window_needs_enough_completions_to_check() -> None:
+    start = np.arange(12) * 0.1  # 12 arrivals, 0.1 s apart, 50 ms each: fewer than MIN_OPEN_COMPLETED complete
+    w = window.open_loop_window(start, np.full(12, 50.0), np.ones(12))
+    verdict = window.check_steady(w, start, np.full(12, 20.0), np.ones(12, bool), is_open_loop=True,
+                                  min_completed=window.MIN_OPEN_COMPLETED)
+    assert not verdict.is_steady and "window too short" in verdict.reasons[0]
