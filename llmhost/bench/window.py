@@ -205,8 +205,8 @@ def check_steady(window: Window, start_s: np.ndarray, ttft_ms: np.ndarray, ok: n
     drift, lo, hi = ttft_drift(ttft[inside & (start < mid)], ttft[inside & (start >= mid)], seed)
     reasons = []
     if window.completed < min_completed:
-        reasons.append(f"window too short: {window.completed} completions in {window.duration_s:.2f} s, fewer than "
-                       f"{min_completed} (send more requests: --duration-s)")
+        reasons.append(f"window too short: {window.completed} of the {min_completed} completions it needs, in "
+                       f"{window.duration_s:.2f} s (send more requests: --duration-s)")
     if math.isnan(lo):  # a half without a successful request, or with one only: nothing to compare
         reasons.append("too few successful requests in a window half to check its TTFT")
     elif abs(drift) > 100 * TTFT_DRIFT_TOL and not (lo <= 0.0 <= hi):

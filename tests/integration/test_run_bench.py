@@ -212,7 +212,9 @@ def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_e
     assert code == 0, output[-3000:]
     run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
     assert [(r["attempt"], r["status"]) for r in attempts] == [(1, "failed"), (2, "ok")]
-    assert attempts[1]["summary"]["completed"] == 40 and attempts[1]["summary"]["failed"] == 0
+    # 2 req/s for the 20 s of window plus one request's latency of warm-up (llmhost.bench.points.sized)
+    assert attempts[1]["num_prompts"] == 42
+    assert attempts[1]["summary"]["completed"] == 42 and attempts[1]["summary"]["failed"] == 0
     server = json.loads((run / "servers" / "baseline.json").read_text())
     assert len(server["restarts"]) == 1 and "restarted after baseline.chat.qps.r2.r1 attempt 1" in \
         server["restarts"][0]
