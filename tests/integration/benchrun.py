@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,3 +51,21 @@ def rows(path: Path) -> list[dict]:
 
 def bench(env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([*BENCH, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def kill_mid_point(env: dict, kill) -> tuple[str, int, list[dict]]:
+    """A one-point chat run (20 s of Poisson arrivals) whose server `kill(state_dir)` hits 3 s into the point ->
+    (output, exit code, the run's points.jsonl rows)."""
+    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "chat", "--rates", "2",
+                             "--duration-s", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "baseline.chat.qps.r2.r1: running" in line:
+            break
+    time.sleep(3)  # into the 20 s of arrivals
+    kill(Path(env["WORK_DIR"]) / "server")
+    out, _ = proc.communicate(timeout=180)
+    run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
+    return "".join(lines) + out, proc.returncode, rows(run / "points.jsonl")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchrun import BENCH, REPO, bench, isolated_env
+from benchrun import BENCH, REPO, bench, isolated_env, kill_mid_point
 from benchrun import rows as _rows
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
 
@@ -22,6 +22,50 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh n
 @pytest.fixture
 def env(bench_env):
     return bench_env
+
+
+def _check_points_and_their_requests(run: Path, manifest: dict) -> None:
+    """points.jsonl holds each planned point once, ok, with its requests file: every request ok and in time."""
+    lines = _rows(run / "points.jsonl")
+    assert sorted(r["point_id"] for r in lines) == sorted(p["point_id"] for p in manifest["plan"])
+    for rec in lines:
+        assert rec["status"] == "ok" and rec["attempt"] == 1 and rec["error"] is None
+        assert rec["ended_at"] > rec["started_at"] and rec["cache_flushed"] == (rec["pattern"] != "warm")
+        rows = _rows(run / rec["requests_file"])
+        assert len(rows) == rec["num_prompts"] == rec["summary"]["completed"] + rec["summary"]["failed"]
+        good = [r for r in rows if r["ok"]]
+        # every request succeeds: the stand-in listens with uvicorn's backlog (2048), so 16 at once are no reason
+        # for a reset, and a request that failed would be a bug in the load generator or the stand-in
+        assert len(good) == len(rows) and rec["summary"]["failed"] == 0
+        assert all(rec["started_at"] <= r["start_s"] <= rec["ended_at"] for r in rows)
+        assert all(r["ttft_ms"] > 0 and r["output_tokens"] == 256 and len(r["itl_ms"]) == 255 for r in good)
+        assert all(r["e2e_ms"] >= r["ttft_ms"] for r in good)
+    qps = next(r for r in lines if r["pattern"] == "qps")
+    assert qps["summary"]["offered_rate"] == 8.0 and qps["summary"]["client_bound"] is False
+
+
+def _check_telemetry(run: Path) -> None:
+    """telemetry.jsonl: the server's metrics at 1 Hz and the load generator's CPU, stamped with their points."""
+    telemetry = _rows(run / "telemetry.jsonl")
+    running = [t for t in telemetry if t["name"] == "sglang:num_running_reqs"]
+    assert running and max(t["value"] for t in running) >= 1 and any(t["point_id"] for t in running)
+    stamps = sorted({t["t"] for t in telemetry})
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    assert 0.9 <= gaps[len(gaps) // 2] <= 1.1  # 1 Hz ticks (none while the server restarts: no GPU on CI)
+    client = [t for t in telemetry if t["source"] == "client"]  # the load generator's own CPU, while it runs
+    assert client and all(t["name"] == "loadgen_cpu_pct" and 0 <= t["value"] < 400 for t in client)
+    assert any(t["point_id"] for t in client)
+
+
+def _check_servers_and_toolcalls(run: Path) -> None:
+    """servers/<arm>.json holds each arm's launch flags; toolcalls.jsonl says why each arm's check was skipped."""
+    page16 = json.loads((run / "servers" / "page-16.json").read_text())
+    assert "--page-size 16" in page16["launch_command"] and page16["server_info"]["page_size"] == 16
+    base = json.loads((run / "servers" / "baseline.json").read_text())
+    assert "--page-size" not in base["launch_command"] and base["ready_s"] > 0
+    toolcalls = _rows(run / "toolcalls.jsonl")
+    assert [r["arm"] for r in toolcalls] == ["baseline", "page-16"]
+    assert all(set(r) == {"arm", "skipped"} and "dummy" in r["skipped"] for r in toolcalls)  # random weights
 
 
 def test_a_two_arm_quick_run_writes_the_results_contract(env):
@@ -53,41 +97,9 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     assert [r["event"] for r in sittings if r["event"] != "eta"] == ["began", "boot", "boot", "ended"]
     assert [(r["arm"], r["cause"]) for r in sittings if r["event"] == "boot"] == [("baseline", "plan"),
                                                                                   ("page-16", "plan")]
-
-    lines = _rows(run / "points.jsonl")
-    assert sorted(r["point_id"] for r in lines) == sorted(p["point_id"] for p in manifest["plan"])
-    for rec in lines:
-        assert rec["status"] == "ok" and rec["attempt"] == 1 and rec["error"] is None
-        assert rec["ended_at"] > rec["started_at"] and rec["cache_flushed"] == (rec["pattern"] != "warm")
-        rows = _rows(run / rec["requests_file"])
-        assert len(rows) == rec["num_prompts"] == rec["summary"]["completed"] + rec["summary"]["failed"]
-        good = [r for r in rows if r["ok"]]
-        # every request succeeds: the stand-in listens with uvicorn's backlog (2048), so 16 at once are no reason
-        # for a reset, and a request that failed would be a bug in the load generator or the stand-in
-        assert len(good) == len(rows) and rec["summary"]["failed"] == 0
-        assert all(rec["started_at"] <= r["start_s"] <= rec["ended_at"] for r in rows)
-        assert all(r["ttft_ms"] > 0 and r["output_tokens"] == 256 and len(r["itl_ms"]) == 255 for r in good)
-        assert all(r["e2e_ms"] >= r["ttft_ms"] for r in good)
-    qps = next(r for r in lines if r["pattern"] == "qps")
-    assert qps["summary"]["offered_rate"] == 8.0 and qps["summary"]["client_bound"] is False
-
-    telemetry = _rows(run / "telemetry.jsonl")
-    running = [t for t in telemetry if t["name"] == "sglang:num_running_reqs"]
-    assert running and max(t["value"] for t in running) >= 1 and any(t["point_id"] for t in running)
-    stamps = sorted({t["t"] for t in telemetry})
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
-    assert 0.9 <= gaps[len(gaps) // 2] <= 1.1  # 1 Hz ticks (none while the server restarts: no GPU on CI)
-    client = [t for t in telemetry if t["source"] == "client"]  # the load generator's own CPU, while it runs
-    assert client and all(t["name"] == "loadgen_cpu_pct" and 0 <= t["value"] < 400 for t in client)
-    assert any(t["point_id"] for t in client)
-
-    page16 = json.loads((run / "servers" / "page-16.json").read_text())
-    assert "--page-size 16" in page16["launch_command"] and page16["server_info"]["page_size"] == 16
-    base = json.loads((run / "servers" / "baseline.json").read_text())
-    assert "--page-size" not in base["launch_command"] and base["ready_s"] > 0
-    toolcalls = _rows(run / "toolcalls.jsonl")
-    assert [r["arm"] for r in toolcalls] == ["baseline", "page-16"]
-    assert all(set(r) == {"arm", "skipped"} and "dummy" in r["skipped"] for r in toolcalls)  # random weights
+    _check_points_and_their_requests(run, manifest)
+    _check_telemetry(run)
+    _check_servers_and_toolcalls(run)
 
     # The other side of the contract reads it as written.
     dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=env, cwd=REPO,
@@ -184,24 +196,6 @@ def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_run
     assert built.returncode == 0, built.stderr
     assert "4 recorded of 4 planned (1 of them adaptive repeats" in (run / "dashboard.html").read_text()
     assert "Time vs estimate" not in (run / "dashboard.html").read_text()
-
-
-def kill_mid_point(env: dict, kill) -> tuple[str, int, list[dict]]:
-    """A one-point chat run (20 s of Poisson arrivals) whose server `kill(state_dir)` hits 3 s into the point ->
-    (output, exit code, the run's points.jsonl rows)."""
-    proc = subprocess.Popen([*BENCH, "--quick", "--arms", "baseline", "--workloads", "chat", "--rates", "2",
-                             "--duration-s", "20"], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "baseline.chat.qps.r2.r1: running" in line:
-            break
-    time.sleep(3)  # into the 20 s of arrivals
-    kill(Path(env["WORK_DIR"]) / "server")
-    out, _ = proc.communicate(timeout=180)
-    run = (Path(env["RESULTS_DIR"]) / "bench" / "latest").resolve()
-    return "".join(lines) + out, proc.returncode, _rows(run / "points.jsonl")
 
 
 def test_a_server_killed_mid_point_is_restarted_and_the_point_retried_with_the_event_recorded(env):
