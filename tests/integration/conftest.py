@@ -1,10 +1,19 @@
-"""Fixtures of the integration tests: an isolated toolkit setup for run_bench.py (tests/integration/benchrun.py)."""
+"""Fixtures of the integration tests: an isolated toolkit setup for run_bench.py (tests/integration/benchrun.py)
+and a fake host for setup_host.sh (tests/integration/setup_fakes.py)."""
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 from benchrun import isolated_env
+from setup_fakes import Host, fake_host
 
 
 @pytest.fixture
 def bench_env(tmp_path):
     yield from isolated_env(tmp_path)
+
+
+@pytest.fixture
+def host(repo, tmp_path) -> Iterator[Host]:
+    yield from fake_host(repo, tmp_path)
