@@ -3,10 +3,13 @@ and a fake host for setup_host.sh (tests/integration/setup_fakes.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from benchrun import isolated_env
-from setup_fakes import Host, fake_host
+
+if TYPE_CHECKING:
+    from setup_fakes import Host
 
 
 @pytest.fixture
@@ -16,4 +19,6 @@ def bench_env(tmp_path):
 
 @pytest.fixture
 def host(repo, tmp_path) -> Iterator[Host]:
+    from setup_fakes import fake_host  # uv and the local package indexes: only the setup tests load them
+
     yield from fake_host(repo, tmp_path)
