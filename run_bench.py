@@ -49,7 +49,7 @@ import time
 from llmhost.bench import arms as arms_mod
 from llmhost import config, deps, files, provenance
 from llmhost.bench import budget, costs, dryrun, options, points, preflight, records, runlock, runner, startup_bench
-from llmhost.bench import reckoning, run_end, single_stream, sittings, store, telemetry
+from llmhost.bench import model_shape, reckoning, run_end, single_stream, sittings, store, telemetry
 from llmhost.bench.eta import Eta, fmt_s
 from llmhost.bench.runner import BenchError
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -100,11 +100,13 @@ def open_run(opts: options.Options, cfg: config.Config, model: costs.CostModel) 
 def manifest(run: store.RunStore, opts: options.Options, cfg: config.Config, arms: list[arms_mod.Arm],
              plan: list[points.Point], seed: int, tune: tune_driver.TuneRun | None,
              estimate: records.Estimate | None) -> records.Manifest:
+    shape, shape_note = model_shape.read(cfg.model_dir)  # what a decode step reads, for the dashboard
     return records.Manifest(
         run_id=run.run_id, provenance=provenance.collect(["run_bench.py", *opts.argv], python=cfg.sglang_python),
         config=config.redacted(cfg), seed=seed, slo=opts.slo, arms=tuple(arms),
         workloads=tuple(records.WorkloadRecord.of(WORKLOADS[w]) for w in dict.fromkeys(p.workload for p in plan)),
-        plan=tuple(plan), tune=tune.to_dict() if tune else None, estimate=estimate)
+        plan=tuple(plan), tune=tune.to_dict() if tune else None, estimate=estimate,
+        model_shape=shape, model_shape_note=shape_note)
 
 
 def main(argv: list[str] | None = None) -> int:

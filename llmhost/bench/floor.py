@@ -39,9 +39,7 @@ def weight_bytes(config: dict, model: str) -> int:
     if config.get("num_experts") or config.get("num_local_experts") or config.get("quantization_config"):
         raise ShapeError(f"config.json of {model}: a mixture of experts or quantized weights — the dense bf16 "
                          "weight count does not apply")
-    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
-    if dtype not in DTYPE_BYTES:
-        raise ShapeError(f"config.json of {model}: torch_dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    size = dtype_bytes(config, model)
     try:
         hidden, inter, vocab = (int(config[k]) for k in ("hidden_size", "intermediate_size", "vocab_size"))
     except (KeyError, TypeError, ValueError) as exc:
@@ -49,7 +47,15 @@ def weight_bytes(config: dict, model: str) -> int:
     q_o = 2 * hidden * shape.num_qo_heads * shape.head_dim
     k_v = 2 * hidden * shape.num_kv_heads * shape.head_dim
     mlp = 3 * hidden * inter  # gate, up, down
-    return (shape.num_layers * (q_o + k_v + mlp) + vocab * hidden) * DTYPE_BYTES[dtype]
+    return (shape.num_layers * (q_o + k_v + mlp) + vocab * hidden) * size
+
+
+def dtype_bytes(config: dict, model: str) -> int:
+    """Bytes per weight of the config's torch_dtype (bf16 when unstated); ShapeError (one line) for another."""
+    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    if dtype not in DTYPE_BYTES:
+        raise ShapeError(f"config.json of {model}: torch_dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
 
 
 def weight_bytes_of_dir(model_dir: str | Path) -> int:

@@ -29,6 +29,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from llmhost import files
 from llmhost.bench.arms import Arm
+from llmhost.bench.model_shape import ModelShape
 from llmhost.bench.workloads import Kind, Workload
 from llmhost.provenance import Provenance, utc_now
 
@@ -335,6 +336,10 @@ class Manifest(Record):
     startup_restarts: int | None = None  # a --startup run: restarts per arm, no points (llmhost.bench.startup_bench)
     estimate: Estimate | None = None  # the dry run's estimate of the plan; None: a tune, or a run made before
     single_stream_requests: int | None = None  # a --single-stream run: requests per arm (llmhost.bench.single_stream)
+    # the served model's layers, KV heads, head size, dtype and weight bytes (llmhost.bench.model_shape); None: a
+    # run made before, or a config.json it cannot count, model_shape_note then says why ("" for the former)
+    model_shape: ModelShape | None = None
+    model_shape_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

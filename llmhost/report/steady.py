@@ -37,6 +37,7 @@ class RepeatWindow:
     client_cpu_pct: float = math.nan  # the load generator's mean CPU over the window, % of one core
     arrivals: waves.Waves = waves.Waves(math.nan, math.nan, 0)  # how the window's requests were sent (lockstep?)
     itl: tuple[float, float] = (math.nan, math.nan)  # SGLang's mean time per output token over the window, client's
+    tokens: tuple[float, float] = (math.nan, math.nan)  # mean prompt, output tokens of its successful requests
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -67,9 +68,15 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     cpu = client_overhead.client_cpu_pct(telemetry, point.point_id, w.t_start, w.t_end)
     itl = client_overhead.itl_means(telemetry, point.point_id, w.t_start, w.t_end, first, end,
                                     r.output_tokens[order][timed])
+    done = in_window & ok
+    tokens = (_mean_of(r.prompt_tokens[order][done]), _mean_of(r.output_tokens[order][done]))
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
-                        waves.find(start[in_window]), itl)
+                        waves.find(start[in_window]), itl, tokens)
+
+
+def _mean_of(values: np.ndarray) -> float:
+    return float(values.mean()) if values.size else math.nan
 
 
 def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, list[RepeatWindow]]:
@@ -80,14 +87,17 @@ def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, l
 
 def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
     """The measuring side's share over the steady repeats' windows: client and SGLang mean TTFT (weighted by the
-    requests SGLang counted), the load generator's CPU, and client and SGLang time per token after the first."""
+    requests SGLang counted), the load generator's CPU, client and SGLang time per token after the first, and the
+    mean prompt and output tokens of a successful request (what a decode step's KV reads scale with)."""
     seen = [r.server_ttft for r in steady if r.server_ttft[2] and math.isfinite(r.server_ttft[1])]
     n = sum(c for _, _, c in seen)
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
             "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n,
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
             "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
-            "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}
+            "client_itl_mean_ms": _mean([r.itl[1] for r in steady]),
+            "prompt_tokens_mean": _mean([r.tokens[0] for r in steady]),
+            "output_tokens_mean": _mean([r.tokens[1] for r in steady])}
 
 
 def _wave_fields(g: Group, steady: list[RepeatWindow]) -> dict[str, Any]:

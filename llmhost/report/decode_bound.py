@@ -1,0 +1,117 @@
+"""What bounds a decode step at each steady closed-loop load: the bytes it must read against the time it took.
+Pure: a run's manifest (model shape, GPU), its servers' KV cache dtype and the steady rows (llmhost.report.steady)
+in, plain-dict rows out (the dashboard renders them; summary.json carries them).
+
+Every decode step reads the weights once and, for each running request, that request's whole KV context: FlashInfer's
+paged decode reads a request's pages even where its prefix is shared with other requests. At a closed-loop
+concurrency c with mean context L tokens (prompt + half the output, the mean over a request's decode steps):
+
+    KV read per step = c x L x (layers x 2 x KV heads x head_dim x KV dtype bytes)
+    Qwen3-4B, agent c=64 (H200):  64 x 4,579 x 147,456 B = 43.2 GB / 4.8 TB/s = 9.0 ms
+    weight read per step = 8.04 GB / 4.8 TB/s = 1.68 ms       roofline step = 10.7 ms, measured 10.0 ms
+
+c is what the closed loop keeps in flight; a step that runs fewer (a request between turns, or in prefill) reads
+less, so the floor may exceed the measured step by a little.
+
+set against the measured step: SGLang's own mean time per output token over the steady window (its
+inter-token-latency histogram), else the client's. A roofline near the measured step says memory reads bind and
+names which bytes to cut; one far below says compute or overhead binds instead.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llmhost.bench.model_shape import ModelShape
+from llmhost.fi import gpu_specs
+from llmhost.report.load import Run
+
+# The roofline must explain at least half the measured step before the reading names the bytes as the bound:
+# below that, more than half the step is something else (compute, launch overhead, scheduling), and cutting bytes
+# would shorten the step by less than that something else.
+MEMORY_BOUND_SHARE = 0.5
+# KV cache dtypes by bytes per element (SGLang's --kv-cache-dtype; "auto" is the model's dtype, any "fp8_*" 1).
+# FP4 and MX formats carry block scales besides their elements and are not counted.
+KV_DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "float16": 2}
+
+
+def kv_dtype(run: Run, arm: str) -> str:
+    """The arm's --kv-cache-dtype as its server reported it; "auto" when no server record says."""
+    server = run.servers.get(arm)
+    return str(server.server_info.get("kv_cache_dtype") or "auto") if server else "auto"
+
+
+def kv_dtype_bytes(dtype: str, shape: ModelShape) -> int | None:
+    """Bytes per KV element of a --kv-cache-dtype value; None for one this count does not cover."""
+    if dtype == "auto":
+        return shape.dtype_bytes
+    return 1 if dtype.startswith("fp8") else KV_DTYPE_BYTES.get(dtype)
+
+
+def unavailable(run: Run) -> str:
+    """Why no step can be set against its byte floor ("" when the manifest has what it takes)."""
+    manifest = run.manifest
+    if manifest.model_shape is None:
+        return ("this run recorded no model shape " + (f"({manifest.model_shape_note})" if manifest.model_shape_note
+                                                        else "(it predates the record: run ./run_bench.py again)"))
+    return ""
+
+
+def peak_gb_s(run: Run) -> float | None:
+    spec = gpu_specs.lookup(run.manifest.provenance.gpu.name)
+    return spec.peak_gb_s if spec else None
+
+
+def measured_step(row: dict[str, Any]) -> tuple[float, str]:
+    """(ms, whose): SGLang's mean time per output token, else the client's; (nan, "") when neither was measured."""
+    for key, whose in (("server_itl_mean_ms", "SGLang"), ("client_itl_mean_ms", "client")):
+        value = row.get(key)
+        if value is not None and math.isfinite(value):
+            return float(value), whose
+    return math.nan, ""
+
+
+def _ms(n_bytes: float, peak: float | None) -> float:
+    return n_bytes / (peak * 1e9) * 1e3 if peak else math.nan
+
+
+def reading(kv_ms: float, weights_ms: float, measured_ms: float, kv_bytes_each: int) -> str:
+    """One line: which reads bound the step, or that the step is far above its byte floor."""
+    roofline = kv_ms + weights_ms
+    if not (math.isfinite(roofline) and math.isfinite(measured_ms) and measured_ms > 0):
+        return "no step time to compare" if math.isfinite(roofline) else "no peak bandwidth for this GPU"
+    if roofline < MEMORY_BOUND_SHARE * measured_ms:
+        return f"the step is {measured_ms / roofline:.1f}× its byte floor: compute or overhead, not memory, binds"
+    if kv_ms > weights_ms:
+        lever = "FP8 KV" if kv_bytes_each > 1 else "shorter contexts or fewer running requests"
+        return (f"KV reads {kv_ms:.1f} of {measured_ms:.1f} ms: fewer KV bytes per step ({lever}) would do more "
+                "here than scheduling")
+    return (f"weight reads {weights_ms:.1f} of {measured_ms:.1f} ms bound it: a larger batch shares them over more "
+            "tokens")
+
+
+def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | None) -> dict[str, Any]:
+    """One steady closed-loop row's step: bytes read, their time at peak bandwidth, the measured step."""
+    context = row["prompt_tokens_mean"] + row["output_tokens_mean"] / 2
+    each = kv_dtype_bytes(dtype, shape)
+    per_token = shape.kv_bytes_per_token(each) if each else None
+    kv_bytes = row["concurrency"] * context * per_token if per_token else math.nan
+    kv_ms, weights_ms = _ms(kv_bytes, peak), _ms(shape.weight_bytes, peak)
+    measured, whose = measured_step(row)
+    line = reading(kv_ms, weights_ms, measured, each) if each else f"KV cache dtype {dtype} is not counted here"
+    return {"arm": row["arm"], "workload": row["workload"], "load": row["load"], "concurrency": row["concurrency"],
+            "context_tokens": context, "kv_cache_dtype": dtype, "kv_bytes_per_token": per_token,
+            "kv_bytes": kv_bytes, "weight_bytes": shape.weight_bytes, "weights_ms": weights_ms, "kv_ms": kv_ms,
+            "roofline_ms": kv_ms + weights_ms, "measured_ms": measured, "measured_by": whose,
+            "kv_share_pct": 100 * kv_ms / measured if measured > 0 else math.nan, "reading": line}
+
+
+def bound_rows(run: Run, steady_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row per steady closed-loop point (at least one steady repeat); none when the run has no model shape."""
+    shape = run.manifest.model_shape
+    if shape is None:
+        return []
+    peak = peak_gb_s(run)
+    return [bound_row(r, shape, kv_dtype(run, r["arm"]), peak) for r in steady_rows
+            if r["pattern"] == "concurrency" and r["concurrency"] and r["repeats_steady"]
+            and math.isfinite(r["prompt_tokens_mean"])]
