@@ -225,7 +225,8 @@ def make_run(root: Path, *, run_id: str = "20261129-120000", seed: int = 0, arms
         cmd = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-4B", "--port", "30000",
                "--config", "<redacted>", *arm["flags"]]
         info = {"model_path": "Qwen/Qwen3-4B", "attention_backend": "triton" if arm["name"] == "triton" else
-                "flashinfer", "disable_radix_cache": arm["name"] == "no-prefix-cache", "chunked_prefill_size": 8192}
+                "flashinfer", "disable_radix_cache": arm["name"] == "no-prefix-cache", "chunked_prefill_size": 8192,
+                "kv_cache_dtype": "fp8_e4m3" if arm["name"] == "fp8-kv" else "auto"}
         server = {"arm": arm["name"], "launch_command": cmd, "server_info": info, "started_at": clock,
                   "ready_s": 74.8}
         (run / "servers").mkdir(parents=True, exist_ok=True)

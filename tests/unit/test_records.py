@@ -8,6 +8,7 @@ import pytest
 
 from fixtures_bench import make_run
 from llmhost.bench import arms, points, records
+from llmhost.bench.model_shape import ModelShape
 from llmhost.bench.records import (Manifest, PointRecord, PointSummary, RecordError, RequestRecord, ServerRecord,
                                    TelemetrySample, ToolCallCase, ToolCallSkipped, WorkloadRecord)
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -55,6 +56,11 @@ def _through_json(record: object) -> dict:
     (Manifest("r", PROVENANCE, {}, 1, None, (), (), (POINT,),
               estimate=records.Estimate(1234.5, True, "calibrated on this host's last 1 run(s)", 2, 1200.0)),
      Manifest.from_dict),
+    (Manifest("r", PROVENANCE, {}, 1, None, (), (), (), model_shape=ModelShape(36, 8, 128, 2, 8_044_544_000)),
+     Manifest.from_dict),
+    (Manifest("r", PROVENANCE, {}, 1, None, (), (), (),
+              model_shape_note="config.json of m lacks an attention field ('num_attention_heads')"),
+     Manifest.from_dict),
 ])
 def test_every_record_type_reads_back_equal_to_what_was_written(record, read):
     assert read(_through_json(record)) == record
@@ -73,6 +79,7 @@ def test_runs_written_before_records_had_types_still_read(tmp_path):
     run = make_run(tmp_path, n=4, repeats=1, torn=False)
     manifest = Manifest.from_dict(json.loads((run / "manifest.json").read_text()))
     assert manifest.provenance.git_dirty is None and manifest.arms[0].is_baseline
+    assert manifest.model_shape is None and manifest.model_shape_note == ""  # recorded only since it had a field
     failed = [PointRecord.from_dict(json.loads(line)) for line in (run / "points.jsonl").read_text().splitlines()]
     assert any(p.status == "failed" for p in failed)
     server = ServerRecord.from_dict(json.loads((run / "servers" / "triton.json").read_text()))

@@ -1,0 +1,130 @@
+"""What bounds a decode step: the KV and weight bytes a step reads at the GPU's peak bandwidth against the measured
+step, with Qwen3-4B's shape on an H200 (agent c=64: 41 GB of KV, 8.55 ms; 8.04 GB of weights, 1.68 ms), the
+reading's three cases, and what the page says when the shape or the GPU's bandwidth is missing."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from fixtures_bench import make_run
+from llmhost import stats
+from llmhost.bench import model_shape
+from llmhost.bench.model_shape import ModelShape
+from llmhost.provenance import Gpu
+from llmhost.report import decode_bound, decode_bound_page, load, steady, tables
+
+QWEN3_4B = ModelShape(num_layers=36, num_kv_heads=8, head_dim=128, dtype_bytes=2, weight_bytes=8_044_544_000)
+H200_GB_S = 4800.0
+# agent c=64 on the H200: ~4.1k-token system prompt + question = 4,222 prompt tokens, 256 output: 4,350 context
+AGENT_C64 = {"arm": "baseline", "workload": "agent", "pattern": "concurrency", "load": "c=64", "concurrency": 64,
+             "repeats_steady": 2, "prompt_tokens_mean": 4222.0, "output_tokens_mean": 256.0,
+             "server_itl_mean_ms": 10.09, "client_itl_mean_ms": 10.6}
+
+
+def test_qwen3_4b_at_agent_c64_reads_41_gb_of_kv_a_step_and_that_binds_it() -> None:
+    assert QWEN3_4B.kv_bytes_per_token(2) == 147_456  # 36 layers x 2 (K, V) x 8 heads x 128 x 2 bytes
+    row = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)
+    assert row["context_tokens"] == 4350.0 and row["kv_bytes"] == pytest.approx(41.05e9, rel=1e-3)
+    assert row["kv_ms"] == pytest.approx(8.55, abs=0.01) and row["weights_ms"] == pytest.approx(1.68, abs=0.01)
+    assert row["roofline_ms"] == pytest.approx(10.23, abs=0.01)
+    assert (row["measured_ms"], row["measured_by"]) == (10.09, "SGLang")
+    assert row["kv_share_pct"] == pytest.approx(84.7, abs=0.1)
+    assert row["reading"] == ("KV reads 8.6 of 10.1 ms: fewer KV bytes per step (FP8 KV) would do more here than "
+                              "scheduling")
+
+
+def test_an_fp8_kv_cache_halves_the_kv_reads_and_the_weights_stay() -> None:
+    bf16 = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)
+    fp8 = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "fp8_e4m3", H200_GB_S)
+    assert fp8["kv_bytes_per_token"] == 73_728 and fp8["kv_ms"] == pytest.approx(bf16["kv_ms"] / 2)
+    assert fp8["weights_ms"] == bf16["weights_ms"]
+    assert "FP8 KV" not in fp8["reading"] and "shorter contexts" in fp8["reading"]  # already one byte
+
+
+def test_a_kv_dtype_the_count_does_not_cover_says_so_instead_of_guessing() -> None:
+    row = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "fp4_e2m1", H200_GB_S)
+    assert row["kv_bytes_per_token"] is None and math.isnan(row["kv_ms"])
+    assert row["reading"] == "KV cache dtype fp4_e2m1 is not counted here"
+
+
+def test_without_sglangs_step_time_the_clients_is_used_and_named() -> None:
+    row = decode_bound.bound_row({**AGENT_C64, "server_itl_mean_ms": math.nan}, QWEN3_4B, "auto", H200_GB_S)
+    assert (row["measured_ms"], row["measured_by"]) == (10.6, "client")
+    none = decode_bound.bound_row({**AGENT_C64, "server_itl_mean_ms": None, "client_itl_mean_ms": math.nan},
+                                  QWEN3_4B, "auto", H200_GB_S)
+    assert none["measured_by"] == "" and none["reading"] == "no step time to compare"
+
+
+def test_an_unknown_gpu_keeps_the_bytes_and_gives_no_milliseconds() -> None:
+    row = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", None)
+    assert row["kv_bytes"] == pytest.approx(41.05e9, rel=1e-3) and math.isnan(row["kv_ms"])
+    assert row["reading"] == "no peak bandwidth for this GPU"
+
+
+@pytest.mark.parametrize("kv_ms,weights_ms,measured_ms,reading", [
+    (8.55, 1.68, 10.09, "KV reads 8.6 of 10.1 ms: fewer KV bytes per step (FP8 KV) would do more here than "
+                        "scheduling"),
+    (0.3, 1.68, 2.5, "weight reads 1.7 of 2.5 ms bound it: a larger batch shares them over more tokens"),
+    (0.3, 1.68, 10.0, "the step is 5.1× its byte floor: compute or overhead, not memory, binds"),
+])
+def test_the_reading_names_the_kv_reads_the_weight_reads_or_neither(kv_ms, weights_ms, measured_ms,
+                                                                    reading) -> None:
+    assert decode_bound.reading(kv_ms, weights_ms, measured_ms, kv_bytes_each=2) == reading
+
+
+def test_the_shape_is_read_from_config_json_and_a_config_it_cannot_count_gives_none_and_why(tmp_path: Path) -> None:
+    model = tmp_path / "Qwen3-4B"
+    model.mkdir()
+    config = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "torch_dtype": "bfloat16"}
+    (model / "config.json").write_text(json.dumps(config))
+    assert model_shape.read(model) == (QWEN3_4B, "")
+    (model / "config.json").write_text(json.dumps({**config, "num_experts": 128}))
+    shape, why = model_shape.read(model)
+    assert shape is None and "a mixture of experts or quantized weights" in why
+    (model / "config.json").write_text("{}")
+    assert model_shape.read(model) == (None, "config.json of Qwen3-4B lacks an attention field "
+                                             "('num_attention_heads')")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> load.Run:
+    return load.load_run(make_run(tmp_path_factory.mktemp("runs"), n=48, repeats=2, torn=False))
+
+
+def _with(run: load.Run, **manifest: object) -> load.Run:
+    return dataclasses.replace(run, manifest=dataclasses.replace(run.manifest, **manifest))
+
+
+def _steady_rows(run: load.Run) -> list[dict]:
+    groups = tables.build_groups(run)
+    return steady.steady_rows(groups, steady.window_groups(run, groups), stats.Slo(500.0, 20.0, 99.0))
+
+
+def test_every_steady_closed_loop_point_gets_a_row_from_its_own_requests(run: load.Run) -> None:
+    rows = _steady_rows(run)
+    bound = decode_bound.bound_rows(_with(run, model_shape=QWEN3_4B), rows)
+    closed = [r for r in rows if r["pattern"] == "concurrency" and r["repeats_steady"]]
+    assert bound and len(bound) == len(closed)
+    for b, r in zip(bound, closed):
+        assert b["context_tokens"] == r["prompt_tokens_mean"] + r["output_tokens_mean"] / 2
+        assert b["kv_cache_dtype"] == decode_bound.kv_dtype(run, r["arm"])
+        assert b["kv_ms"] > 0 and b["weights_ms"] == pytest.approx(1.676, abs=1e-3)  # the fixture's H200
+    assert any(b["kv_cache_dtype"].startswith("fp8") and b["kv_bytes_per_token"] == 73_728 for b in bound)
+
+
+def test_the_page_says_why_it_cannot_tell_for_an_older_run_or_an_unknown_gpu(run: load.Run) -> None:
+    rows = _steady_rows(run)
+    older = decode_bound_page.section_html(run, decode_bound.bound_rows(run, rows))
+    assert "Not available: this run recorded no model shape (it predates the record" in older
+    uncounted = _with(run, model_shape_note="config.json of m: a mixture of experts or quantized weights")
+    assert "no model shape (config.json of m: a mixture of experts" in decode_bound_page.section_html(uncounted, [])
+    unknown = _with(run, model_shape=QWEN3_4B,
+                    provenance=dataclasses.replace(run.manifest.provenance, gpu=Gpu("Mystery X1", 1, None, None)))
+    html = decode_bound_page.section_html(unknown, decode_bound.bound_rows(unknown, rows))
+    assert "GPU Mystery X1 has no datasheet bandwidth" in html and "<table>" in html
+    assert "is still read once per request by the decode kernel" in html
