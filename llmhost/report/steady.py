@@ -87,16 +87,20 @@ def window_groups(run: Run, groups: list[Group], seed: int = 0) -> dict[tuple, l
 
 def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
     """The measuring side's share over the steady repeats' windows: client and SGLang mean TTFT (weighted by the
-    requests SGLang counted), the load generator's CPU, client and SGLang time per token after the first, and the
-    mean prompt and output tokens of a successful request (what a decode step's KV reads scale with)."""
+    requests SGLang counted), the load generator's CPU, and client and SGLang time per token after the first."""
     seen = [r.server_ttft for r in steady if r.server_ttft[2] and math.isfinite(r.server_ttft[1])]
     n = sum(c for _, _, c in seen)
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
             "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n,
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
             "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
-            "client_itl_mean_ms": _mean([r.itl[1] for r in steady]),
-            "prompt_tokens_mean": _mean([r.tokens[0] for r in steady]),
+            "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}
+
+
+def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:
+    """Mean prompt and output tokens of a successful request over the steady windows (what a decode step's KV reads
+    scale with, llmhost.report.decode_bound)."""
+    return {"prompt_tokens_mean": _mean([r.tokens[0] for r in steady]),
             "output_tokens_mean": _mean([r.tokens[1] for r in steady])}
 
 
@@ -144,7 +148,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_goodput_pct", good),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
-        **_measuring_side_fields(steady), **_wave_fields(g, steady),
+        **_measuring_side_fields(steady), **_wave_fields(g, steady), **_token_fields(steady),
         "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
         "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),
         "per_repeat": [{"repeat": r.repeat, "is_steady": r.is_steady,
