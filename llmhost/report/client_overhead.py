@@ -97,3 +97,17 @@ def client_cpu_pct(telemetry: Sequence[TelemetrySample], point_id: str, t_start:
     values = [s.value for s in telemetry
               if s.source == "client" and s.name == CLIENT_CPU and s.point_id == point_id and t_start < s.t <= t_end]
     return sum(values) / len(values) if values else math.nan
+
+
+RUNNING = "sglang:num_running_reqs"
+
+
+def running_mean(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float) -> float:
+    """SGLang's running-requests gauge over the ticks in (t_start, t_end], summed over workers per tick, then averaged:
+    how many requests a decode step really carried (a closed loop's c minus those between turns or in prefill);
+    nan without a tick."""
+    per_tick: dict[float, float] = {}
+    for s in telemetry:
+        if s.source == "metrics" and s.name == RUNNING and s.point_id == point_id and t_start < s.t <= t_end:
+            per_tick[s.t] = per_tick.get(s.t, 0.0) + s.value
+    return sum(per_tick.values()) / len(per_tick) if per_tick else math.nan

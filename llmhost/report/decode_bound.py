@@ -10,10 +10,17 @@ concurrency c with mean context L tokens (prompt + half the output, the mean ove
     Qwen3-4B, agent c=64 (H200):  64 x 4,579 x 147,456 B = 43.2 GB / 4.8 TB/s = 9.0 ms
     weight read per step = 8.04 GB / 4.8 TB/s = 1.68 ms       roofline step = 10.7 ms, measured 10.0 ms
 
-c is what the closed loop keeps in flight; a step that runs fewer (a request between turns, or in prefill) reads
-less, so the floor may exceed the measured step by a little.
+These are the bytes the kernels ask for. A measured step below their floor means the GPU served part of them from
+its L2 cache rather than HBM: requests of one prefix group decode side by side and ask for the same prefix pages
+(agent c=64 on the H200: floor 10.7 ms, measured 10.0 ms, 64 running). The reading stays the same: the KV bytes
+are what the step spends its time on.
 
-set against the measured step: SGLang's own mean time per output token over the steady window (its
+The requests a step carries are SGLang's own running-requests gauge over the steady window (telemetry) when it was
+sampled, else the closed loop's c: a request between turns or in prefill is not decoding, so c overstates the
+batch (agent c=64 on the H200: 45 of 64 running on average over a whole point, start-up and drain included; 64
+inside its steady window).
+
+The floor is set against the measured step: SGLang's own mean time per output token over the steady window (its
 inter-token-latency histogram), else the client's. A roofline near the measured step says memory reads bind and
 names which bytes to cut; one far below says compute or overhead binds instead.
 """
@@ -71,6 +78,14 @@ def measured_step(row: dict[str, Any]) -> tuple[float, str]:
     return math.nan, ""
 
 
+def running_requests(row: dict[str, Any]) -> tuple[float, str]:
+    """(requests per decode step, whose): SGLang's running-requests gauge over the window, else the concurrency."""
+    value = row.get("running_reqs_mean")
+    if value is not None and math.isfinite(value) and value > 0:
+        return float(value), "SGLang"
+    return float(row["concurrency"]), "c"
+
+
 def _ms(n_bytes: float, peak: float | None) -> float:
     return n_bytes / (peak * 1e9) * 1e3 if peak else math.nan
 
@@ -95,12 +110,14 @@ def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | 
     context = row["prompt_tokens_mean"] + row["output_tokens_mean"] / 2
     each = kv_dtype_bytes(dtype, shape)
     per_token = shape.kv_bytes_per_token(each) if each else None
-    kv_bytes = row["concurrency"] * context * per_token if per_token else math.nan
+    running, running_by = running_requests(row)
+    kv_bytes = running * context * per_token if per_token else math.nan
     kv_ms, weights_ms = _ms(kv_bytes, peak), _ms(shape.weight_bytes, peak)
     measured, whose = measured_step(row)
     line = reading(kv_ms, weights_ms, measured, each) if each else f"KV cache dtype {dtype} is not counted here"
     return {"arm": row["arm"], "workload": row["workload"], "load": row["load"], "concurrency": row["concurrency"],
-            "context_tokens": context, "kv_cache_dtype": dtype, "kv_bytes_per_token": per_token,
+            "running": running, "running_by": running_by, "context_tokens": context, "kv_cache_dtype": dtype,
+            "kv_bytes_per_token": per_token,
             "kv_bytes": kv_bytes, "weight_bytes": shape.weight_bytes, "weights_ms": weights_ms, "kv_ms": kv_ms,
             "roofline_ms": kv_ms + weights_ms, "measured_ms": measured, "measured_by": whose,
             "kv_share_pct": 100 * kv_ms / measured if measured > 0 else math.nan, "reading": line}

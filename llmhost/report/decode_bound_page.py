@@ -9,14 +9,16 @@ from llmhost.report.load import Run
 from llmhost.report.page import esc, num
 
 INTRO = ("<p class=read>Each decode step reads the weights once and, for every running request, that request's whole "
-         "KV context — a prefix shared with other requests is still read once per request by the decode kernel. So "
-         "at concurrency c: KV ms = c × context tokens (mean prompt + half the mean output, over the steady window's "
-         "successful requests) × KV bytes per token (layers × 2 × KV heads × head_dim × the arm's KV cache dtype "
-         "bytes) / the GPU's datasheet bandwidth, weights ms = weight bytes / the same bandwidth, and their sum is "
-         "the step's byte floor (roofline), set against the measured step: SGLang's own mean time per output token "
-         "over the steady window (else the client's). c is what the closed loop keeps in flight: a step that runs "
-         "fewer (a request between turns, or in prefill) reads less, so the floor may exceed it a little. A floor "
-         "that explains most of the step says memory reads bind and which bytes to cut; one under "
+         "KV context — a prefix shared with other requests is still asked for once per request by the decode "
+         "kernel. So with n requests running: KV ms = n × context tokens (mean prompt + half the mean output, over "
+         "the steady window's successful requests) × KV bytes per token (layers × 2 × KV heads × head_dim × the "
+         "arm's KV cache dtype bytes) / the GPU's datasheet bandwidth, weights ms = weight bytes / the same "
+         "bandwidth, and their sum is the step's byte floor (roofline), set against the measured step: SGLang's own "
+         "mean time per output token over the steady window (else the client's). n is SGLang's running-requests "
+         "gauge over the window (else the concurrency c, which overstates it: a request between turns or in prefill "
+         "is not decoding). A measured step below its floor means the GPU's L2 cache served part of the shared "
+         "prefix pages the requests asked for. A floor that explains most of the step says memory reads bind and "
+         "which bytes to cut; one under "
          f"{decode_bound.MEMORY_BOUND_SHARE:.0%} of it says compute or overhead binds instead.</p>")
 
 
@@ -26,6 +28,7 @@ def _gb(n_bytes: Any) -> str:
 
 COLUMNS: list[tuple[str, page.Cell]] = [
     ("Arm", lambda r: esc(r["arm"])), ("Workload", lambda r: esc(r["workload"])), ("Load", lambda r: esc(r["load"])),
+    ("Running", lambda r: num(r["running"], 1) + (" <span class=noise>(c)</span>" if r["running_by"] == "c" else "")),
     ("Context tokens", lambda r: num(r["context_tokens"], 0)), ("KV dtype", lambda r: esc(r["kv_cache_dtype"])),
     ("KV B/token", lambda r: num(r["kv_bytes_per_token"], 0)), ("KV GB/step", lambda r: _gb(r["kv_bytes"])),
     ("Weights GB", lambda r: _gb(r["weight_bytes"])), ("Weights ms", lambda r: num(r["weights_ms"], 2)),

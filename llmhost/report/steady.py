@@ -38,6 +38,7 @@ class RepeatWindow:
     arrivals: waves.Waves = waves.Waves(math.nan, math.nan, 0)  # how the window's requests were sent (lockstep?)
     itl: tuple[float, float] = (math.nan, math.nan)  # SGLang's mean time per output token over the window, client's
     tokens: tuple[float, float] = (math.nan, math.nan)  # mean prompt, output tokens of its successful requests
+    running: float = math.nan  # SGLang's mean running requests over the window (telemetry), nan without it
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -72,7 +73,8 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     tokens = (_mean_of(r.prompt_tokens[order][done]), _mean_of(r.output_tokens[order][done]))
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
-                        waves.find(start[in_window]), itl, tokens)
+                        waves.find(start[in_window]), itl, tokens,
+                        client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end))
 
 
 def _mean_of(values: np.ndarray) -> float:
@@ -101,7 +103,8 @@ def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:
     """Mean prompt and output tokens of a successful request over the steady windows (what a decode step's KV reads
     scale with, llmhost.report.decode_bound)."""
     return {"prompt_tokens_mean": _mean([r.tokens[0] for r in steady]),
-            "output_tokens_mean": _mean([r.tokens[1] for r in steady])}
+            "output_tokens_mean": _mean([r.tokens[1] for r in steady]),
+            "running_reqs_mean": _mean([r.running for r in steady])}
 
 
 def _wave_fields(g: Group, steady: list[RepeatWindow]) -> dict[str, Any]:

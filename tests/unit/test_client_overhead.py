@@ -126,3 +126,12 @@ def test_time_per_token_is_sglangs_itl_counters_beside_the_requests_streamed_who
     assert client == pytest.approx(1000 * (2.5 + 2.6) / (200 + 260))
     assert client_overhead.itl_means([], POINT, 102.2, 108.9, first, end, tokens) == (pytest.approx(math.nan,
                                                                                                      nan_ok=True),) * 2
+
+
+def test_the_running_gauge_is_summed_over_workers_per_tick_and_averaged_over_the_windows_ticks():
+    def gauge(t, worker, value, point="p"):
+        return TelemetrySample(t, "metrics", "sglang:num_running_reqs", {"worker": worker}, value, point)
+    samples = [gauge(1.0, "w0", 30), gauge(1.0, "w1", 34), gauge(2.0, "w0", 32), gauge(2.0, "w1", 32),
+               gauge(3.0, "w0", 10), gauge(2.0, "w0", 99, point="other")]
+    assert client_overhead.running_mean(samples, "p", 0.5, 2.5) == 64.0  # ticks 1 and 2: 64 each, the rest outside
+    assert math.isnan(client_overhead.running_mean(samples, "p", 3.5, 9.0))

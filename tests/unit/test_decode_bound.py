@@ -37,6 +37,17 @@ def test_qwen3_4b_at_agent_c64_reads_41_gb_of_kv_a_step_and_that_binds_it() -> N
                               "scheduling")
 
 
+def test_sglangs_running_gauge_counts_the_requests_a_step_carries_when_it_was_sampled() -> None:
+    # with no gauge the closed loop's c stands in, and says so
+    assert decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)["running_by"] == "c"
+    row = decode_bound.bound_row({**AGENT_C64, "running_reqs_mean": 48.0}, QWEN3_4B, "auto", H200_GB_S)
+    assert (row["running"], row["running_by"]) == (48.0, "SGLang")
+    assert row["kv_bytes"] == pytest.approx(48 * 4350 * 147_456) and row["kv_ms"] == pytest.approx(8.55 * 48 / 64,
+                                                                                                    abs=0.01)
+    assert decode_bound.bound_row({**AGENT_C64, "running_reqs_mean": math.nan}, QWEN3_4B, "auto",
+                                  H200_GB_S)["running_by"] == "c"
+
+
 def test_an_fp8_kv_cache_halves_the_kv_reads_and_the_weights_stay() -> None:
     bf16 = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)
     fp8 = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "fp8_e4m3", H200_GB_S)
@@ -127,4 +138,4 @@ def test_the_page_says_why_it_cannot_tell_for_an_older_run_or_an_unknown_gpu(run
                     provenance=dataclasses.replace(run.manifest.provenance, gpu=Gpu("Mystery X1", 1, None, None)))
     html = decode_bound_page.section_html(unknown, decode_bound.bound_rows(unknown, rows))
     assert "GPU Mystery X1 has no datasheet bandwidth" in html and "<table>" in html
-    assert "is still read once per request by the decode kernel" in html
+    assert "is still asked for once per request by the decode kernel" in html
