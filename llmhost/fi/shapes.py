@@ -54,7 +54,7 @@ def read_config(path: str | Path) -> dict:
         config = json.loads(config_file.read_text())
     except FileNotFoundError:
         raise ShapeError(f"{config_file} not found (set MODEL_DIR or --model-dir to a model directory)") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 (JSONDecodeError, UnicodeDecodeError)
         raise ShapeError(f"{config_file} is unreadable: {exc}") from None
     if not isinstance(config, dict):
         raise ShapeError(f"{config_file} is not a JSON object")

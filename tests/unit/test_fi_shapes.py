@@ -34,6 +34,13 @@ def test_missing_config_is_a_one_line_error_naming_the_setting(tmp_path):
         shapes.from_model_dir(tmp_path)
 
 
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe not utf-8", b"[1, 2]"])
+def test_an_unreadable_config_is_a_one_line_error_not_a_traceback(tmp_path, content):
+    (tmp_path / "config.json").write_bytes(content)
+    with pytest.raises(shapes.ShapeError, match="config.json"):
+        shapes.read_config(tmp_path)
+
+
 def test_heads_that_do_not_divide_are_rejected():
     with pytest.raises(shapes.ShapeError, match="multiple"):
         shapes.from_config({"hidden_size": 10, "num_attention_heads": 6, "num_key_value_heads": 4,
