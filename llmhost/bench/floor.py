@@ -29,7 +29,12 @@ class Floor:
     @property
     def ms(self) -> float | None:
         """weight_bytes / peak bandwidth, in ms: 8.04e9 B / 4.8e12 B/s = 1.68 ms."""
-        return self.weight_bytes / (self.peak_gb_s * 1e9) * 1e3 if self.peak_gb_s else None
+        return read_ms(self.weight_bytes, self.peak_gb_s)
+
+
+def read_ms(n_bytes: float, peak_gb_s: float | None) -> float | None:
+    """Milliseconds to read n_bytes at peak_gb_s (GB/s); None without a bandwidth."""
+    return n_bytes / (peak_gb_s * 1e9) * 1e3 if peak_gb_s else None
 
 
 def weight_bytes(config: dict, model: str) -> int:

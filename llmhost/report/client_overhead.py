@@ -94,9 +94,15 @@ def gap_is_notable(client_ms: float, server_ms: float) -> bool:
 
 def client_cpu_pct(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float) -> float:
     """The load generator's mean CPU use over the ticks in (t_start, t_end], % of one core; nan without any."""
-    values = [s.value for s in telemetry
-              if s.source == "client" and s.name == CLIENT_CPU and s.point_id == point_id and t_start < s.t <= t_end]
+    values = [s.value for s in _in_window(telemetry, "client", CLIENT_CPU, point_id, t_start, t_end)]
     return sum(values) / len(values) if values else math.nan
+
+
+def _in_window(telemetry: Sequence[TelemetrySample], source: str, name: str, point_id: str, t_start: float,
+               t_end: float) -> list[TelemetrySample]:
+    """The point's samples of one series in (t_start, t_end]."""
+    return [s for s in telemetry
+            if s.source == source and s.name == name and s.point_id == point_id and t_start < s.t <= t_end]
 
 
 RUNNING = "sglang:num_running_reqs"
@@ -107,7 +113,6 @@ def running_mean(telemetry: Sequence[TelemetrySample], point_id: str, t_start: f
     how many requests a decode step really carried (a closed loop's c minus those between turns or in prefill);
     nan without a tick."""
     per_tick: dict[float, float] = {}
-    for s in telemetry:
-        if s.source == "metrics" and s.name == RUNNING and s.point_id == point_id and t_start < s.t <= t_end:
-            per_tick[s.t] = per_tick.get(s.t, 0.0) + s.value
+    for s in _in_window(telemetry, "metrics", RUNNING, point_id, t_start, t_end):
+        per_tick[s.t] = per_tick.get(s.t, 0.0) + s.value
     return sum(per_tick.values()) / len(per_tick) if per_tick else math.nan

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from llmhost.bench import floor
 from llmhost.bench.model_shape import ModelShape
 from llmhost.fi import gpu_specs
 from llmhost.report.load import Run
@@ -87,7 +88,8 @@ def running_requests(row: dict[str, Any]) -> tuple[float, str]:
 
 
 def _ms(n_bytes: float, peak: float | None) -> float:
-    return n_bytes / (peak * 1e9) * 1e3 if peak else math.nan
+    ms = floor.read_ms(n_bytes, peak)
+    return math.nan if ms is None else ms
 
 
 def reading(kv_ms: float, weights_ms: float, measured_ms: float, kv_bytes_each: int) -> str:
