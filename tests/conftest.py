@@ -15,6 +15,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # Here, not in tests/gpu/conftest.py: pytest reads options only from the root conftest at start-up.
     parser.addoption("--require-gpu", action="store_true", default=False,
                      help="GPU suite: fail (instead of skip) when CUDA, sglang or the model is missing")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first (xdist hands tests out in this order): the slow end-to-end runs, then the other integration
+    tests, then the unit tests, which fill the workers' tails instead of a slow run starting last."""
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, "integration" not in item.path.parts))
+
+
 CAPTURES = REPO / "tests" / "captures"
 
 

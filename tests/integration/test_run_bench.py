@@ -161,6 +161,7 @@ def noisy_env(tmp_path):
     yield from isolated_env(tmp_path, "STANDIN_ITL_MS=1,3,2")
 
 
+@pytest.mark.slow
 def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_runs_them(noisy_env):
     """The killed run is made to look recorded before runs kept an estimate and their sittings: it resumes, ends
     and builds its dashboard all the same, saying nothing of an estimate."""
