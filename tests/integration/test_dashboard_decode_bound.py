@@ -39,7 +39,7 @@ def test_the_run_records_the_models_shape_and_the_dashboard_says_what_bounds_its
     assert (row["load"], row["concurrency"], row["kv_cache_dtype"]) == ("c=8", 8, "auto")
     assert row["context_tokens"] == pytest.approx(steady["prompt_tokens_mean"] + steady["output_tokens_mean"] / 2)
     # the requests a step carries: SGLang's gauge over the window, a tick's sampling may catch one between requests
-    assert row["running_by"] == "SGLang" and 7.0 <= row["running"] <= 8.0
+    assert row["running_by"] == "SGLang" and 6.0 <= row["running"] <= 8.0
     assert row["kv_bytes"] == pytest.approx(row["running"] * row["context_tokens"] * 147_456)
     assert row["measured_by"] == "SGLang" and 4.0 <= row["measured_ms"] <= 10.0  # the stand-in's 5 ms a token
     html = (run / "dashboard.html").read_text()
