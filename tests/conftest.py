@@ -18,9 +18,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first (xdist hands tests out in this order): the slow end-to-end runs, then the other integration
-    tests, then the unit tests, which fill the workers' tails instead of a slow run starting last."""
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, "integration" not in item.path.parts))
+    """The slow end-to-end runs first (xdist hands tests out in this order): the short tests then fill the workers'
+    tails instead of a slow run starting last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 CAPTURES = REPO / "tests" / "captures"
