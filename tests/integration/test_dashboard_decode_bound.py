@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from benchrun import QWEN3_4B, REPO, bench, isolated_env
+from benchrun import QWEN3_4B, REPO, bench
 from llmhost.fi import gpu_specs
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
-
-
-@pytest.fixture
-def paced_env(tmp_path):
-    """5 ms a token: a closed loop at c=8 whose steady window spans several telemetry ticks."""
-    yield from isolated_env(tmp_path, "STANDIN_ITL_MS=5")
 
 
 def test_the_run_records_the_models_shape_and_the_dashboard_says_what_bounds_its_steps(paced_env):
@@ -36,6 +30,7 @@ def test_the_run_records_the_models_shape_and_the_dashboard_says_what_bounds_its
     assert dash.returncode == 0, dash.stderr[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     (steady,), (row,) = summary["steady"], summary["decode_bound"]
+    assert steady["repeats_steady"] == 1, summary["not_steady"]
     assert (row["load"], row["concurrency"], row["kv_cache_dtype"]) == ("c=8", 8, "auto")
     assert row["context_tokens"] == pytest.approx(steady["prompt_tokens_mean"] + steady["output_tokens_mean"] / 2)
     # the requests a step carries: SGLang's gauge over the window, a tick's sampling may catch one between requests

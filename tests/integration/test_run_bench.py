@@ -369,12 +369,6 @@ def test_agent_tools_point_streams_chat_completions_with_tool_schemas(tmp_path, 
     assert all(r.output_tokens > 0 and r.ttft_ms > 0 for r in rows if r.ok)
 
 
-@pytest.fixture
-def paced_env(tmp_path):
-    """5 ms a token: a closed loop at c=8 whose steady window spans several telemetry ticks, even on a busy machine."""
-    yield from isolated_env(tmp_path, "STANDIN_ITL_MS=5")
-
-
 def test_a_steady_point_shows_the_measuring_sides_share_and_its_lockstep_waves(paced_env):
     proc = bench(paced_env, "--arms", "baseline", "--workloads", "chat", "--patterns", "concurrency",
                  "--concurrency", "8", "--repeat", "1", "--duration-s", "12", timeout=240)  # a window of several ticks
@@ -383,7 +377,9 @@ def test_a_steady_point_shows_the_measuring_sides_share_and_its_lockstep_waves(p
     dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=paced_env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert dash.returncode == 0, dash.stderr[-2000:]
-    (row,) = json.loads((run / "summary.json").read_text())["steady"]
+    summary = json.loads((run / "summary.json").read_text())
+    (row,) = summary["steady"]
+    assert row["repeats_steady"] == 1, summary["not_steady"]
     # SGLang's (the stand-in's) own histograms, read from telemetry over the window, beside the client's numbers.
     # The two sides count slightly different requests (first tokens between two ticks, as each side stamped them),
     # so on a busy machine either mean may be the larger: they must agree in size, not in order.
