@@ -83,6 +83,7 @@ def open_run(opts: options.Options, cfg: config.Config, model: costs.CostModel) 
     except arms_mod.ArmError as exc:
         raise BenchError(f"{exc} — see ./run_bench.py --help") from None
     planned = None
+    model = model.with_arms(arms)
     if opts.quick or opts.repeat is not None:
         plan = points.build_plan(arms, opts.workloads, opts.quick, opts.repeat or 1, opts.loads)
     else:
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             return single_stream.main(cfg, opts.single_stream, opts.arms, opts.user_arms, opts.tag, opts.dry_run,
                                       opts.argv)
         run, arms, plan, seed, planned, tune = open_run(opts, cfg, model)
+        model = model.with_arms(arms)  # each arm's points priced by its launch flags
         quick = opts.quick if run is None else "--quick" in run.read_manifest().provenance.command
     except (config.ConfigError, BenchError) as exc:
         print(f"[bench] error: {exc}", file=sys.stderr)

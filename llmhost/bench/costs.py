@@ -1,17 +1,23 @@
 """What a benchmark costs on this host: a server boot and each point's wall time, learned from its last runs.
 
-    model = costs.fit(cfg.results_path / "bench")   # the newest runs with finished points, else H200 defaults
+    model = costs.fit(cfg.results_path / "bench").with_arms(arms)   # the newest runs, else H200 defaults
     model.point_s(point), model.boot_s(quick), model.label   # "calibrated on ..." or "uncalibrated: ..."
 
-How it learns (from points.jsonl and servers/*.json of up to MAX_RUNS newest runs):
+How it learns (from points.jsonl, manifest.json, sittings.jsonl and servers/*.json of up to MAX_RUNS newest runs):
 * A point costs its load: every ok attempt's wall time (ended_at - started_at: flush, warm-up, load, parse) minus
   the fixed per-point overhead, divided by its requests, is the seconds per request of its kind (workload,
-  pattern, concurrency, rate). A planned point of a kind seen is predicted as overhead + requests x the median of
-  those; so a 10,000-request tail run is priced from the 1,000-request one only if they share a kind (they do not).
+  pattern, concurrency, rate) *on its arm's launch flags*: an arm's setting changes its cost (prefix cache off made
+  agent c=64 cost 2.2x the baseline's on the H200). A planned point is predicted as overhead + requests x the median
+  of its own flags and kind; an arm whose flags were never measured with that kind is priced as the baseline's
+  (flags none), else as any arm's; so a 10,000-request tail run is priced from the 1,000-request one only if they
+  share a kind (they do not).
 * A kind never seen is priced by the physics estimate (points.estimate_s) x the median observed/estimated ratio of
   the points seen: the host's systematic bias (overheads, batched decode slower than the single-stream ITL).
-* A boot is the median ready_s of the run's server records (shared boots, which copy their lead's record, counted
-  once), or the load generator's start if that is longer (they overlap), + the warm pass; a run adds RUN_FIXED_S.
+* A boot is the median boot the newest run paid (sittings.jsonl: restart, load-generator start, warm pass; a
+  fault's restart-only boot and failed boots left out): boot time moves with the host's state (80 s one day,
+  105-185 s the next on the same H200 model), so the last run is the best guess. A run recorded before sittings
+  existed gives its servers' ready_s (shared boots counted once) + the load-generator start and warm pass. A run
+  adds RUN_FIXED_S.
 With no finished run the model is the documented H200 defaults below and says "uncalibrated".
 """
 from __future__ import annotations
@@ -19,9 +25,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from llmhost.bench import points, records
+from llmhost.bench import points, records, sittings
+from llmhost.bench.arms import Arm
 from llmhost.bench.records import Point, PointRecord
 
 # H200 defaults (SGLang 0.5.17, Qwen3-4B, warm kernel caches), used until this host has a run to learn from.
@@ -38,6 +46,8 @@ MAX_RUNS = 3  # newest runs learned from: enough points per kind, recent enough 
 RATIO_LIMITS = (0.2, 10.0)  # a bias outside this is a broken record, not a host
 
 Kind = tuple[str, str, int | None, float | None]  # (workload, pattern, concurrency, request rate)
+Flags = tuple[str, ...]  # an arm's launch flags: what makes its costs its own
+BASELINE_FLAGS: Flags = ()
 
 
 def kind_of(point: Point) -> Kind:
@@ -46,12 +56,15 @@ def kind_of(point: Point) -> Kind:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CostModel:
-    per_request_s: dict[Kind, float] = dataclasses.field(default_factory=dict)  # median over the runs read
+    per_request_s: dict[tuple[Flags, Kind], float] = dataclasses.field(default_factory=dict)  # median, runs read
+    any_arm_s: dict[Kind, float] = dataclasses.field(default_factory=dict)  # median over every arm's points
     ratio: float = 1.0  # observed / physics estimate, median over the points read
-    ready_s: float = RESTART_EST_S
+    ready_s: float = RESTART_EST_S  # a server's restart to ready (runs recorded before sittings existed)
+    boot_paid_s: float | None = None  # a whole boot as the newest run paid it (restart, load generator, warm pass)
     runs: tuple[str, ...] = ()  # run ids learned from, newest first
     points_seen: int = 0
     boots_seen: int = 0
+    arm_flags: Mapping[str, Flags] = dataclasses.field(default_factory=dict)  # the planned arms (with_arms)
 
     @property
     def is_calibrated(self) -> bool:
@@ -62,19 +75,33 @@ class CostModel:
         if not self.is_calibrated:
             return (f"uncalibrated: no finished run to learn from, H200 defaults (restart {RESTART_EST_S:.0f} s, "
                     "points by prefill/decode arithmetic)")
+        unseen = sorted(name for name, flags in self.arm_flags.items()
+                        if flags != BASELINE_FLAGS and not any(key[0] == flags for key in self.per_request_s))
         return (f"calibrated on this host's last {len(self.runs)} run(s), newest {self.runs[0]} "
-                f"({self.points_seen} points, {self.boots_seen} boots: restart {self.ready_s:.0f} s, "
-                f"unseen points x{self.ratio:.2f})")
+                f"({self.points_seen} points, {self.boots_seen} boots: boot {self.boot_s(False):.0f} s, "
+                f"unseen points x{self.ratio:.2f}"
+                + (f"; never measured here, priced as the baseline: {', '.join(unseen)}" if unseen else "") + ")")
+
+    def with_arms(self, arms: Iterable[Arm]) -> "CostModel":
+        """The model pricing these arms' points by their launch flags (an arm's name alone says nothing)."""
+        return dataclasses.replace(self, arm_flags={a.name: tuple(a.flags) for a in arms})
 
     def point_s(self, point: Point) -> float:
         """Seconds the point should take on this host."""
-        per = self.per_request_s.get(kind_of(point))
+        kind = kind_of(point)
+        flags = self.arm_flags.get(point.arm)
+        per = self.per_request_s.get((flags, kind)) if flags is not None else None
+        if per is None:
+            per = self.per_request_s.get((BASELINE_FLAGS, kind), self.any_arm_s.get(kind))
         if per is not None:
             return points.LOADGEN_OVERHEAD_S + point.num_prompts * per
         return points.estimate_s(point) * self.ratio
 
     def boot_s(self, quick: bool) -> float:
-        """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run."""
+        """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run
+        (a boot learned whole is taken as paid, quick or not: the warm pass is a few seconds of it)."""
+        if self.boot_paid_s is not None:
+            return self.boot_paid_s
         return max(self.ready_s, LOADGEN_START_S) + (0.0 if quick else WARM_ARM_EST_S)
 
     def plan_s(self, plan: list[Point], boots: int, quick: bool) -> float:
@@ -103,27 +130,62 @@ def ready_times(run: Path) -> list[float]:
     return list(seen.values())
 
 
+def boots_paid(run: Path) -> list[float]:
+    """Every whole boot the run paid, planned or resumed (sittings.jsonl), without failed and fault boots."""
+    try:
+        history = sittings.read(run)
+    except (OSError, ValueError):
+        return []
+    return [b.boot_s for b in history.boots() if b.cause != "fault" and not b.error and b.boot_s > 0]
+
+
+def arm_flags(run: Path) -> dict[str, Flags]:
+    """The run's arms' launch flags by name, from its manifest ({} when unreadable)."""
+    try:
+        arms = json.loads((run / "manifest.json").read_text()).get("arms") or []
+        return {str(a["name"]): tuple(str(f) for f in a.get("flags") or ()) for a in arms}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunSeen:
+    name: str
+    done: list[PointRecord]
+    flags: dict[str, Flags]  # arm name -> flags
+    ready: list[float]  # servers' ready_s
+    paid: list[float]  # whole boots (sittings)
+
+
 def fit(bench_dir: Path, max_runs: int = MAX_RUNS) -> CostModel:
     """The cost model learned from the newest runs under RESULTS_DIR/bench (run ids sort by time)."""
-    runs: list[tuple[str, list[PointRecord], list[float]]] = []
+    runs: list[RunSeen] = []
     dirs = sorted((d for d in bench_dir.glob("*") if d.is_dir() and not d.is_symlink()), reverse=True) \
         if bench_dir.is_dir() else []
     for run in dirs:
         done = ok_points(run)
         if done:
-            runs.append((run.name, done, ready_times(run)))
+            runs.append(RunSeen(run.name, done, arm_flags(run), ready_times(run), boots_paid(run)))
         if len(runs) == max_runs:
             break
     if not runs:
         return CostModel()
-    done = [r for _, rows, _ in runs for r in rows]
-    per: dict[Kind, list[float]] = {}
-    for r in done:
-        wall_s = r.ended_at - r.started_at
-        per.setdefault(kind_of(r), []).append(max(0.0, wall_s - points.LOADGEN_OVERHEAD_S) / r.num_prompts)
+    per: dict[tuple[Flags, Kind], list[float]] = {}
+    any_arm: dict[Kind, list[float]] = {}
+    for seen in runs:
+        for r in seen.done:
+            cost = max(0.0, r.ended_at - r.started_at - points.LOADGEN_OVERHEAD_S) / r.num_prompts
+            any_arm.setdefault(kind_of(r), []).append(cost)
+            if r.arm in seen.flags:  # an arm the manifest does not name has no flags to price by
+                per.setdefault((seen.flags[r.arm], kind_of(r)), []).append(cost)
+    done = [r for seen in runs for r in seen.done]
     ratio = statistics.median((r.ended_at - r.started_at) / points.estimate_s(r) for r in done)
-    ready = [s for _, _, times in runs for s in times]
+    ready = [s for seen in runs for s in seen.ready]
+    paid = next((seen.paid for seen in runs if seen.paid), [])  # the newest run that recorded its boots
     return CostModel(per_request_s={k: statistics.median(v) for k, v in per.items()},
+                     any_arm_s={k: statistics.median(v) for k, v in any_arm.items()},
                      ratio=min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1]),
                      ready_s=statistics.median(ready) if ready else RESTART_EST_S,
-                     runs=tuple(name for name, _, _ in runs), points_seen=len(done), boots_seen=len(ready))
+                     boot_paid_s=statistics.median(paid) if paid else None,
+                     runs=tuple(seen.name for seen in runs), points_seen=len(done),
+                     boots_seen=len(paid) if paid else len(ready))

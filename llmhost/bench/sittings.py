@@ -23,11 +23,13 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from llmhost.bench import records, store
-from llmhost.bench.eta import Eta
 from llmhost.bench.records import PointRecord, Record, RecordError
+
+if TYPE_CHECKING:  # eta imports costs, which reads sittings
+    from llmhost.bench.eta import Eta
 
 Cause = Literal["plan", "resume", "fault"]
 

@@ -38,7 +38,8 @@ def trial_points(trial: Trial, rows: Sequence[points.Row], repeats: int) -> list
 
 
 def trial_s(trial: Trial, rows: Sequence[points.Row], repeats: int, model: CostModel) -> float:
-    return model.boot_s(False) + sum(map(model.point_s, trial_points(trial, rows, repeats)))
+    priced = model.with_arms([trial.arm(0)])  # by the trial's flags: the defaults' are the baseline's
+    return priced.boot_s(False) + sum(map(priced.point_s, trial_points(trial, rows, repeats)))
 
 
 def fit(trials: Sequence[Trial], rows: Sequence[points.Row], repeats: int, model: CostModel,

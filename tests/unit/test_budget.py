@@ -78,6 +78,50 @@ def test_the_newest_runs_win_and_a_shared_boot_counts_once(tmp_path):
     assert model.point_s(p) == pytest.approx(34.5) and model.ready_s == 100.0 and model.boots_seen == costs.MAX_RUNS
 
 
+def write_arms(run, arms: list[arms_mod.Arm]) -> None:
+    (run / "manifest.json").write_text(json.dumps({"arms": [{"name": a.name, "flags": list(a.flags)} for a in arms]}))
+
+
+def test_an_arms_points_are_priced_by_its_launch_flags_and_an_unmeasured_arm_as_the_baseline(tmp_path):
+    base, nopc, fp8 = (arms_mod.REGISTRY[n] for n in ("baseline", "no-prefix-cache", "fp8-kv"))
+    head = points.make_point("baseline", "agent", "concurrency", 64, None, 256, 1)
+    rows = [done(head, points.LOADGEN_OVERHEAD_S + 256 * 0.05),
+            done(dataclasses.replace(head, arm="no-prefix-cache"), points.LOADGEN_OVERHEAD_S + 256 * 0.125)]
+    write_arms(write_run(tmp_path / "bench", "20260101-120000", rows, {}), [base, nopc])
+    model = costs.fit(tmp_path / "bench").with_arms([base, nopc, fp8])
+    priced = {arm: model.point_s(dataclasses.replace(head, arm=arm)) for arm in ("baseline", "no-prefix-cache", "fp8-kv")}
+    assert priced == pytest.approx({"baseline": points.LOADGEN_OVERHEAD_S + 12.8,
+                                    "no-prefix-cache": points.LOADGEN_OVERHEAD_S + 32.0,
+                                    "fp8-kv": points.LOADGEN_OVERHEAD_S + 12.8})  # never measured: as the baseline
+    assert model.label.endswith("never measured here, priced as the baseline: fp8-kv)")
+    # the flags decide, not the name: a user arm called no-prefix-cache with other flags is not the measured one
+    renamed = arms_mod.Arm("no-prefix-cache", "x", "#000000", ("--page-size", "16"), "user arm")
+    assert costs.fit(tmp_path / "bench").with_arms([renamed]).point_s(dataclasses.replace(head, arm=renamed.name)) \
+        == pytest.approx(points.LOADGEN_OVERHEAD_S + 12.8)
+    # an arm the model was not told of is priced as the baseline; with no baseline measured, as any arm's median
+    assert costs.fit(tmp_path / "bench").point_s(head) == pytest.approx(points.LOADGEN_OVERHEAD_S + 12.8)
+    (tmp_path / "bench" / "20260101-120000" / "manifest.json").unlink()
+    assert costs.fit(tmp_path / "bench").with_arms([base]).point_s(head) == \
+        pytest.approx(points.LOADGEN_OVERHEAD_S + 256 * 0.0875)
+
+
+def test_a_boot_is_the_median_whole_boot_the_newest_run_paid(tmp_path):
+    p = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
+    write_run(tmp_path / "bench", "20260101-000000", [done(p, 30.0)], {"baseline": 70.0})  # no sittings: ready_s
+    older = costs.fit(tmp_path / "bench")
+    assert older.boot_paid_s is None and older.boot_s(quick=False) == 70.0 + costs.WARM_ARM_EST_S
+    run = write_run(tmp_path / "bench", "20260102-000000", [done(p, 30.0)], {"baseline": 99.0})
+    boots = [(183.0, "plan", ""), (107.0, "resume", ""), (119.0, "plan", ""), (104.0, "resume", ""),
+             (131.0, "plan", ""), (40.0, "fault", ""), (900.0, "plan", "the server never came up")]
+    (run / "sittings.jsonl").write_text("".join(
+        json.dumps({"sitting": 1, "arm": "baseline", "started_at": 1000.0 + i, "boot_s": s, "cause": c, "error": e,
+                    "event": "boot"}) + "\n" for i, (s, c, e) in enumerate(boots)))
+    model = costs.fit(tmp_path / "bench")
+    # a fault's restart-only boot and a failed boot say nothing about a planned boot; the older run's are not used
+    assert model.boot_s(quick=False) == model.boot_s(quick=True) == 119.0 and model.boots_seen == 5
+    assert "5 boots: boot 119 s" in model.label
+
+
 # --- the planner -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("minutes", [20, 45, 90])
@@ -300,6 +344,6 @@ def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp
     assert run_bench.main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
-        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: restart 160 s, "
+        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: boot 167 s, "
         f"unseen points x{60 / points.estimate_s(head):.2f})")
     assert json.loads(out[-1])["calibrated"]

@@ -77,20 +77,37 @@ def test_a_resume_numbers_its_sitting_and_pays_a_resume_boot_only_for_an_arm_boo
 
 def test_the_closing_line_and_json_count_sittings_and_the_boots_resuming_cost(tmp_path):
     run = store.RunStore.create(tmp_path)
-    for row in [SittingBegan(1, 0.0, 1200.0), BootPaid(1, "baseline", 0.0, 160.0, "plan"), SittingEnded(1, 700.0),
-                SittingBegan(2, 9000.0, 600.0), BootPaid(2, "baseline", 9000.0, 100.0, "resume"),
+    for row in [SittingBegan(1, 0.0, 1200.0), BootPaid(1, "baseline", 5.0, 160.0, "plan"), SittingEnded(1, 700.0),
+                SittingBegan(2, 9000.0, 600.0), BootPaid(2, "baseline", 9025.0, 100.0, "resume"),
                 BootPaid(2, "baseline", 9200.0, 40.0, "fault"), SittingEnded(2, 9300.0),
-                SittingBegan(3, 20000.0, 300.0), BootPaid(3, "fp8-kv", 20000.0, 100.0, "resume"),
+                SittingBegan(3, 20000.0, 300.0), BootPaid(3, "fp8-kv", 20030.0, 100.0, "resume"),
                 SittingEnded(3, 20564.0)]:
         run.append_sitting(row)
+    for ended_at in (690.0, 9290.0, 20560.0):  # each sitting's last finished point: 10, 10 and 4 s before its end
+        run.append_point(attempt("baseline", ended_at))
     tally = reckoning.of_run(run.root, manifest(1200.0))
     assert tally is not None
+    # the first sitting's 5 s start-up is the plan's fixed part; the resumed ones' 25 + 30 s were not planned, nor
+    # the 10 + 10 s of points the first two sittings' ends cut off (the last sitting's end is the run's)
     assert tally.lines() == ["took 26m04s in 3 sittings vs estimate 20m00s (+30%); resuming cost 2 extra boots "
-                             "(3m20s): 22m44s without them (+14%)"]  # no ETA recorded: no swing line
-    doc = tally.to_json()
+                             "(3m20s), 2 start-ups (0m55s) and 0m20s of cut-off work: 21m29s without them (+7%)"]
+    doc = tally.to_json()  # no ETA recorded above: no swing line
     assert (doc["estimate_s"], doc["calibrated"], doc["actual_s"], doc["sittings"]) == (1200, True, 1564.0, 3)
-    assert (doc["resume_boots"], doc["resume_boots_s"], doc["actual_without_resume_boots_s"]) == (2, 200.0, 1364.0)
+    assert (doc["resume_boots"], doc["resume_boots_s"], doc["resume_starts_s"], doc["cut_s"],
+            doc["actual_without_resuming_s"]) == (2, 200.0, 55.0, 20.0, 1289.0)
     assert doc["error_pct"] == 30.3 and doc["eta_swing_up_pct"] is None
+
+
+def test_a_sitting_resumed_at_an_arm_boundary_still_pays_its_start_up(tmp_path):
+    run = store.RunStore.create(tmp_path)
+    for row in [SittingBegan(1, 0.0, 900.0), BootPaid(1, "baseline", 10.0, 100.0, "plan"), SittingEnded(1, 400.0),
+                SittingBegan(2, 5000.0, 500.0), BootPaid(2, "fp8-kv", 5020.0, 100.0, "plan"),
+                SittingEnded(2, 5500.0)]:
+        run.append_sitting(row)
+    run.append_point(attempt("baseline", 400.0))  # the first sitting ended with its last point: nothing cut off
+    tally = reckoning.of_run(run.root, manifest(900.0))
+    assert (tally.resume_boots, tally.resume_starts_s, tally.without_resuming_s) == (0, 20.0, 880.0)
+    assert tally.lines()[0].endswith("; resuming cost 1 start-up (0m20s): 14m40s without them (-2%)")
 
 
 def test_one_sitting_says_so_and_an_uncalibrated_estimate_is_named(tmp_path):
@@ -152,12 +169,12 @@ def test_the_eta_names_the_arm_whose_first_point_anchors_it_and_counts_added_wor
 
 
 def test_the_closing_json_is_complete_and_rounded():
-    tally = reckoning.Reckoning(1200.4, False, 1264.26, 2, 1, 100.04, (12.34, -8.76))
+    tally = reckoning.Reckoning(1200.4, False, 1264.26, 2, 1, 100.04, (12.34, -8.76), resume_starts_s=20.02)
     assert tally.to_json() == {
         "estimate_s": 1200, "calibrated": False, "actual_s": 1264.3, "sittings": 2, "resume_boots": 1,
-        "resume_boots_s": 100.0, "actual_without_resume_boots_s": 1164.2, "error_pct": 5.3,
-        "error_without_resume_boots_pct": -3.0, "eta_swing_up_pct": 12.3, "eta_swing_down_pct": -8.8,
+        "resume_boots_s": 100.0, "resume_starts_s": 20.0, "cut_s": 0.0, "actual_without_resuming_s": 1144.2, "error_pct": 5.3,
+        "error_without_resuming_pct": -4.7, "eta_swing_up_pct": 12.3, "eta_swing_down_pct": -8.8,
         "eta_swing_bound_pct": 25}
     assert tally.lines()[0] == ("took 21m04s in 2 sittings vs estimate 20m00s (+5%, uncalibrated); resuming cost "
-                                "1 extra boot (1m40s): 19m24s without them (-3%)")
+                                "1 extra boot (1m40s) and 1 start-up (0m20s): 19m04s without them (-5%)")
     assert reckoning.Reckoning(0.0, True, 60.0, 1, 0, 0.0, None).error_pct(60.0) == 0.0  # no estimate to miss
