@@ -9,7 +9,9 @@
 
 The estimate is the dry run's, recorded in the manifest when the run was planned (llmhost.bench.dryrun). The actual
 time is the sum of the sittings' spans (llmhost.bench.sittings): the time between sittings, when nothing ran, is not
-counted. error_pct = actual / estimate - 1. A boot paid only because a sitting resumed mid-arm was not in the plan,
+counted. Adaptive repeats (llmhost.bench.budget) are work the plan kept budget for but did not price: the cost
+model's price of those that joined (the ETA's added_s, each sitting's last) is added to the estimate they are
+measured against. error_pct = actual / (estimate + adaptive) - 1. A boot paid only because a sitting resumed mid-arm was not in the plan,
 nor was each resumed sitting's start-up (the load generator's check and the preflight, before its first boot or
 point: the plan counts the run's fixed part once), nor the work a sitting's end cut off (after its last finished
 point or boot: the interrupted point runs again), so the time without all three is given beside it: the estimate's
@@ -64,17 +66,24 @@ class Reckoning:
     warnings: tuple[str, ...] = ()  # sittings.jsonl lines skipped (a torn last line: a kill mid-write)
     resume_starts_s: float = 0.0  # the resumed sittings' start-ups, each until its first boot or point
     cut_s: float = 0.0  # each sitting but the last, after its last finished point or boot: work run again
+    adaptive_s: float = 0.0  # the cost model's price of the adaptive repeats that joined the plan
+
+    @property
+    def planned_s(self) -> float:
+        return self.estimate_s + self.adaptive_s
 
     @property
     def without_resuming_s(self) -> float:
         return self.actual_s - self.resume_boots_s - self.resume_starts_s - self.cut_s
 
     def error_pct(self, actual_s: float) -> float:
-        return 100 * (actual_s / self.estimate_s - 1) if self.estimate_s > 0 else 0.0
+        return 100 * (actual_s / self.planned_s - 1) if self.planned_s > 0 else 0.0
 
     def lines(self) -> list[str]:
         took = (f"took {fmt_s(self.actual_s)} in {self.sittings} sitting{'s' if self.sittings != 1 else ''} vs "
-                f"estimate {fmt_s(self.estimate_s)} ({self.error_pct(self.actual_s):+.0f}%"
+                f"estimate {fmt_s(self.estimate_s)}"
+                + (f" + {fmt_s(self.adaptive_s)} of adaptive repeats = {fmt_s(self.planned_s)}" if self.adaptive_s else "")
+                + f" ({self.error_pct(self.actual_s):+.0f}%"
                 f"{'' if self.calibrated else ', uncalibrated'})")
         if self.sittings > 1:
             costs = [f"{self.resume_boots} extra boot{'s' if self.resume_boots != 1 else ''} "
@@ -93,7 +102,8 @@ class Reckoning:
 
     def to_json(self) -> dict[str, Any]:
         up, down = self.swing_pct or (None, None)
-        return {"estimate_s": round(self.estimate_s), "calibrated": self.calibrated,
+        return {"estimate_s": round(self.estimate_s), "adaptive_s": round(self.adaptive_s, 1),
+                "calibrated": self.calibrated,
                 "actual_s": round(self.actual_s, 1), "sittings": self.sittings, "resume_boots": self.resume_boots,
                 "resume_boots_s": round(self.resume_boots_s, 1), "resume_starts_s": round(self.resume_starts_s, 1),
                 "cut_s": round(self.cut_s, 1),
@@ -116,7 +126,9 @@ def of_run(root: Path, manifest: Manifest) -> Reckoning | None:
                      actual_s=history.active_s, sittings=len(history.spans), resume_boots=len(resumed),
                      resume_boots_s=sum(b.boot_s for b in resumed), swing_pct=swing(history.etas()),
                      warnings=history.warnings, resume_starts_s=sum(start_up_s(history, s) for s in history.spans[1:]),
-                     cut_s=sum(cut_off_s(history, s) for s in history.spans[:-1]))
+                     cut_s=sum(cut_off_s(history, s) for s in history.spans[:-1]),
+                     adaptive_s=sum(max((e.added_s for e in history.etas() if e.sitting == s.sitting), default=0.0)
+                                    for s in history.spans))
 
 
 def start_up_s(history: sittings.History, span: sittings.Span) -> float:

@@ -110,6 +110,20 @@ def test_a_sitting_resumed_at_an_arm_boundary_still_pays_its_start_up(tmp_path):
     assert tally.lines()[0].endswith("; resuming cost 1 start-up (0m20s): 14m40s without them (-2%)")
 
 
+def test_adaptive_repeats_that_joined_are_measured_at_the_cost_models_price_beside_the_estimate(tmp_path):
+    run = store.RunStore.create(tmp_path)
+    for row in [SittingBegan(1, 0.0, 1000.0), eta("baseline", 300.0, 700.0, added_s=40.0),
+                eta("baseline", 400.0, 640.0, added_s=90.0), SittingEnded(1, 500.0),  # two repeats joined: 90 s
+                SittingBegan(2, 900.0, 600.0), eta("fp8-kv", 600.0, 500.0, added_s=30.0, sitting=2),
+                SittingEnded(2, 1600.0)]:
+        run.append_sitting(row)
+    run.append_point(attempt("baseline", 500.0))
+    tally = reckoning.of_run(run.root, manifest(1000.0))
+    assert tally.adaptive_s == 120.0 and tally.planned_s == 1120.0  # each sitting's Eta counts its own
+    assert tally.lines()[0].startswith("took 20m00s in 2 sittings vs estimate 16m40s + 2m00s of adaptive repeats = "
+                                       "18m40s (+7%)")
+
+
 def test_one_sitting_says_so_and_an_uncalibrated_estimate_is_named(tmp_path):
     run = store.RunStore.create(tmp_path)
     run.append_sitting(SittingBegan(1, 0.0, 600.0))
@@ -171,7 +185,7 @@ def test_the_eta_names_the_arm_whose_first_point_anchors_it_and_counts_added_wor
 def test_the_closing_json_is_complete_and_rounded():
     tally = reckoning.Reckoning(1200.4, False, 1264.26, 2, 1, 100.04, (12.34, -8.76), resume_starts_s=20.02)
     assert tally.to_json() == {
-        "estimate_s": 1200, "calibrated": False, "actual_s": 1264.3, "sittings": 2, "resume_boots": 1,
+        "estimate_s": 1200, "adaptive_s": 0.0, "calibrated": False, "actual_s": 1264.3, "sittings": 2, "resume_boots": 1,
         "resume_boots_s": 100.0, "resume_starts_s": 20.0, "cut_s": 0.0, "actual_without_resuming_s": 1144.2, "error_pct": 5.3,
         "error_without_resuming_pct": -4.7, "eta_swing_up_pct": 12.3, "eta_swing_down_pct": -8.8,
         "eta_swing_bound_pct": 25}
