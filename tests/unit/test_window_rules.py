@@ -22,6 +22,17 @@ def test_the_drift_is_the_second_halfs_median_over_the_firsts_with_a_ci_around_i
     assert math.isnan(window.ttft_drift(first, np.array([130.0]))[1])
 
 
+def test_a_closed_loops_drift_ci_comes_from_its_turnovers_and_needs_two_per_half() -> None:
+    flat = np.full(32, 100.0)
+    assert window.ttft_drift(flat, flat * 1.3, turnovers=(2, 2)) == pytest.approx((30.0, 30.0, 30.0))
+    # two turnovers of 16 per half, each half's two waves 2x apart: the t interval holds that spread
+    first, second = np.repeat([100.0, 200.0], 16), np.repeat([150.0, 300.0], 16)
+    point, lo, hi = window.ttft_drift(first, second, turnovers=(2, 2))
+    assert point == pytest.approx(50.0) and lo < 0 < hi
+    point, lo, hi = window.ttft_drift(first, second, turnovers=(1, 2))  # one turnover: a figure, no CI
+    assert point == pytest.approx(50.0) and math.isnan(lo) and math.isnan(hi)
+
+
 def _open_loop(ttft: np.ndarray, e2e_ms: float = 10.0) -> tuple[window.Window, np.ndarray]:
     start = np.arange(ttft.size, dtype=float)
     return window.open_loop_window(start, np.full(ttft.size, e2e_ms), np.ones(ttft.size)), start
