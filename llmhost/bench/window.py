@@ -209,20 +209,19 @@ def ttft_drift(first: np.ndarray, second: np.ndarray, seed: int = 0,
 def _turnover_ci(a: np.ndarray, b: np.ndarray, turnovers: tuple[int, int],
                  rng: np.random.Generator) -> tuple[float, float]:
     """The drift CI (%) of halves of k1 and k2 turnovers. A percentile interval of so few blocks is too narrow: with
-    two per half, the 4 turnovers of a flat loop fall into two halves that do not overlap 1 time in 3, and every
-    resample then puts the drift on one side of 0. So, as for repeats (llmhost.repeats), each half's resampled
-    log p50 has its standard deviation times sqrt(k / (k - 1)) as standard error, and the CI is the log ratio
-    ± t(0.975, k1 + k2 - 2) × the two errors' root sum of squares. nan with fewer than 2 turnovers in a half."""
+    two per half and no drift at all, both turnovers of one half lie above both of the other's 1 time in 3, and
+    every resample then puts the drift on the same side of 0. So, as for repeats (llmhost.repeats), each half's
+    resampled log p50 has its standard deviation times sqrt(k / (k - 1)) as standard error, and the CI is the log
+    ratio ± t(0.975, k1 + k2 - 2) × the two errors' root sum of squares. nan with fewer than 2 turnovers a half."""
     ks = [min(k, x.size) for k, x in zip(turnovers, (a, b))]
     if min(ks) < 2:
         return math.nan, math.nan
     var = 0.0
-    for x, k in zip((a, b), ks):
-        with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # a p50 of 0 ms has no log: no CI
+        for x, k in zip((a, b), ks):
             log_p50 = np.log(np.median(repeats.resample_blocks(x, k, DRIFT_BOOT, rng), axis=1))
-        var += float(log_p50.var()) * k / (k - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_ratio = math.log(np.median(b) / np.median(a)) if np.median(a) > 0 < np.median(b) else math.nan
+            var += float(log_p50.var()) * k / (k - 1)
+        log_ratio = float(np.log(np.median(b) / np.median(a)))
     half = stats.t975(ks[0] + ks[1] - 2) * math.sqrt(var)
     if not math.isfinite(log_ratio + half):
         return math.nan, math.nan
