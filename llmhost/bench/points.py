@@ -58,12 +58,18 @@ PATTERNS: tuple[str, ...] = typing.get_args(Pattern)  # what --patterns accepts
 Row = tuple[str, Pattern, int | None, float | None, int]  # (workload, pattern, concurrency, request_rate, num_prompts)
 
 
+WARMUP_WAVES = 2  # a closed loop's warm-up is its first 2c - 1 sends (llmhost.bench.window)
+# A closed loop's steady window: at least four turnovers of its c slots, two per window half, as the TTFT drift check
+# needs (llmhost.bench.window.MIN_HALF_TURNOVERS; with one per half it cannot tell drift from wave-to-wave noise).
+MIN_STEADY_WAVES = 4
+
+
 def default_prompts(workload: str, pattern: Pattern, load: float) -> int:
-    """Requests of a sweep point: 4 waves of a closed loop (at least 32; 16 for 8k-token prompts), 15 s of arrivals
-    (at least 64)."""
+    """Requests of a sweep point: a closed loop's warm-up waves and MIN_STEADY_WAVES steady ones, 6c (at least 32;
+    16 for 8k-token prompts); 15 s of arrivals (at least 64)."""
     if pattern == "qps":
         return max(64, 15 * int(load))
-    return max(16 if workload == "long" else 32, 4 * int(load))
+    return max(16 if workload == "long" else 32, (WARMUP_WAVES + MIN_STEADY_WAVES) * int(load))
 
 
 # Per arm (llmhost.bench.budget runs on the other arms only the rows their setting can change); quick keeps
@@ -76,7 +82,7 @@ FULL_SWEEP: tuple[Row, ...] = (
     *(("chat", "concurrency", c, None, default_prompts("chat", "concurrency", c)) for c in (1, 16, 64)),
     *(("chat", "qps", None, r, default_prompts("chat", "qps", r)) for r in (4.0, 16.0, 32.0)),
     *(("long", "concurrency", c, None, default_prompts("long", "concurrency", c)) for c in (1, 8)),
-    ("agent-tools", "concurrency", 16, None, 64),
+    ("agent-tools", "concurrency", 16, None, default_prompts("agent-tools", "concurrency", 16)),
 )
 # The baseline's alone: the server's behaviour at its edges, not an arm's one difference.
 BASELINE_RUNS: tuple[Row, ...] = (
@@ -84,10 +90,10 @@ BASELINE_RUNS: tuple[Row, ...] = (
     ("chat", "long", 128, None, 10_000),  # the tail run: 10,000 requests support a p99.9
 )
 QUICK_ALL: tuple[Row, ...] = (
-    ("agent", "concurrency", 16, None, 48),
+    ("agent", "concurrency", 16, None, default_prompts("agent", "concurrency", 16)),
 )
 QUICK_BASELINE_EXTRA: tuple[Row, ...] = (
-    ("agent", "warm", 16, None, 48),
+    ("agent", "warm", 16, None, default_prompts("agent", "warm", 16)),
     ("chat", "qps", None, 8.0, 32),
 )
 
@@ -118,10 +124,6 @@ def with_loads(rows: tuple[Row, ...], loads: Loads) -> list[Row]:
             out += [(workload, pattern, int(x), None, default_prompts(workload, pattern, x)) if pattern == "concurrency"
                     else (workload, pattern, None, float(x), default_prompts(workload, pattern, x)) for x in levels]
     return [sized(r, loads.duration_s) if loads.duration_s and r[1] in ("concurrency", "qps") else r for r in out]
-
-
-WARMUP_WAVES = 2  # a closed loop's warm-up is its first 2c - 1 sends (llmhost.bench.window)
-MIN_STEADY_WAVES = 2  # a sized closed loop's steady window: at least two turnovers of its c slots
 
 
 def sized(row: Row, duration_s: float) -> Row:

@@ -33,6 +33,19 @@ averages; its numbers are still reported. Without the length rule a closed loop 
 requests, on the H200) had windows of 4-44 ms between the c-th completion and the last send, one completion each,
 and "throughputs" up to 71,000 tok/s that made a paired arm difference of +619%.
 
+The drift CI resamples contiguous blocks of each half, never single requests, and a block is the load's
+independent unit. An open loop's halves are the window's two halves in time, each cut into DRIFT_BLOCKS blocks
+(percentile interval). A closed loop's unit is a turnover of its c slots, c consecutive sends (turnover k: sends
+kc .. kc + c - 1 of the point; in lockstep exactly one wave; for c = 1 one request). Its halves are the first and
+second half of the window's whole turnovers; each needs MIN_HALF_TURNOVERS, and with so few blocks the CI is a
+t interval on the resampled standard errors (`_turnover_ci`). Why: in lockstep (agent c=64 on the H200) TTFT
+inside a wave follows admission order (the first 32 200-300 ms, the last 32 300-1,600 ms) and a wave's level moves
+±50% from wave to wave. With one wave per half (the former 4c requests), 8 blocks per half cut that one wave, a CI
+blind to the wave-to-wave noise: 2 of 3 flat repeats were called drifted (-51% [-54, -40], +139% [+5, +281]).
+Simulated (tests/unit/test_window.py: that lockstep, no drift, 100 seeds), 6 and 2 of 100 are called drifted with 2
+and 4 turnovers a half; the former rule called 27 and 21, and 75 at 4c. A doubled TTFT needs turnovers to show
+through ±50% wave noise: caught in 11 of 40 seeds with 2 a half, 40 of 40 with 8.
+
 Points that measure a transient by design have no steady state: every request is warm-up. A burst sends every
 request at t0; a cold point measures the first requests after a cache flush.
 """
@@ -54,7 +67,8 @@ KEEP_UP = 0.90  # completions in the window must be >= 90% of its arrivals (a gr
 POISSON_WARMUP_PCT = 90.0  # warm-up of an open loop: the p90 end-to-end latency
 TRANSIENT_PATTERNS = ("burst", "cold")  # measured for their transient: never "not steady", never averaged
 HIT_FRACTION = 0.5  # a prefix hit skipped at least half of the prompt's prefill
-DRIFT_BLOCKS = 8  # contiguous time blocks per window half for the drift CI
+DRIFT_BLOCKS = 8  # contiguous time blocks per window half of an open loop for the drift CI
+MIN_HALF_TURNOVERS = 2  # whole turnovers a closed loop's window half needs: the drift CI resamples them
 DRIFT_BOOT = 400
 MIN_OPEN_COMPLETED = 2 * DRIFT_BLOCKS  # an open loop's window: at least this many completions
 
@@ -169,9 +183,12 @@ def point_window(pattern: str, concurrency: int | None, request_rate: float | No
     return burst_window(start_s, e2e_ms, output_tokens)
 
 
-def ttft_drift(first: np.ndarray, second: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
+def ttft_drift(first: np.ndarray, second: np.ndarray, seed: int = 0,
+               turnovers: tuple[int, int] | None = None) -> tuple[float, float, float]:
     """100 * (p50(second) / p50(first) - 1) with a 95% CI from resampling contiguous blocks of each half (requests
-    of one run are correlated in time, so single requests are not independent draws). nan when a half is empty."""
+    of one run are correlated in time, so single requests are not independent draws): an open loop's DRIFT_BLOCKS
+    blocks per half, a closed loop's `turnovers` (whole turnovers in each half, see _turnover_ci). nan when a half is
+    empty."""
     a, b = stats.clean(first), stats.clean(second)
     if a.size == 0 or b.size == 0:
         return math.nan, math.nan, math.nan
@@ -179,6 +196,8 @@ def ttft_drift(first: np.ndarray, second: np.ndarray, seed: int = 0) -> tuple[fl
     if a.size < 2 or b.size < 2:
         return point, math.nan, math.nan
     rng = np.random.default_rng(seed)
+    if turnovers is not None:
+        return float(point), *_turnover_ci(a, b, turnovers, rng)
     ra = repeats.resample_blocks(a, DRIFT_BLOCKS, DRIFT_BOOT, rng)
     rb = repeats.resample_blocks(b, DRIFT_BLOCKS, DRIFT_BOOT, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -187,34 +206,76 @@ def ttft_drift(first: np.ndarray, second: np.ndarray, seed: int = 0) -> tuple[fl
     return float(point), float(lo), float(hi)
 
 
+def _turnover_ci(a: np.ndarray, b: np.ndarray, turnovers: tuple[int, int],
+                 rng: np.random.Generator) -> tuple[float, float]:
+    """The drift CI (%) of halves of k1 and k2 turnovers. A percentile interval of so few blocks is too narrow: with
+    two per half and no drift at all, both turnovers of one half lie above both of the other's 1 time in 3, and
+    every resample then puts the drift on the same side of 0. So, as for repeats (llmhost.repeats), each half's
+    resampled log p50 has its standard deviation times sqrt(k / (k - 1)) as standard error, and the CI is the log
+    ratio ± t(0.975, k1 + k2 - 2) × the two errors' root sum of squares. nan with fewer than 2 turnovers a half."""
+    ks = [min(k, x.size) for k, x in zip(turnovers, (a, b))]
+    if min(ks) < 2:
+        return math.nan, math.nan
+    var = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):  # a p50 of 0 ms has no log: no CI
+        for x, k in zip((a, b), ks):
+            log_p50 = np.log(np.median(repeats.resample_blocks(x, k, DRIFT_BOOT, rng), axis=1))
+            var += float(log_p50.var()) * k / (k - 1)
+        log_ratio = float(np.log(np.median(b) / np.median(a)))
+    half = stats.t975(ks[0] + ks[1] - 2) * math.sqrt(var)
+    if not math.isfinite(log_ratio + half):
+        return math.nan, math.nan
+    return 100.0 * (math.exp(log_ratio - half) - 1.0), 100.0 * (math.exp(log_ratio + half) - 1.0)
+
+
+def turnover_halves(in_window: np.ndarray, concurrency: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """A closed loop's window halves for the drift check: masks (send order) of the first and second half of the
+    whole turnovers whose c sends are all in the window (`in_window`, send order), and the turnovers in each. A
+    partial turnover (the warm-up's last refill, a remainder at the end) is left out."""
+    turn = np.arange(in_window.size) // concurrency
+    whole = np.flatnonzero(np.bincount(turn, weights=in_window.astype(float)) == concurrency)
+    half = whole.size // 2
+    return np.isin(turn, whole[:half]), np.isin(turn, whole[half:]), (half, whole.size - half)
+
+
 def check_steady(window: Window, start_s: np.ndarray, ttft_ms: np.ndarray, ok: np.ndarray, *,
-                 is_open_loop: bool, seed: int = 0, min_completed: int = 1) -> Steadiness:
+                 concurrency: int | None, seed: int = 0, min_completed: int = 1) -> Steadiness:
     """Whether the window held a steady state: it saw at least `min_completed` completions, TTFT p50 of the
     requests sent in its first and second half agree — a drift fails only when it is both beyond TTFT_DRIFT_TOL and
-    outside its CI — and, for an open loop, completions kept up with arrivals. A point without a window is not
+    outside its CI — and, for an open loop, completions kept up with arrivals. `concurrency`: a closed loop's c (its
+    halves are whole turnovers, see the module docstring); None for an open loop. A point without a window is not
     steady."""
     if not window.has_window:
         return Steadiness(False, math.nan, math.nan, math.nan, math.nan, ("no steady window (too few requests)",))
     start = np.asarray(start_s, float)
     # Sent inside the window, drain included: an overloaded queue finishes nothing sent late before t_end, and
     # TTFT is decided early in a request's life.
-    inside = ~window.mask("warmup") & np.asarray(ok, bool)
-    order = np.argsort(start, kind="stable")  # time order: the drift CI resamples contiguous blocks
-    start, inside, ttft = start[order], inside[order], np.asarray(ttft_ms, float)[order]
-    mid = window.t_start + window.duration_s / 2.0
-    drift, lo, hi = ttft_drift(ttft[inside & (start < mid)], ttft[inside & (start >= mid)], seed)
+    sent = ~window.mask("warmup")
+    order = np.argsort(start, kind="stable")  # send order: the drift CI resamples contiguous blocks
+    start, sent, good = start[order], sent[order], np.asarray(ok, bool)[order]
+    ttft = np.asarray(ttft_ms, float)[order]
+    if concurrency is None:
+        mid = window.t_start + window.duration_s / 2.0
+        first, second, turnovers = sent & (start < mid), sent & (start >= mid), None
+    else:
+        first, second, turnovers = turnover_halves(sent, concurrency)
+    drift, lo, hi = ttft_drift(ttft[first & good], ttft[second & good], seed, turnovers)
     reasons = []
     if window.completed < min_completed:
         reasons.append(f"window too short: {window.completed} of the {min_completed} completions it needs, in "
                        f"{window.duration_s:.2f} s (send more requests: --duration-s)")
-    if math.isnan(lo):  # a half without a successful request, or with one only: nothing to compare
+    if turnovers is not None and min(turnovers) < MIN_HALF_TURNOVERS:
+        reasons.append(f"too few turnovers to check TTFT drift: {min(turnovers)} whole turnover(s) of the "
+                       f"{concurrency} slots in a window half, {MIN_HALF_TURNOVERS} needed (send more requests: "
+                       "--duration-s)")
+    elif math.isnan(lo):  # a half without a successful request, or with one only: nothing to compare
         reasons.append("too few successful requests in a window half to check its TTFT")
     elif abs(drift) > 100 * TTFT_DRIFT_TOL and not (lo <= 0.0 <= hi):
         reasons.append(f"TTFT p50 drifted {drift:+.0f}% [{lo:+.0f}, {hi:+.0f}] from the window's first half to its "
                        f"second (tolerance ±{100 * TTFT_DRIFT_TOL:.0f}%)")
     arrived = int(((start >= window.t_start) & (start <= window.t_end)).sum())
     keep_up = window.completed / arrived if arrived else math.nan
-    if is_open_loop and not keep_up >= KEEP_UP:
+    if concurrency is None and not keep_up >= KEEP_UP:
         reasons.append(f"completions kept up with {100 * keep_up:.0f}% of arrivals in the window "
                        f"(< {100 * KEEP_UP:.0f}%: the queue grew)")
     return Steadiness(not reasons, drift, lo, hi, keep_up, tuple(reasons))
@@ -238,7 +299,8 @@ def window_and_check(point: Point, start_s: np.ndarray, e2e_ms: np.ndarray, outp
                      ttft_ms: np.ndarray, ok: np.ndarray, seed: int = 0) -> tuple[Window, Steadiness]:
     """A point's window (by its load pattern) and its steadiness check; the arrays must be in send order."""
     w = point_window(point.pattern, point.concurrency, point.request_rate, start_s, e2e_ms, output_tokens)
-    return w, check_steady(w, start_s, ttft_ms, ok, is_open_loop=point.request_rate is not None, seed=seed,
+    closed_c = point.concurrency if point.request_rate is None else None
+    return w, check_steady(w, start_s, ttft_ms, ok, concurrency=closed_c, seed=seed,
                            min_completed=min_window_completions(point))
 
 

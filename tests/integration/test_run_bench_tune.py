@@ -33,7 +33,7 @@ def env(tmp_path):
 
 @pytest.mark.slow
 def test_the_tuner_finds_the_batch_cap_the_server_rewards_and_applies_it(env):
-    # --duration-s 1: the shortest sized trial point (two warm-up and two steady waves of 4, 16 agent requests)
+    # --duration-s 1: the shortest sized trial point (two warm-up and four steady waves of 4, 24 agent requests)
     proc = bench(env, "--tune", "--concurrency", "4", "--duration-s", "1", "--repeat", "2", "--budget-min", "20",
                  *SLO, "--apply", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

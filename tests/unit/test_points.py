@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from llmhost import files, stats
-from llmhost.bench import arms, loadgen, points, runner
+from llmhost.bench import arms, loadgen, points, runner, window
 from llmhost.bench.records import RequestRecord
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
@@ -163,7 +163,7 @@ def test_concurrency_and_rates_replace_the_sweep_levels_of_every_workload_that_h
     # the other patterns stay as planned
     assert ("agent", "cold", 16, None) in got and ("chat", "long", 128, None) in got and ("chat", "burst", None, None) in got
     c128 = next(p for p in plan if p.workload == "chat" and p.concurrency == 128)
-    assert c128.num_prompts == 4 * 128  # four waves
+    assert c128.num_prompts == 6 * 128  # two warm-up waves, then four: two turnovers per window half
 
 
 def test_duration_sizes_the_concurrency_and_rate_points_and_nothing_else():
@@ -180,10 +180,20 @@ def test_duration_sizes_the_concurrency_and_rate_points_and_nothing_else():
 
 def test_duration_never_leaves_a_closed_loop_without_a_steady_window():
     # 10 s at agent c=128 is fewer than two waves of ~3.9 s: the H200 run that asked for it got 256 requests and a
-    # window of 4-44 ms; now two warm-up waves and two steady ones
+    # window of 4-44 ms; now two warm-up waves and four steady ones, two turnovers per half for the drift check
     plan = points.build_plan(ALL_ARMS[:1], ["agent"], False, 1,
                              points.Loads(concurrency=(128,), patterns=("concurrency",), duration_s=10))
     assert [p.num_prompts for p in plan] == [128 * (points.WARMUP_WAVES + points.MIN_STEADY_WAVES)]
+    assert points.MIN_STEADY_WAVES == 2 * window.MIN_HALF_TURNOVERS
+
+
+def test_every_planned_closed_loop_is_long_enough_for_its_drift_check():
+    rows = points.FULL_SWEEP + points.BASELINE_RUNS + points.QUICK_ALL + points.QUICK_BASELINE_EXTRA
+    closed = [r for r in rows if r[2] and r[1] not in window.TRANSIENT_PATTERNS]
+    assert {r[0] for r in closed} == {"agent", "chat", "long", "agent-tools"}
+    for workload, pattern, c, _, n in closed:
+        whole_turnovers = n // c - points.WARMUP_WAVES  # the warm-up ends one send into the second turnover
+        assert whole_turnovers >= 2 * window.MIN_HALF_TURNOVERS, (workload, pattern, c, n)
 
 
 def test_patterns_keep_only_those_kinds_of_point_with_the_users_loads():

@@ -22,6 +22,17 @@ def test_the_drift_is_the_second_halfs_median_over_the_firsts_with_a_ci_around_i
     assert math.isnan(window.ttft_drift(first, np.array([130.0]))[1])
 
 
+def test_a_closed_loops_drift_ci_comes_from_its_turnovers_and_needs_two_per_half() -> None:
+    flat = np.full(32, 100.0)
+    assert window.ttft_drift(flat, flat * 1.3, turnovers=(2, 2)) == pytest.approx((30.0, 30.0, 30.0))
+    # two turnovers of 16 per half, each half's two waves 2x apart: the t interval holds that spread
+    first, second = np.repeat([100.0, 200.0], 16), np.repeat([150.0, 300.0], 16)
+    point, lo, hi = window.ttft_drift(first, second, turnovers=(2, 2))
+    assert point == pytest.approx(50.0) and lo < 0 < hi
+    point, lo, hi = window.ttft_drift(first, second, turnovers=(1, 2))  # one turnover: a figure, no CI
+    assert point == pytest.approx(50.0) and math.isnan(lo) and math.isnan(hi)
+
+
 def _open_loop(ttft: np.ndarray, e2e_ms: float = 10.0) -> tuple[window.Window, np.ndarray]:
     start = np.arange(ttft.size, dtype=float)
     return window.open_loop_window(start, np.full(ttft.size, e2e_ms), np.ones(ttft.size)), start
@@ -30,13 +41,13 @@ def _open_loop(ttft: np.ndarray, e2e_ms: float = 10.0) -> tuple[window.Window, n
 def test_the_reasons_say_the_drift_and_the_keep_up_in_percent_of_their_tolerances() -> None:
     ttft = np.where(np.arange(64) < 32, 100.0, 150.0)
     w, start = _open_loop(ttft)
-    drift = window.check_steady(w, start, ttft, np.ones(64, bool), is_open_loop=True, min_completed=16)
+    drift = window.check_steady(w, start, ttft, np.ones(64, bool), concurrency=None, min_completed=16)
     assert drift.reasons == ("TTFT p50 drifted +50% [+50, +50] from the window's first half to its second "
                              "(tolerance ±20%)",)
     flat = np.full(65, 100.0)
     w, start = _open_loop(flat)  # arrivals at 1, 2, ..., 64 s are inside the window: 64
     queued = window.Window(w.t_start, w.t_end, w.phase, completed=32, completed_output_tokens=32)
-    verdict = window.check_steady(queued, start, flat, np.ones(65, bool), is_open_loop=True, min_completed=16)
+    verdict = window.check_steady(queued, start, flat, np.ones(65, bool), concurrency=None, min_completed=16)
     assert verdict.reasons == ("completions kept up with 50% of arrivals in the window (< 90%: the queue grew)",)
 
 
@@ -48,36 +59,46 @@ def test_keeping_up_with_exactly_the_required_share_and_count_passes() -> None:
     at_edge = window.Window(w.t_start, w.t_end, w.phase, completed=int(arrived * window.KEEP_UP),
                             completed_output_tokens=0)
     assert at_edge.completed / arrived == pytest.approx(window.KEEP_UP)
-    ok = window.check_steady(at_edge, start, flat, np.ones(61, bool), is_open_loop=True,
+    ok = window.check_steady(at_edge, start, flat, np.ones(61, bool), concurrency=None,
                              min_completed=at_edge.completed)
     assert ok.is_steady, ok.reasons
-    short = window.check_steady(at_edge, start, flat, np.ones(61, bool), is_open_loop=True,
+    short = window.check_steady(at_edge, start, flat, np.ones(61, bool), concurrency=None,
                                 min_completed=at_edge.completed + 1)
     assert short.reasons[0].startswith(f"window too short: {at_edge.completed} of the {at_edge.completed + 1} ")
 
 
 def test_the_drift_check_sees_only_successful_requests_sent_after_the_warm_up() -> None:
-    # closed loop c=8, 4 waves of 1 s: the window runs from the 8th completion (1 s) to the last send (3 s), its
-    # halves split at 2 s. The start-up wave's TTFT is 50x the rest: counted, it would be half the first half.
-    start = np.repeat(np.arange(4.0), 8)
-    e2e = np.full(32, 1000.0)
-    ttft = np.where(start == 0, 5000.0, np.where(start < 2, 100.0, 110.0))
-    ok = np.ones(32, bool)
+    # closed loop c=8, 6 waves of 1 s: the window runs from the 8th completion (1 s) to the last send (5 s); its
+    # whole turnovers are the waves sent at 1-5 s, halved into 1-2 s and 3-5 s. The start-up wave's TTFT is 50x
+    # the rest: counted, it would be a third of the first half.
+    start = np.repeat(np.arange(6.0), 8)
+    e2e = np.full(48, 1000.0)
+    ttft = np.where(start == 0, 5000.0, np.where(start < 3, 100.0, 110.0))
+    ok = np.ones(48, bool)
     ok[-1], ttft[-1] = False, 9000.0  # failed: kept out
-    point = Point("p", "baseline", "chat", "concurrency", 8, None, 32, 1)
-    w, verdict = window.window_and_check(point, start, e2e, np.full(32, 10), ttft, ok)
-    assert (w.t_start, w.t_end) == (1.0, 3.0)
-    # first half: the wave sent at 1 s; second: those at 2 and 3 s (a request sent at the midpoint is in the second)
+    point = Point("p", "baseline", "chat", "concurrency", 8, None, 48, 1)
+    w, verdict = window.window_and_check(point, start, e2e, np.full(48, 10), ttft, ok)
+    assert (w.t_start, w.t_end) == (1.0, 5.0)
     assert verdict.is_steady and verdict.ttft_drift_pct == pytest.approx(10.0), verdict.reasons
     assert window.min_window_completions(point) == 8
     assert window.min_window_completions(Point("q", "baseline", "chat", "qps", None, 2.0, 20, 1)) == 16
+
+
+def test_a_closed_loops_halves_are_its_whole_turnovers_in_send_order() -> None:
+    # c=4, 26 sends: the warm-up is the first 7 (2c - 1), so turnover 1 (sends 4-7) is partial and left out, as is
+    # the remainder 24-25; turnovers 2-5 are whole: 2-3 in the first half, 4-5 in the second
+    in_window = np.arange(26) >= 7
+    first, second, turnovers = window.turnover_halves(in_window, 4)
+    assert np.flatnonzero(first).tolist() == list(range(8, 16))
+    assert np.flatnonzero(second).tolist() == list(range(16, 24)) and turnovers == (2, 2)
+    assert window.turnover_halves(np.arange(9) >= 1, 1)[2] == (4, 4)  # c=1: a turnover is one request
 
 
 def test_a_drift_of_exactly_the_tolerance_passes_and_just_beyond_it_fails() -> None:
     for second, steady in ((100.0 * (1 + window.TTFT_DRIFT_TOL), True), (120.1, False)):
         ttft = np.where(np.arange(64) < 32, 100.0, second)
         w, start = _open_loop(ttft)
-        verdict = window.check_steady(w, start, ttft, np.ones(64, bool), is_open_loop=True, min_completed=16)
+        verdict = window.check_steady(w, start, ttft, np.ones(64, bool), concurrency=None, min_completed=16)
         assert verdict.is_steady is steady, (second, verdict.reasons)
 
 
