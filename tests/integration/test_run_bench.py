@@ -235,7 +235,7 @@ def test_dry_run_prints_the_plan_with_an_estimate_and_writes_nothing(env):
     proc = bench(env, "--dry-run", "--quick")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.splitlines()
-    assert "baseline.agent.concurrency.c16.r1" in proc.stdout and "triton.agent.concurrency.c16.r1" in proc.stdout
+    assert "baseline.agent.concurrency.c8.r1" in proc.stdout and "triton.agent.concurrency.c8.r1" in proc.stdout
     assert any(line.startswith("[bench] estimate:") for line in out)
     summary = json.loads(out[-1])
     assert summary["dry_run"] and summary["points"] == 7 and 600 < summary["estimate_s"] <= 960  # 5 restarts of ~130 s
