@@ -46,6 +46,19 @@ ADMIT_S = 0.007
 BURST_DECODE_WAVES = 4  # a 2,000-request burst decodes in a few admission waves (unmeasured; 64 is the largest
 #                         batch measured)
 
+# A priming pass caches a point's system prompts before it is measured: the sweep's closed and open loops run on
+# warm prefixes, so their TTFT-vs-load curve measures the load, not a cold share that changes with it (unprimed, half
+# the requests of agent c=1 and c=8 on the H200 were their group's first and prefilled 4.3k tokens); cold behaviour
+# is the cold point's own, and the warm point re-asks new questions over primed prompts.
+PRIMED_PATTERNS: tuple[str, ...] = ("concurrency", "qps", "warm")
+
+
+def is_primed(point: Point) -> bool:
+    """Whether a priming pass (one 1-token question per system prompt) precedes the measured pass: points of the
+    primed patterns whose workload shares prefixes (random ids share none: nothing to prime)."""
+    return point.pattern in PRIMED_PATTERNS and WORKLOADS[point.workload].kind != "random-ids"
+
+
 def make_point(arm: str, workload: str, pattern: Pattern, concurrency: int | None, rate: float | None,
                num_prompts: int, repeat: int) -> Point:
     # Dots separate id fields, so a rate of 0.5 req/s is written r0p5.
@@ -189,8 +202,8 @@ def estimate_s(point: Point) -> float:
     else:  # burst: prefill of everything, then its decode at the largest batch measured
         load_s = point.num_prompts * w.input_len / PREFILL_TOK_S \
             + BURST_DECODE_WAVES * w.output_len * decode_step_s(64, w.input_len + w.output_len / 2)
-    # the warm point's priming pass: one short request per system prompt
-    prime_s = LOADGEN_OVERHEAD_S + AGENT_GROUPS * w.input_len / PREFILL_TOK_S if point.pattern == "warm" else 0.0
+    # the priming pass: one short request per system prompt
+    prime_s = LOADGEN_OVERHEAD_S + AGENT_GROUPS * w.input_len / PREFILL_TOK_S if is_primed(point) else 0.0
     return LOADGEN_OVERHEAD_S + load_s + prime_s
 
 
@@ -214,7 +227,7 @@ def unknown_flags(argv: list[str], help_text: str) -> list[str]:
 
 def bench_argv(point: Point, workload: Workload, *, base_url: str, model_dir: str, served_model_name: str,
                seed: int, output_file: Path, prime: bool = False) -> list[str]:
-    """bench_serving arguments for one point (`prime=True`: the priming pass of a warm point)."""
+    """bench_serving arguments for one point (`prime=True`: its priming pass, see is_primed)."""
     argv = workload.dataset_args(point.num_prompts, prime=prime)
     # --tokenizer explicitly: otherwise bench_serving asks the server's /model_info for a path on the server side.
     # --cache-report: each request's cached prompt tokens (sglext on the OpenAI path, meta_info on /generate).
@@ -225,7 +238,7 @@ def bench_argv(point: Point, workload: Workload, *, base_url: str, model_dir: st
     argv += ["--request-rate", f"{point.request_rate:g}" if point.request_rate else "inf"]
     if point.concurrency:
         argv += ["--max-concurrency", str(point.concurrency)]
-    if point.pattern == "warm" and not prime:
+    if is_primed(point) and not prime:
         argv += ["--warmup-requests", "0"]  # measured on the prefixes the priming pass left: no warm-up, no flush
     else:
         # One warm-up request absorbs first-request costs; --flush-cache then drops the prefix it left behind.

@@ -191,11 +191,11 @@ def point_argv(b: Bench, point: points.Point, output_file: Path, prime: bool = F
 
 
 def dataset_argvs(b: Bench, todo: list[points.Point]) -> list[list[str]]:
-    """Every pass of these points (a warm point's priming pass too), for the load generator to build their datasets
-    while the server boots; the output file is never written by a prepare."""
+    """Every pass of these points (priming passes too), for the load generator to build their datasets while the
+    server boots; the output file is never written by a prepare."""
     unused = b.store.raw_dir() / "prepare.jsonl"
-    return [point_argv(b, p, unused, prime) for p in todo for prime in ((False, True) if p.pattern == "warm"
-                                                                         else (False,))]
+    return [point_argv(b, p, unused, prime) for p in todo
+            for prime in ((False, True) if points.is_primed(p) else (False,))]
 
 
 def measure(b: Bench, point: points.Point, stem: str, prime: bool = False) -> tuple[dict[str, float] | None, str]:
@@ -220,7 +220,7 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     flush = server_client(b.cfg).flush_cache(wait_s=120)  # 200 only once SGLang emptied the tree
     error = "" if flush else f"prefix cache flush failed: {flush.detail}"
     summary, rel = None, ""
-    if flush and point.pattern == "warm":
+    if flush and points.is_primed(point):
         _, prime_error = measure(b, point, stem, prime=True)
         error = f"priming pass failed: {prime_error}" if prime_error else ""  # else cold would be published as warm
     if flush and not error:
@@ -230,7 +230,7 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
         error = f"{error} — server log: {cause}"[:400] if cause else error
     record = PointRecord.of(point, attempt=attempt, status="failed" if error else "ok", error=error or None,
                             started_at=started, ended_at=time.time(),
-                            cache_flushed=bool(flush) and point.pattern != "warm", summary=summary,
+                            cache_flushed=bool(flush) and not points.is_primed(point), summary=summary,
                             requests_file=rel or f"requests/{point.point_id}.jsonl")
     b.sampler.point_id = None
     return record

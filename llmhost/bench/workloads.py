@@ -11,7 +11,8 @@ payload (after its own defaults), so `{"tools": [...], "tool_choice": "auto"}` t
 request exactly as an OpenAI client would; the chat template renders them into the prompt, so they are part of the
 shared prefix too. No custom dataset file is needed. Prompts are generated once: random-ids is seeded and
 generated-shared-prefix prompts are cached by bench_serving under ~/.cache/sglang (keyed by seed and sizes).
-The warm point's priming pass uses the same seed with one 1-token question per group (dataset_args(prime=True)).
+A primed point's priming pass (llmhost.bench.points.is_primed: the agent sweep and warm points) uses the same seed
+with one 1-token question per group (dataset_args(prime=True)).
 """
 from __future__ import annotations
 

@@ -249,8 +249,9 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     assert boots == ["baseline", "page-16", "triton"]  # p16b reuses the page-16 boot
     assert len(watched) == 6 and watched[1::2] == [None] * 3  # each boot's load generator sampled, then let go
     assert paid == [("baseline", {"baseline"}), ("page-16", {"page-16", "p16b"}), ("triton", {"triton"})]
-    warm = sum(p.pattern == "warm" for p in plan)  # a warm point's priming pass has its own dataset
-    assert len(prepared) == len(plan) + warm  # every pass's dataset offered to the load generator before its boot
+    primed = sum(map(points.is_primed, plan))  # a primed point's priming pass has its own dataset
+    assert 0 < primed < len(plan)  # the quick plan's agent points (not its chat one)
+    assert len(prepared) == len(plan) + primed  # every pass's dataset offered to the load generator before its boot
     assert sorted(p.point_id for _, _, p in ran) == sorted(p.point_id for p in plan)
     assert all(name == p.arm for _, name, p in ran)
     assert {pid for pid, name, _ in ran if name in ("page-16", "p16b")} == {2}  # one load generator for the boot

@@ -2,6 +2,7 @@
 captured --help, and the summary of the captured --output-details JSONL of SGLang 0.5.17."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,7 +12,7 @@ import pytest
 from llmhost import files, stats
 from llmhost.bench import arms, loadgen, points, runner, window
 from llmhost.bench.records import RequestRecord
-from llmhost.bench.workloads import REGISTRY as WORKLOADS
+from llmhost.bench.workloads import AGENT_GROUPS, REGISTRY as WORKLOADS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,6 +98,27 @@ def test_warm_point_asks_new_questions_over_the_system_prompts_its_priming_pass_
     assert (_arg(warm, "--gsp-prompts-per-group"), _arg(warm, "--gsp-question-len")) == ("3", "128")
     with pytest.raises(ValueError):
         WORKLOADS["chat"].dataset_args(32, prime=True)
+
+
+@pytest.mark.parametrize("workload, pattern, rate, primed", [
+    ("agent", "concurrency", None, True), ("agent", "qps", 4.0, True), ("agent-tools", "concurrency", None, True),
+    ("agent", "warm", None, True), ("agent", "cold", None, False), ("chat", "concurrency", None, False),
+    ("chat", "burst", None, False), ("long", "concurrency", None, False)])
+def test_sweep_points_with_shared_prefixes_are_measured_on_primed_prompts_and_cold_stays_cold(
+        workload, pattern, rate, primed, tmp_path):
+    point = points.make_point("b", workload, pattern, None if rate else 8, rate, 48, 1)
+    measured = points.bench_argv(point, WORKLOADS[workload], base_url="u", model_dir="m", served_model_name="s",
+                                 seed=7, output_file=tmp_path / "o")
+    assert points.is_primed(point) is primed
+    # primed: no warm-up request and no flush of what the priming pass cached; else one warm-up, then a flush
+    assert ("--flush-cache" not in measured and _arg(measured, "--warmup-requests") == "0") is primed
+
+
+def test_the_estimate_counts_a_priming_pass_its_overhead_and_one_prompts_prefill_per_group():
+    primed = points.make_point("b", "agent", "concurrency", 8, None, 48, 1)
+    cold = dataclasses.replace(primed, pattern="cold")  # the same closed loop on a flushed cache
+    assert points.estimate_s(primed) - points.estimate_s(cold) == pytest.approx(
+        points.LOADGEN_OVERHEAD_S + AGENT_GROUPS * WORKLOADS["agent"].input_len / points.PREFILL_TOK_S)
 
 
 def _summary_rows(details: dict) -> list[RequestRecord]:
