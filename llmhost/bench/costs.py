@@ -5,12 +5,13 @@
 
 How it learns (from points.jsonl, manifest.json, sittings.jsonl and servers/*.json of up to MAX_RUNS newest runs):
 * A point costs its load: every ok attempt's wall time (ended_at - started_at: flush, warm-up, load, parse) minus
-  the fixed per-point overhead, divided by its requests, is the seconds per request of its kind (workload,
+  the fixed per-point overhead and its priming pass if it had one (points.priming_s; an attempt not measured on a
+  flushed cache was primed), divided by its requests, is the seconds per request of its kind (workload,
   pattern, concurrency, rate) *on its arm's launch flags*: an arm's setting changes its cost (prefix cache off made
-  agent c=64 cost 2.2x the baseline's on the H200). A planned point is predicted as overhead + requests x the median
-  of its own flags and kind; an arm whose flags were never measured with that kind is priced as the baseline's
-  (flags none), else as any arm's; so a 10,000-request tail run is priced from the 1,000-request one only if they
-  share a kind (they do not).
+  agent c=64 cost 2.2x the baseline's on the H200). A planned point is predicted as overhead (+ its priming pass if
+  points.is_primed) + requests x the median of its own flags and kind; an arm whose flags were never measured with
+  that kind is priced as the baseline's (flags none), else as any arm's; so a 10,000-request tail run is priced
+  from the 1,000-request one only if they share a kind (they do not).
 * A kind never seen is priced by the physics estimate (points.estimate_s) x the median observed/estimated ratio of
   the points seen: the host's systematic bias (overheads, batched decode slower than the single-stream ITL).
 * A boot is the median boot the newest run paid (sittings.jsonl: restart, load-generator start, warm pass; a
@@ -94,7 +95,8 @@ class CostModel:
         if per is None:
             per = self.per_request_s.get((BASELINE_FLAGS, kind), self.any_arm_s.get(kind))
         if per is not None:
-            return points.LOADGEN_OVERHEAD_S + point.num_prompts * per
+            prime_s = points.priming_s(point) if points.is_primed(point) else 0.0
+            return points.LOADGEN_OVERHEAD_S + prime_s + point.num_prompts * per
         return points.estimate_s(point) * self.ratio
 
     def boot_s(self, quick: bool) -> float:
@@ -174,7 +176,8 @@ def fit(bench_dir: Path, max_runs: int = MAX_RUNS) -> CostModel:
     any_arm: dict[Kind, list[float]] = {}
     for seen in runs:
         for r in seen.done:
-            cost = max(0.0, r.ended_at - r.started_at - points.LOADGEN_OVERHEAD_S) / r.num_prompts
+            prime_s = 0.0 if r.cache_flushed else points.priming_s(r)  # what it spent on priming
+            cost = max(0.0, r.ended_at - r.started_at - points.LOADGEN_OVERHEAD_S - prime_s) / r.num_prompts
             any_arm.setdefault(kind_of(r), []).append(cost)
             if r.arm in seen.flags:  # an arm the manifest does not name has no flags to price by
                 per.setdefault((seen.flags[r.arm], kind_of(r)), []).append(cost)

@@ -202,9 +202,12 @@ def estimate_s(point: Point) -> float:
     else:  # burst: prefill of everything, then its decode at the largest batch measured
         load_s = point.num_prompts * w.input_len / PREFILL_TOK_S \
             + BURST_DECODE_WAVES * w.output_len * decode_step_s(64, w.input_len + w.output_len / 2)
-    # the priming pass: one short request per system prompt
-    prime_s = LOADGEN_OVERHEAD_S + AGENT_GROUPS * w.input_len / PREFILL_TOK_S if is_primed(point) else 0.0
-    return LOADGEN_OVERHEAD_S + load_s + prime_s
+    return LOADGEN_OVERHEAD_S + load_s + (priming_s(point) if is_primed(point) else 0.0)
+
+
+def priming_s(point: Point) -> float:
+    """A priming pass: the per-pass overhead and one short request per system prompt, each prefilling it."""
+    return LOADGEN_OVERHEAD_S + AGENT_GROUPS * WORKLOADS[point.workload].input_len / PREFILL_TOK_S
 
 
 def timeout_s(point: Point) -> float:

@@ -89,20 +89,35 @@ def test_an_arms_points_are_priced_by_its_launch_flags_and_an_unmeasured_arm_as_
             done(dataclasses.replace(head, arm="no-prefix-cache"), points.LOADGEN_OVERHEAD_S + 256 * 0.125)]
     write_arms(write_run(tmp_path / "bench", "20260101-120000", rows, {}), [base, nopc])
     model = costs.fit(tmp_path / "bench").with_arms([base, nopc, fp8])
+    fixed = points.LOADGEN_OVERHEAD_S + points.priming_s(head)  # measured unprimed, planned primed
     priced = {arm: model.point_s(dataclasses.replace(head, arm=arm)) for arm in ("baseline", "no-prefix-cache", "fp8-kv")}
-    assert priced == pytest.approx({"baseline": points.LOADGEN_OVERHEAD_S + 12.8,
-                                    "no-prefix-cache": points.LOADGEN_OVERHEAD_S + 32.0,
-                                    "fp8-kv": points.LOADGEN_OVERHEAD_S + 12.8})  # never measured: as the baseline
+    assert priced == pytest.approx({"baseline": fixed + 12.8, "no-prefix-cache": fixed + 32.0,
+                                    "fp8-kv": fixed + 12.8})  # never measured: as the baseline
     assert model.label.endswith("never measured here, priced as the baseline: fp8-kv)")
     # the flags decide, not the name: a user arm called no-prefix-cache with other flags is not the measured one
     renamed = arms_mod.Arm("no-prefix-cache", "x", "#000000", ("--page-size", "16"), "user arm")
     assert costs.fit(tmp_path / "bench").with_arms([renamed]).point_s(dataclasses.replace(head, arm=renamed.name)) \
-        == pytest.approx(points.LOADGEN_OVERHEAD_S + 12.8)
+        == pytest.approx(fixed + 12.8)
     # an arm the model was not told of is priced as the baseline; with no baseline measured, as any arm's median
-    assert costs.fit(tmp_path / "bench").point_s(head) == pytest.approx(points.LOADGEN_OVERHEAD_S + 12.8)
+    assert costs.fit(tmp_path / "bench").point_s(head) == pytest.approx(fixed + 12.8)
     (tmp_path / "bench" / "20260101-120000" / "manifest.json").unlink()
-    assert costs.fit(tmp_path / "bench").with_arms([base]).point_s(head) == \
-        pytest.approx(points.LOADGEN_OVERHEAD_S + 256 * 0.0875)
+    assert costs.fit(tmp_path / "bench").with_arms([base]).point_s(head) == pytest.approx(fixed + 256 * 0.0875)
+
+
+def test_a_priming_pass_is_priced_apart_so_a_primed_points_requests_are_not_charged_for_it(tmp_path):
+    primed = points.make_point("baseline", "agent", "concurrency", 8, None, 48, 1)
+    per_s = 0.2
+    wall_s = points.LOADGEN_OVERHEAD_S + points.priming_s(primed) + 48 * per_s
+    row = dataclasses.replace(done(primed, wall_s), cache_flushed=False)  # measured on the prompts it primed
+    write_run(tmp_path / "bench", "20260101-120000", [row], {})
+    model = costs.fit(tmp_path / "bench")
+    twice = points.make_point("baseline", "agent", "concurrency", 8, None, 96, 1)  # twice the requests, one pass
+    assert model.point_s(twice) == pytest.approx(points.LOADGEN_OVERHEAD_S + points.priming_s(twice) + 96 * per_s)
+    # the same wall time on a flushed cache had no priming pass: all of it was the requests', and scales with them
+    (tmp_path / "bench" / "20260101-120000" / "points.jsonl").unlink()
+    append_records(tmp_path / "bench" / "20260101-120000" / "points.jsonl", [done(primed, wall_s)])
+    flushed = costs.fit(tmp_path / "bench")
+    assert flushed.point_s(twice) - model.point_s(twice) == pytest.approx(points.priming_s(primed) * 96 / 48)
 
 
 def test_a_boot_is_the_median_whole_boot_the_newest_run_paid(tmp_path):
