@@ -182,7 +182,8 @@ def fit(bench_dir: Path, max_runs: int = MAX_RUNS) -> CostModel:
             if r.arm in seen.flags:  # an arm the manifest does not name has no flags to price by
                 per.setdefault((seen.flags[r.arm], kind_of(r)), []).append(cost)
     done = [r for seen in runs for r in seen.done]
-    ratio = statistics.median((r.ended_at - r.started_at) / points.estimate_s(r) for r in done)
+    ratio = statistics.median((r.ended_at - r.started_at) / points.estimate_s(r, primed=not r.cache_flushed)
+                              for r in done)
     ready = [s for seen in runs for s in seen.ready]
     paid = next((seen.paid for seen in runs if seen.paid), [])  # the newest run that recorded its boots
     return CostModel(per_request_s={k: statistics.median(v) for k, v in per.items()},

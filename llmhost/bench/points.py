@@ -189,8 +189,9 @@ def request_s(w: Workload, in_flight: int = 1) -> float:
     return ttft_s + (w.output_len - 1) * decode_step_s(in_flight, w.input_len + w.output_len / 2)
 
 
-def estimate_s(point: Point) -> float:
-    """Seconds one point should take on an H200 (for ETAs; the arithmetic is in the constants above). A closed
+def estimate_s(point: Point, primed: bool | None = None) -> float:
+    """Seconds one point should take on an H200 (for ETAs; the arithmetic is in the constants above), with its
+    priming pass if `primed` (default: is_primed; a recorded attempt says whether it was). A closed
     loop runs ceil(n / c) waves of c requests in flight: agent c=64, 576 prompts, 9 x 3.10 s = 27.9 s of load
     (measured 28.6-28.7 s); chat c=64, 640 prompts, 10 x 2.57 s = 25.7 s (26.1-27.1 s)."""
     w = WORKLOADS[point.workload]
@@ -202,7 +203,8 @@ def estimate_s(point: Point) -> float:
     else:  # burst: prefill of everything, then its decode at the largest batch measured
         load_s = point.num_prompts * w.input_len / PREFILL_TOK_S \
             + BURST_DECODE_WAVES * w.output_len * decode_step_s(64, w.input_len + w.output_len / 2)
-    return LOADGEN_OVERHEAD_S + load_s + (priming_s(point) if is_primed(point) else 0.0)
+    primed = is_primed(point) if primed is None else primed
+    return LOADGEN_OVERHEAD_S + load_s + (priming_s(point) if primed else 0.0)
 
 
 def priming_s(point: Point) -> float:

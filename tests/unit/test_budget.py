@@ -111,12 +111,14 @@ def test_a_priming_pass_is_priced_apart_so_a_primed_points_requests_are_not_char
     row = dataclasses.replace(done(primed, wall_s), cache_flushed=False)  # measured on the prompts it primed
     write_run(tmp_path / "bench", "20260101-120000", [row], {})
     model = costs.fit(tmp_path / "bench")
+    assert model.ratio == pytest.approx(wall_s / points.estimate_s(primed, primed=True))  # the bias of what ran
     twice = points.make_point("baseline", "agent", "concurrency", 8, None, 96, 1)  # twice the requests, one pass
     assert model.point_s(twice) == pytest.approx(points.LOADGEN_OVERHEAD_S + points.priming_s(twice) + 96 * per_s)
     # the same wall time on a flushed cache had no priming pass: all of it was the requests', and scales with them
     (tmp_path / "bench" / "20260101-120000" / "points.jsonl").unlink()
     append_records(tmp_path / "bench" / "20260101-120000" / "points.jsonl", [done(primed, wall_s)])
     flushed = costs.fit(tmp_path / "bench")
+    assert flushed.ratio == pytest.approx(wall_s / points.estimate_s(primed, primed=False))
     assert flushed.point_s(twice) - model.point_s(twice) == pytest.approx(points.priming_s(primed) * 96 / 48)
 
 
