@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from llmhost.bench import points, records, sittings
+from llmhost.bench import points, records, sittings, store
 from llmhost.bench.arms import Arm
 from llmhost.bench.records import Point, PointRecord
 
@@ -142,11 +142,10 @@ def boots_paid(run: Path) -> list[float]:
 
 
 def arm_flags(run: Path) -> dict[str, Flags]:
-    """The run's arms' launch flags by name, from its manifest ({} when unreadable)."""
+    """The run's arms' launch flags by name, from its manifest ({} when it is missing or damaged)."""
     try:
-        arms = json.loads((run / "manifest.json").read_text()).get("arms") or []
-        return {str(a["name"]): tuple(str(f) for f in a.get("flags") or ()) for a in arms}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {a.name: tuple(a.flags) for a in store.read_manifest(run / "manifest.json").arms}
+    except records.RecordError:
         return {}
 
 

@@ -4,18 +4,18 @@
     r.lines()     # ["took 21m04s in 3 sittings vs estimate 20m00s (+5%); resuming cost 2 extra boots (3m20s) and
                   #   2 start-ups (0m50s): 16m54s without them (-15%)", "ETA held within +12%/-8% after each arm's
                   #   first point (bound ±25%)"]
-    r.to_json()   # estimate_s, calibrated, actual_s, sittings, resume_boots, resume_boots_s, resume_starts_s,
-                  # actual_without_resuming_s, error_pct, eta_swing_up_pct, eta_swing_down_pct, ...
+    r.to_json()   # estimate_s, adaptive_s, calibrated, actual_s, sittings, resume_boots, resume_boots_s,
+                  # resume_starts_s, cut_s, actual_without_resuming_s, error_pct, eta_swing_up_pct, ...
 
 The estimate is the dry run's, recorded in the manifest when the run was planned (llmhost.bench.dryrun). The actual
 time is the sum of the sittings' spans (llmhost.bench.sittings): the time between sittings, when nothing ran, is not
 counted. Adaptive repeats (llmhost.bench.budget) are work the plan kept budget for but did not price: the cost
 model's price of those that joined (the ETA's added_s, each sitting's last) is added to the estimate they are
-measured against. error_pct = actual / (estimate + adaptive) - 1. A boot paid only because a sitting resumed mid-arm was not in the plan,
-nor was each resumed sitting's start-up (the load generator's check and the preflight, before its first boot or
-point: the plan counts the run's fixed part once), nor the work a sitting's end cut off (after its last finished
-point or boot: the interrupted point runs again), so the time without all three is given beside it: the estimate's
-own error, apart from the cost of splitting.
+measured against. error_pct = actual / (estimate + adaptive) - 1. A boot paid only because a sitting resumed mid-arm
+was not in the plan, nor was each resumed sitting's start-up (the load generator's check and the preflight, before
+its first boot or point: the plan counts the run's fixed part once), nor the work a sitting's end cut off (after its
+last finished point or boot: the interrupted point runs again), so the time without all three is given beside it:
+the estimate's own error, apart from the cost of splitting.
 
 ETA swing. Every ETA a progress line printed projects the run's finish: P = elapsed + ETA, on the run's time
 (elapsed counts the earlier sittings). After each arm's first finished point in a sitting (the ETA's one free
@@ -82,7 +82,8 @@ class Reckoning:
     def lines(self) -> list[str]:
         took = (f"took {fmt_s(self.actual_s)} in {self.sittings} sitting{'s' if self.sittings != 1 else ''} vs "
                 f"estimate {fmt_s(self.estimate_s)}"
-                + (f" + {fmt_s(self.adaptive_s)} of adaptive repeats = {fmt_s(self.planned_s)}" if self.adaptive_s else "")
+                + (f" + {fmt_s(self.adaptive_s)} of adaptive repeats = {fmt_s(self.planned_s)}"
+                   if self.adaptive_s else "")
                 + f" ({self.error_pct(self.actual_s):+.0f}%"
                 f"{'' if self.calibrated else ', uncalibrated'})")
         if self.sittings > 1:

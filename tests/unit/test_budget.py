@@ -78,8 +78,12 @@ def test_the_newest_runs_win_and_a_shared_boot_counts_once(tmp_path):
     assert model.point_s(p) == pytest.approx(34.5) and model.ready_s == 100.0 and model.boots_seen == costs.MAX_RUNS
 
 
+PROVENANCE = Provenance(created_at="2026-01-01T12:00:00Z", command=("run_bench.py",), git_commit=None, versions={},
+                        gpu=Gpu("NVIDIA H200", 1, 139.8, "580"), git_dirty=None)
+
+
 def write_arms(run, arms: list[arms_mod.Arm]) -> None:
-    (run / "manifest.json").write_text(json.dumps({"arms": [{"name": a.name, "flags": list(a.flags)} for a in arms]}))
+    store.RunStore(run).write_manifest(Manifest("r", PROVENANCE, {}, 1, None, tuple(arms), (), ()))
 
 
 def test_an_arms_points_are_priced_by_its_launch_flags_and_an_unmeasured_arm_as_the_baseline(tmp_path):
@@ -90,7 +94,8 @@ def test_an_arms_points_are_priced_by_its_launch_flags_and_an_unmeasured_arm_as_
     write_arms(write_run(tmp_path / "bench", "20260101-120000", rows, {}), [base, nopc])
     model = costs.fit(tmp_path / "bench").with_arms([base, nopc, fp8])
     fixed = points.LOADGEN_OVERHEAD_S + points.priming_s(head)  # measured unprimed, planned primed
-    priced = {arm: model.point_s(dataclasses.replace(head, arm=arm)) for arm in ("baseline", "no-prefix-cache", "fp8-kv")}
+    priced = {arm: model.point_s(dataclasses.replace(head, arm=arm))
+              for arm in ("baseline", "no-prefix-cache", "fp8-kv")}
     assert priced == pytest.approx({"baseline": fixed + 12.8, "no-prefix-cache": fixed + 32.0,
                                     "fp8-kv": fixed + 12.8})  # never measured: as the baseline
     assert model.label.endswith("never measured here, priced as the baseline: fp8-kv)")

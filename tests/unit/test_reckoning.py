@@ -185,8 +185,9 @@ def test_the_eta_names_the_arm_whose_first_point_anchors_it_and_counts_added_wor
 def test_the_closing_json_is_complete_and_rounded():
     tally = reckoning.Reckoning(1200.4, False, 1264.26, 2, 1, 100.04, (12.34, -8.76), resume_starts_s=20.02)
     assert tally.to_json() == {
-        "estimate_s": 1200, "adaptive_s": 0.0, "calibrated": False, "actual_s": 1264.3, "sittings": 2, "resume_boots": 1,
-        "resume_boots_s": 100.0, "resume_starts_s": 20.0, "cut_s": 0.0, "actual_without_resuming_s": 1144.2, "error_pct": 5.3,
+        "estimate_s": 1200, "adaptive_s": 0.0, "calibrated": False, "actual_s": 1264.3, "sittings": 2,
+        "resume_boots": 1, "resume_boots_s": 100.0, "resume_starts_s": 20.0, "cut_s": 0.0,
+        "actual_without_resuming_s": 1144.2, "error_pct": 5.3,
         "error_without_resuming_pct": -4.7, "eta_swing_up_pct": 12.3, "eta_swing_down_pct": -8.8,
         "eta_swing_bound_pct": 25}
     assert tally.lines()[0] == ("took 21m04s in 2 sittings vs estimate 20m00s (+5%, uncalibrated); resuming cost "
