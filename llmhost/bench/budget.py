@@ -8,12 +8,18 @@ What goes in, in this order, each point only while the cost model (llmhost.bench
    none (a tight budget drops the last arms rather than leave every arm with an unquotable CI);
 2. the baseline's full sweep, its 10,000-request tail run and its 2,000-request burst, one repeat;
 3. every other arm's points that its one setting can change (ARM_SCOPE, data per arm), one repeat, arm by arm.
-Steps 2-3 stop at 1 - RESERVE_SHARE of the budget. A point that does not fit is left out and listed; the time left
-over (reserve_s) is for adaptive repeats: after a
-boot's planned points, a headline point whose throughput CI half-width across repeats (llmhost.repeats) is still
-above CI_TARGET_PCT gets one more repeat, widest first, while the boot's share of the budget remains. The throughput
-is the one the dashboard's headline quotes: each steady repeat's steady-window output tok/s, as the runner recorded
-it in the point's summary (the whole point's for runs recorded before it did).
+Steps 2-3 stop where the reserve for adaptive repeats begins: RESERVE_SHARE of the budget, or what the repeats the
+headline points' spread calls for should cost, whichever is more. A point's spread is how far its throughput moved
+from repeat to repeat on its arm's flags in the newest run that repeated it (llmhost.bench.spread); agent c=64 on the
+H200 needs 9 repeats for a CI within ±3%, chat c=64 3. A point that does not fit is left out and listed.
+Adaptive repeats: after a boot's planned points, a headline point whose throughput CI half-width across repeats
+(llmhost.repeats) is still above CI_TARGET_PCT gets one more repeat, widest first, while the boot's share of the
+spare time remains: the spare time less what the later boots' headline points' spread calls for, and at least an
+even share (`boot_share_s`). Split evenly, the first boot of a 20-minute run on the H200 got 3 more repeats of agent
+c=64 (±4.0%) and left the spare time to arms that needed none. The repeats a boot may add (`likely_extra`) get their
+datasets built while the server boots, as its planned points do: built inside the point, an agent c=64 repeat took
+35 s instead of 24 s. The throughput is the one the dashboard's headline quotes: each steady repeat's steady-window
+output tok/s, as the runner recorded it in the point's summary (the whole point's for runs recorded before it did).
 """
 from __future__ import annotations
 
@@ -22,17 +28,17 @@ import math
 from collections.abc import Iterable
 
 from llmhost import repeats
-from llmhost.bench import costs, points
+from llmhost.bench import costs, points, spread
 from llmhost.bench.arms import Arm, boots
 from llmhost.bench.costs import CostModel
-from llmhost.bench.records import Point, PointRecord, PointSummary
+from llmhost.bench.records import Point, PointRecord
 
 HEADLINE: tuple[tuple[str, str, int], ...] = (("agent", "concurrency", 64), ("chat", "concurrency", 64))
 MIN_REPEATS = 3  # the fewest repeats whose Student-t CI is worth quoting (t(0.975, 2) = 4.3)
 MAX_REPEATS = 10  # adaptive repeats stop here: past it a wide CI is the point's own noise, not too few repeats
 CI_TARGET_PCT = 3.0  # throughput CI half-width a headline point should reach
 DEFAULT_BUDGET_MIN = 45.0
-RESERVE_SHARE = 0.15  # of the budget kept from the sweep for adaptive repeats (the headline's 3 may use it)
+RESERVE_SHARE = 0.15  # of the budget kept from the sweep for adaptive repeats at least (the headline's 3 may use it)
 
 # What each arm's one setting can change, as (workload, pattern) pairs; an arm not listed (FP8 KV, page size,
 # attention backend, user arms) can change every sweep point. The radix cache only ever reuses shared prefixes:
@@ -67,6 +73,12 @@ def arm_rows(arm: Arm, workloads: list[str], loads: points.Loads) -> list[points
     return [r for r in rows if r[0] in workloads and (arm.is_baseline or scope is None or (r[0], r[1]) in scope)]
 
 
+def planned_repeats(model: CostModel, point: Point) -> int:
+    """The repeats a headline point is planned with: as many as the spread its flags and kind showed in the newest
+    run that repeated it needs for a CI within CI_TARGET_PCT (MIN_REPEATS..MAX_REPEATS; MIN_REPEATS unseen)."""
+    return spread.repeats_needed(model.spread(point), CI_TARGET_PCT, MIN_REPEATS, MAX_REPEATS)
+
+
 def candidates(arms: list[Arm], workloads: list[str], loads: points.Loads) -> list[list[Point]]:
     """Every point the budget may take, in units taken whole or not at all, most important first (the module
     docstring's order)."""
@@ -77,6 +89,23 @@ def candidates(arms: list[Arm], workloads: list[str], loads: points.Loads) -> li
     out += [[points.make_point(arm.name, *r, 1)] for arm in ordered for r in rows[arm.name]
             if not is_headline(r[0], r[1], r[2])]
     return [unit for unit in out if unit]
+
+
+def expected_extra_s(heads: Iterable[Point], model: CostModel) -> float:
+    """What the repeats after MIN_REPEATS that these headline points' spread calls for should cost (each point
+    counted once, whatever repeat of it is given)."""
+    seen: dict[tuple, Point] = {p.point_id.rsplit(".", 1)[0]: p for p in heads}
+    return sum(max(0, planned_repeats(model, p) - MIN_REPEATS) * model.point_s(p) for p in seen.values())
+
+
+def kept_s(point: Point, taken: list[Point], model: CostModel, budget_s: float) -> float:
+    """The part of the budget a candidate may not use: none for the headline points, for the others the reserve
+    for adaptive repeats, RESERVE_SHARE of the budget or what the repeats that the taken headline points' spread
+    calls for should cost, whichever is more."""
+    if is_headline(point.workload, point.pattern, point.concurrency):
+        return 0.0
+    heads = [p for p in taken if is_headline(p.workload, p.pattern, p.concurrency)]
+    return max(RESERVE_SHARE * budget_s, expected_extra_s(heads, model))
 
 
 def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: CostModel, budget_s: float,
@@ -91,8 +120,7 @@ def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: Cost
     for unit in candidates(arms, workloads, loads):
         arm = unit[0].arm
         cost_s = sum(map(model.point_s, unit)) + (0.0 if lead[arm] in booted else model.boot_s(quick))
-        is_head = is_headline(unit[0].workload, unit[0].pattern, unit[0].concurrency)
-        if spent_s + cost_s <= (budget_s if is_head else budget_s * (1 - RESERVE_SHARE)):
+        if spent_s + cost_s <= budget_s - kept_s(unit[0], taken, model, budget_s):
             taken += unit
             booted.add(lead[arm])
             spent_s += cost_s
@@ -102,23 +130,44 @@ def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: Cost
 
 
 def throughput_by_repeat(done: Iterable[PointRecord]) -> dict[tuple, tuple[dict[int, float], int]]:
-    """Per headline point with an ok summary, keyed by its identity across repeats: (repeat -> the throughput its
-    headline card quotes, the number of ok repeats). That throughput is the steady window's output tok/s of each
-    repeat that had a steady one (llmhost.bench.window; the card averages those), else — no repeat of the point
-    recorded one — the whole point's. The latest ok attempt of a repeat wins."""
-    latest: dict[tuple, dict[int, PointSummary]] = {}
-    for r in done:
-        if r.status == "ok" and r.summary is not None and is_headline(r.workload, r.pattern, r.concurrency):
-            key = (r.arm, r.workload, r.pattern, r.concurrency, r.request_rate, r.num_prompts)
-            latest.setdefault(key, {})[r.repeat] = r.summary
-    out = {}
-    for key, by_repeat in latest.items():
-        steady = {rep: s.steady_output_throughput for rep, s in by_repeat.items()
-                  if s.steady_output_throughput is not None}
-        has_windows = any(s.steady_window_s is not None for s in by_repeat.values())
-        out[key] = (steady if has_windows else {rep: s.output_throughput for rep, s in by_repeat.items()},
-                    len(by_repeat))
-    return out
+    """spread.throughput_by_repeat of the headline points."""
+    return spread.throughput_by_repeat(done, lambda r: is_headline(r.workload, r.pattern, r.concurrency))
+
+
+def boot_share_s(spare_s: float, later: Iterable[Point], later_boots: int, model: CostModel) -> float:
+    """What this boot may spend on adaptive repeats out of the run's spare time: what the later boots' headline
+    points (`later`: the planned points still to run after it) are not expected to need, and never less than an
+    even share of spare_s over this boot and the later_boots."""
+    return max(spare_s / (later_boots + 1), spare_s - expected_extra_s(
+        [p for p in later if is_headline(p.workload, p.pattern, p.concurrency)], model))
+
+
+def likely_extra(todo: Iterable[Point], model: CostModel, spare_s: float) -> list[Point]:
+    """The adaptive repeats a boot could pay for out of spare_s, for the load generator to build their datasets
+    while the server boots: after each headline point's highest repeat in `todo`, one more repeat per point a round
+    up to MAX_REPEATS, while their cost fits. Which ones run is decided after the planned points (extra_repeats);
+    a dataset built and never used cost only time inside the boot."""
+    last: dict[tuple, Point] = {}
+    for p in todo:
+        key = (p.arm, p.workload, p.pattern, p.concurrency, p.request_rate, p.num_prompts)
+        if is_headline(p.workload, p.pattern, p.concurrency) and (key not in last or p.repeat > last[key].repeat):
+            last[key] = p
+    out: list[Point] = []
+    nxt = {key: p.repeat + 1 for key, p in last.items()}
+    while True:
+        added = False
+        for key, p in last.items():
+            if nxt[key] > MAX_REPEATS:
+                continue
+            more = points.make_point(p.arm, p.workload, p.pattern, p.concurrency, p.request_rate, p.num_prompts,
+                                     nxt[key])
+            if model.point_s(more) <= spare_s:
+                out.append(more)
+                spare_s -= model.point_s(more)
+                nxt[key] += 1
+                added = True
+        if not added:
+            return out
 
 
 def extra_repeats(done: Iterable[PointRecord], arms: set[str], model: CostModel, spare_s: float) -> list[Point]:

@@ -14,6 +14,9 @@ How it learns (from points.jsonl, manifest.json, sittings.jsonl and servers/*.js
   from the 1,000-request one only if they share a kind (they do not).
 * A kind never seen is priced by the physics estimate (points.estimate_s) x the median observed/estimated ratio of
   the points seen: the host's systematic bias (overheads, batched decode slower than the single-stream ITL).
+* A point's spread (its throughput's sd from repeat to repeat, % of the mean; llmhost.bench.spread) is the one
+  its arm's flags and kind showed in the newest run that repeated it: the budget keeps time for the repeats that
+  spread needs for a CI within ±3%.
 * A boot is the median boot the newest run paid (sittings.jsonl: restart, load-generator start, warm pass; a
   fault's restart-only boot and failed boots left out): boot time moves with the host's state (80 s one day,
   105-185 s the next on the same H200 model), so the last run is the best guess. A run recorded before sittings
@@ -25,11 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from llmhost.bench import points, records, sittings, store
+from llmhost.bench import points, records, sittings, spread, store
 from llmhost.bench.arms import Arm
 from llmhost.bench.records import Point, PointRecord
 
@@ -66,6 +70,8 @@ class CostModel:
     points_seen: int = 0
     boots_seen: int = 0
     arm_flags: Mapping[str, Flags] = dataclasses.field(default_factory=dict)  # the planned arms (with_arms)
+    # throughput's sd from repeat to repeat, % of the mean, in the newest run that repeated the point (spread.py)
+    spread_pct: dict[tuple[Flags, Kind], float] = dataclasses.field(default_factory=dict)
 
     @property
     def is_calibrated(self) -> bool:
@@ -98,6 +104,13 @@ class CostModel:
             prime_s = points.priming_s(point) if points.is_primed(point) else 0.0
             return points.LOADGEN_OVERHEAD_S + prime_s + point.num_prompts * per
         return points.estimate_s(point) * self.ratio
+
+    def spread(self, point: Point) -> float | None:
+        """How far the point's throughput moved from repeat to repeat on its arm's flags, as % of the mean; None
+        when this host never repeated it on them (another arm's spread is not borrowed: the budget's reserve
+        share covers what is not known)."""
+        flags = self.arm_flags.get(point.arm)
+        return self.spread_pct.get((flags, kind_of(point))) if flags is not None else None
 
     def boot_s(self, quick: bool) -> float:
         """Per-boot time outside the points: the restart, the load generator's start, the warm pass of a full run
@@ -180,6 +193,12 @@ def fit(bench_dir: Path, max_runs: int = MAX_RUNS) -> CostModel:
             any_arm.setdefault(kind_of(r), []).append(cost)
             if r.arm in seen.flags:  # an arm the manifest does not name has no flags to price by
                 per.setdefault((seen.flags[r.arm], kind_of(r)), []).append(cost)
+    spread_pct: dict[tuple[Flags, Kind], float] = {}
+    for seen in runs:  # newest first: the newest run that repeated a point sets its spread
+        for (arm, workload, pattern, conc, rate, _), (values, _) in spread.throughput_by_repeat(seen.done).items():
+            pct = spread.spread_pct(values)
+            if arm in seen.flags and not math.isnan(pct):
+                spread_pct.setdefault((seen.flags[arm], (workload, pattern, conc, rate)), pct)
     done = [r for seen in runs for r in seen.done]
     ratio = statistics.median((r.ended_at - r.started_at) / points.estimate_s(r, primed=not r.cache_flushed)
                               for r in done)
@@ -191,4 +210,4 @@ def fit(bench_dir: Path, max_runs: int = MAX_RUNS) -> CostModel:
                      ready_s=statistics.median(ready) if ready else RESTART_EST_S,
                      boot_paid_s=statistics.median(paid) if paid else None,
                      runs=tuple(seen.name for seen in runs), points_seen=len(done),
-                     boots_seen=len(paid) if paid else len(ready))
+                     boots_seen=len(paid) if paid else len(ready), spread_pct=spread_pct)

@@ -40,5 +40,17 @@ def print_plan(plan: list[points.Point], arms: list[Arm], model: costs.CostModel
         print(f"[bench] budget {fmt_s(planned.budget_s)}: {len(planned.left_out)} points left out"
               f"{': ' + ', '.join(p.point_id for p in planned.left_out) if planned.left_out else ''}; "
               f"{fmt_s(planned.reserve_s)} kept for adaptive repeats of headline points whose throughput CI is "
-              f"above {budget.CI_TARGET_PCT:g}%")
+              f"above {budget.CI_TARGET_PCT:g}%{expected_repeats(plan, model)}")
     return est
+
+
+def expected_repeats(plan: list[points.Point], model: costs.CostModel) -> str:
+    """'; by the spread of the last run that repeated them: agent c=64 on baseline 9 repeats (3.8%), ...' for the
+    planned headline points whose spread calls for more than the minimum ('' when none does)."""
+    said = []
+    for p in plan:
+        wanted = budget.planned_repeats(model, p)
+        if p.repeat == 1 and budget.is_headline(p.workload, p.pattern, p.concurrency) and \
+                wanted > budget.MIN_REPEATS:
+            said.append(f"{p.workload} c={p.concurrency} on {p.arm} {wanted} repeats ({model.spread(p):.1f}%)")
+    return f"; the spread of the last run that repeated them calls for {', '.join(said)}" if said else ""

@@ -349,7 +349,7 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
     booted = time.time()
     by_name = {a.name: a for a in group}
     with LoadGenerator(b.cfg.sglang_python, b.module, b.env, b.store.raw_dir() / f"loadgen-{lead.name}.log") as gen:
-        gen.launch(prepare=dataset_argvs(b, todo))  # the agent datasets get built while the server boots
+        gen.launch(prepare=dataset_argvs(b, todo + adaptive_ahead(b, todo)))  # built while the server boots
         error = restart_server(b, lead)
         if error:  # recorded as attempt-1 failures: --resume tries them again
             b.boot_paid(lead.name, by_name, booted, error)
@@ -382,11 +382,22 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
             b.sampler.watch_client(None)
 
 
+def adaptive_ahead(b: Bench, todo: list[points.Point]) -> list[points.Point]:
+    """The adaptive repeats this boot could add under the budget's spare time (the budget left minus the ETA of the
+    planned work left), whose datasets the load generator builds ahead with the planned ones'."""
+    if b.budget_end is None or b.clock is None:
+        return []
+    return budget.likely_extra(todo, b.clock.model, b.budget_end - time.monotonic() - b.clock.seconds_left())
+
+
 def run_extra_repeats(b: Bench, by_name: dict[str, arms_mod.Arm]) -> None:
     """Adaptive repeats on this boot, while its share of the budget lasts: the spare time (budget left minus the
-    ETA of the planned work left) split evenly over this boot and the boots still to come."""
+    ETA of the planned work left) less what the later boots' headline points are expected to need, at least an
+    even share (budget.boot_share_s)."""
     while b.budget_end is not None and b.clock is not None:
-        spare_s = (b.budget_end - time.monotonic() - b.clock.seconds_left()) / (b.clock.boots_left + 1)
+        later = [p for p in b.clock.left.values() if p.arm not in by_name]
+        spare_s = budget.boot_share_s(b.budget_end - time.monotonic() - b.clock.seconds_left(), later,
+                                      b.clock.boots_left, b.clock.model)
         extra = budget.extra_repeats(b.store.latest_attempts().values(), set(by_name), b.clock.model, spare_s)
         if not extra:
             return

@@ -144,6 +144,64 @@ def test_a_boot_is_the_median_whole_boot_the_newest_run_paid(tmp_path):
     assert "5 boots: boot 119 s" in model.label
 
 
+def steady_runs(arm: str, workload: str, values: list[float], start: int = 1) -> list[PointRecord]:
+    rows = headline_runs(arm, workload, values, start)
+    return [dataclasses.replace(r, summary=dataclasses.replace(r.summary, steady_window_s=12.0,
+                                                               steady_output_throughput=v))
+            for r, v in zip(rows, values)]
+
+
+def test_the_model_learns_each_arms_spread_from_the_newest_run_that_repeated_it(tmp_path):
+    base, nopc, fp8 = (arms_mod.REGISTRY[n] for n in ("baseline", "no-prefix-cache", "fp8-kv"))
+    older = steady_runs("baseline", "agent", [1000.0, 1500.0, 500.0]) + steady_runs("fp8-kv", "agent",
+                                                                                       [900.0, 1000.0, 1100.0])
+    write_arms(write_run(tmp_path / "bench", "20260101-110000", older, {}), [base, fp8])
+    newer = steady_runs("baseline", "agent", [5765.0, 5572.0, 5706.0, 5206.0, 5465.0, 5380.0]) + \
+        steady_runs("no-prefix-cache", "agent", [1986.0, 1986.0]) + steady_runs("baseline", "chat", [6207.0])
+    write_arms(write_run(tmp_path / "bench", "20260101-120000", newer, {}), [base, nopc])
+    model = costs.fit(tmp_path / "bench").with_arms([base, nopc, fp8, arms_mod.REGISTRY["page-16"]])
+    head = {arm: points.make_point(arm, "agent", "concurrency", 64, None, 256, 1)
+            for arm in ("baseline", "no-prefix-cache", "fp8-kv", "page-16")}
+    assert model.spread(head["baseline"]) == pytest.approx(3.79, abs=0.01)  # the newest run's, not the older's
+    assert model.spread(head["fp8-kv"]) == pytest.approx(10.0)  # only the older run repeated it
+    assert model.spread(head["no-prefix-cache"]) is None  # two repeats say nothing
+    assert model.spread(head["page-16"]) is None  # never measured: not borrowed from the baseline
+    assert model.spread(points.make_point("baseline", "chat", "concurrency", 64, None, 256, 1)) is None
+    assert [budget.planned_repeats(model, head[a]) for a in head] == [9, 3, 10, 3]
+
+
+def test_the_budget_keeps_for_adaptive_repeats_what_the_headline_spread_calls_for():
+    arms = [arms_mod.REGISTRY[n] for n in ("baseline", "no-prefix-cache", "fp8-kv")]
+    flat = costs.CostModel().with_arms(arms)
+    noisy = dataclasses.replace(flat, spread_pct={((), ("agent", "concurrency", 64, None)): 3.79,
+                                                  (("--kv-cache-dtype", "fp8_e5m2"),
+                                                   ("agent", "concurrency", 64, None)): 2.2})
+    one = {a.name: flat.point_s(points.make_point(a.name, "agent", "concurrency", 64, None, 384, 1))
+           for a in arms}
+    assert budget.expected_extra_s([points.make_point(a.name, "agent", "concurrency", 64, None, 384, r)
+                                    for a in arms for r in (1, 2, 3)], noisy) == \
+        pytest.approx(6 * one["baseline"] + 2 * one["fp8-kv"])
+    budget_s = 20 * 60  # 15% of it, 180 s, holds fewer than the 8 repeats
+    lean, kept = (budget.plan(arms, WORKLOADS, points.Loads(), m, budget_s) for m in (flat, noisy))
+    assert lean.reserve_s >= budget.RESERVE_SHARE * budget_s and lean.left_out
+    assert kept.reserve_s >= 6 * one["baseline"] + 2 * one["fp8-kv"] > lean.reserve_s
+    assert len(kept.points) < len(lean.points)  # the sweep gave way, never a headline repeat
+    heads = lambda plan: [p for p in plan.points if budget.is_headline(p.workload, p.pattern, p.concurrency)]  # noqa
+    assert heads(kept) == heads(lean)
+
+
+def test_a_boot_leaves_the_later_boots_what_their_spread_calls_for_and_keeps_at_least_an_even_share():
+    fp8 = arms_mod.REGISTRY["fp8-kv"]
+    model = dataclasses.replace(costs.CostModel().with_arms([ALL_ARMS[0], fp8]), spread_pct={
+        (tuple(fp8.flags), ("agent", "concurrency", 64, None)): 2.2})
+    later = [points.make_point("fp8-kv", w, "concurrency", 64, None, 384, r) for w in ("agent", "chat")
+             for r in (1, 2, 3)]
+    two_s = 2 * model.point_s(later[0])  # fp8-kv agent c=64 needs 5 repeats: 2 more
+    assert budget.boot_share_s(300.0, later, 1, model) == pytest.approx(300.0 - two_s)
+    assert budget.boot_share_s(300.0, later[3:], 1, model) == pytest.approx(300.0)  # chat needs none
+    assert budget.boot_share_s(60.0, later, 1, model) == pytest.approx(30.0)  # never below an even share
+
+
 # --- the planner -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("minutes", [20, 45, 90])
@@ -202,9 +260,9 @@ def test_the_users_loads_drive_the_budget_plan_too():
 
 # --- adaptive repeats --------------------------------------------------------------------------------------------
 
-def headline_runs(arm: str, workload: str, values: list[float]) -> list[PointRecord]:
+def headline_runs(arm: str, workload: str, values: list[float], start: int = 1) -> list[PointRecord]:
     return [done(points.make_point(arm, workload, "concurrency", 64, None, 256, r), 40.0, v)
-            for r, v in enumerate(values, 1)]
+            for r, v in enumerate(values, start)]
 
 
 def test_extra_repeats_go_to_headline_points_whose_ci_is_still_wide():
@@ -260,6 +318,35 @@ def test_extra_repeats_wait_for_the_minimum_and_stop_when_the_budget_does():
     assert budget.extra_repeats(wide, {"baseline"}, model, one_s * 0.9) == []
     capped = headline_runs("baseline", "chat", [900.0, 1100.0] * (budget.MAX_REPEATS // 2))
     assert budget.extra_repeats(capped, {"baseline"}, model, 3600) == []
+
+
+def test_a_boot_builds_ahead_the_datasets_of_the_adaptive_repeats_its_spare_time_could_pay_for():
+    """b20v2 on the H200: the agent c=64 repeats added after the planned ones built their 400 prompts inside the
+    point and took 35 s instead of 24 s; the boot now builds them with the planned points' datasets."""
+    model = costs.CostModel()
+    todo = [points.make_point("baseline", w, "concurrency", c, None, n, r)
+            for w, c, n in (("agent", 64, 384), ("chat", 64, 384)) for r in (3, 1, 2)]
+    todo.append(points.make_point("baseline", "agent", "concurrency", 8, None, 48, 1))  # not a headline point
+    one = {w: model.point_s(points.make_point("baseline", w, "concurrency", 64, None, 384, 4))
+           for w in ("agent", "chat")}
+    ahead = budget.likely_extra(todo, model, 2 * one["agent"] + one["chat"] + 1.0)
+    # one more repeat per headline point a round, after the highest one planned, while the spare time lasts
+    assert [p.point_id for p in ahead] == ["baseline.agent.concurrency.c64.r4", "baseline.chat.concurrency.c64.r4",
+                                           "baseline.agent.concurrency.c64.r5"]
+    assert budget.likely_extra(todo, model, 0.5 * min(one.values())) == []
+    capped = budget.likely_extra(todo, model, 1e9)  # never past MAX_REPEATS
+    assert max(p.repeat for p in capped) == budget.MAX_REPEATS
+    assert len(capped) == 2 * (budget.MAX_REPEATS - 3)
+
+
+def test_the_runner_builds_ahead_what_the_budget_left_after_the_plan_could_pay_for():
+    model = costs.CostModel()
+    todo = [points.make_point("baseline", "agent", "concurrency", 64, None, 384, r) for r in (1, 2, 3)]
+    one_s = model.point_s(points.make_point("baseline", "agent", "concurrency", 64, None, 384, 4))
+    clock = SimpleNamespace(model=model, seconds_left=lambda: 600.0)
+    bench = SimpleNamespace(budget_end=time.monotonic() + 600.0 + 2.5 * one_s, clock=clock)
+    assert [p.repeat for p in runner.adaptive_ahead(bench, todo)] == [4, 5]
+    assert runner.adaptive_ahead(SimpleNamespace(budget_end=None, clock=clock), todo) == []  # no budget
 
 
 # --- the ETA -----------------------------------------------------------------------------------------------------
@@ -347,6 +434,32 @@ def test_a_boot_spends_its_share_of_the_spare_budget_on_repeats_until_the_ci_is_
     assert ran == []
 
 
+def test_a_boot_takes_the_spare_time_the_later_boots_are_not_expected_to_need(tmp_path, monkeypatch):
+    """A later boot whose spread calls for no more repeats leaves this boot all of the spare time, not half."""
+    run = store.RunStore.create(tmp_path)
+    provenance = Provenance(created_at="2026-12-01T10:00:00Z", command=("run_bench.py",), git_commit=None,
+                            versions={}, gpu=Gpu("NVIDIA H200", 1, 139.8, "580"), git_dirty=None)
+    plan = tuple(points.make_point("baseline", "chat", "concurrency", 64, None, 256, r) for r in (1, 2, 3))
+    run.write_manifest(Manifest("r", provenance, {}, 1, None, (), (), plan))
+    for rec in headline_runs("baseline", "chat", [900.0, 1100.0, 900.0]):
+        run.append_point(rec)
+    ran: list[str] = []
+
+    def run_point(b, arm, p, last):  # the CI never narrows: only the time stops the repeats
+        ran.append(p.point_id)
+        b.store.append_point(done(p, 40.0, 1100.0 if len(ran) % 2 else 900.0))  # the ETA holds it till time passes
+
+    monkeypatch.setattr(runner, "run_point", run_point)
+    model = costs.CostModel()
+    later = [points.make_point("fp8-kv", "chat", "concurrency", 64, None, 256, r) for r in (1, 2, 3)]
+    one_s = model.point_s(points.make_point("baseline", "chat", "concurrency", 64, None, 256, 4))
+    clock = Eta(model, later, boots=1, quick=False)
+    b = SimpleNamespace(store=run, clock=clock, total=3, progress=lambda text: None,
+                        budget_end=time.monotonic() + clock.seconds_left() + 3.5 * one_s)
+    runner.run_extra_repeats(b, {"baseline": ALL_ARMS[0]})
+    assert len(ran) == 3  # split evenly with the later boot it would have been 1
+
+
 def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp_path, capsys, run_bench,
                                                                              monkeypatch):
     standin = str(REPO_ROOT / "tests" / "standin")
@@ -369,3 +482,13 @@ def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp
         f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: boot 167 s, "
         f"unseen points x{60 / points.estimate_s(head):.2f})")
     assert json.loads(out[-1])["calibrated"]
+    assert "calls for" not in next(line for line in out if line.startswith("[bench] budget"))
+    # a run that repeated chat c=64 on these flags: its spread is said, and what it calls for
+    run.write_manifest(Manifest(run.run_id, PROVENANCE, {}, 1, None, (arms_mod.REGISTRY["baseline"],), (), ()))
+    for r, v in enumerate([900.0, 1100.0, 1000.0], 1):
+        run.append_point(dataclasses.replace(done(points.make_point("baseline", "chat", "concurrency", 64, None, 256,
+                                                                     r), 60.0, v), started_at=0.0, ended_at=60.0))
+    assert run_bench.main(args) == 0
+    said = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("[bench] budget"))
+    assert said.endswith("the spread of the last run that repeated them calls for chat c=64 on baseline 10 repeats "
+                         "(10.0%)")
