@@ -38,6 +38,7 @@ class Member:
     spec: ServerSpec
     port: int
     after: tuple[str, ...]  # members that must serve (/health 200) before this one launches
+    pool_mib: float | None = None  # a worker sharing its GPU: the static pool (weights + KV) it is sized for
 
     @property
     def url(self) -> str:
@@ -58,15 +59,24 @@ def worker_url_list(cfg: Config) -> list[str]:
     return cfg.worker_urls.split() or [f"http://{LOCAL_HOST}:{port}" for port in worker_ports(cfg)]
 
 
-def shared_fractions(sharers: int, free_mib: float, total_mib: float) -> list[float]:
-    """--mem-fraction-static of each of `sharers` workers launched one after another on one GPU: equal static pools
-    S = (free - sharers x reserve) / sharers; worker j sees free - j x (S + reserve) at its start, so its fraction
-    is S / that. Two on an empty H200 (143,771 MiB, reserve 13,946): S = 57,940 MiB -> 0.403, then 0.806."""
+def shared_pool_mib(sharers: int, free_mib: float, total_mib: float) -> float:
+    """The equal static pool S = (free - sharers x reserve) / sharers of `sharers` workers on one GPU."""
     reserve = gpu_reserve_mib(total_mib)
     pool = (free_mib - sharers * reserve) / sharers
     if pool < _MIN_POOL_MIB:
         raise SpecError(f"{sharers} workers cannot share a GPU with {free_mib / 1024:.1f} GiB free: each needs its "
                         f"{reserve / 1024:.1f} GiB runtime reserve plus a pool — list fewer in GPUS")
+    return pool
+
+
+def shared_fractions(sharers: int, free_mib: float, total_mib: float) -> list[float]:
+    """--mem-fraction-static of each of `sharers` workers launched one after another on one GPU, as planned at
+    start: equal static pools S (shared_pool_mib); worker j is expected to see free - j x (S + reserve) at its
+    start, so its fraction is S / that. Two on an empty H200 (143,771 MiB, reserve 13,946): S = 57,940 MiB ->
+    0.403, then 0.806. A worker holds less than its reserve once it serves, so the service re-fits each later
+    worker's fraction to the memory free at its launch (llmhost.serve.service.refit_fraction)."""
+    reserve = gpu_reserve_mib(total_mib)
+    pool = shared_pool_mib(sharers, free_mib, total_mib)
     return [round(pool / (free_mib - j * (pool + reserve)), 3) for j in range(sharers)]
 
 
@@ -85,6 +95,7 @@ def local_workers(cfg: Config, devices: Sequence[str], gpu_free_total_mib: tuple
     seen: Counter = Counter()
     fractions = {g: shared_fractions(n, *gpu_free_total_mib) for g, n in sharers.items()
                  if g and n > 1 and cfg.mem_fraction_static == "auto" and gpu_free_total_mib}
+    pools = {g: shared_pool_mib(sharers[g], *gpu_free_total_mib) for g in fractions}
     members = []
     for i, (port, devs) in enumerate(zip(worker_ports(cfg), gpus)):
         changes: dict[str, object] = {"host": LOCAL_HOST, "port": port, "dp_size": 1, "gpus": devs, "router": "off"}
@@ -94,7 +105,8 @@ def local_workers(cfg: Config, devices: Sequence[str], gpu_free_total_mib: tuple
         seen[devs] += 1
         spec = build_spec(dataclasses.replace(cfg, **changes), cpu_count=max(1, cpu_count // cfg.dp_size),
                           gpu_free_total_mib=None if devs in fractions else gpu_free_total_mib, extra_args=extra_args)
-        members.append(Member(f"worker{i}", spec, port, tuple(previous[-1:])))
+        members.append(Member(f"worker{i}", spec, port, tuple(previous[-1:]),
+                              pools[devs] if devs in pools and previous else None))
     return members
 
 

@@ -24,16 +24,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from llmhost.files import write_text_atomic
-from llmhost.serve import serverlog
+from llmhost.serve import gpu, serverlog
 from llmhost.serve.process import read_launch_env
 from llmhost.serve.router import Member
+from llmhost.serve.spec import gpu_reserve_mib
 
 MEMBERS_FILE = "members.json"
+FRACTION_FLAG = "--mem-fraction-static"
 
 
 def write_members(members: Sequence[Member], state_dir: Path) -> None:
     """members.json for the pane, and every member's exact command in launch_command.txt, one a line."""
-    records = [{"name": m.name, "command": m.spec.command, "port": m.port, "after": list(m.after)} for m in members]
+    records = [{"name": m.name, "command": m.spec.command, "port": m.port, "after": list(m.after),
+                **({"pool_mib": m.pool_mib} if m.pool_mib else {})} for m in members]
     write_text_atomic(state_dir / MEMBERS_FILE, json.dumps(records, indent=2) + "\n")
     write_text_atomic(state_dir / "launch_command.txt", "".join(m.spec.command_line + "\n" for m in members))
 
@@ -119,6 +122,33 @@ def _first_exit(running: dict[str, subprocess.Popen]) -> tuple[str, int] | None:
     return None
 
 
+def refit_fraction(command: list[str], pool_mib: float, free_mib: float, total_mib: float,
+                   ) -> tuple[list[str], float, float]:
+    """The command with --mem-fraction-static set to pool_mib / free_mib (SGLang applies it to the memory free at its
+    start), never leaving less than SGLang's runtime reserve free: (command, planned fraction, fraction now)."""
+    i = command.index(FRACTION_FLAG) + 1
+    now = round(min(pool_mib, free_mib - gpu_reserve_mib(total_mib)) / free_mib, 3)
+    return [*command[:i], str(now), *command[i + 1:]], float(command[i]), now
+
+
+def refit_member(member: dict, sinks: list) -> dict:
+    """A worker that shares its GPU with workers launched before it, its fraction re-fit to the memory free now:
+    start planned it as if each held its static pool plus SGLang's whole runtime reserve, and a serving worker holds
+    less (on an H200, two workers planned 0.403 and 0.806 got KV pools of 352,876 and 415,389 tokens). Kept as
+    planned when the GPU's memory cannot be read."""
+    devices = command_env(member["command"]).get("CUDA_VISIBLE_DEVICES", "")
+    first = devices.split(",")[0].strip()
+    free_total = gpu.free_total_mib(int(first)) if first.isdigit() else None
+    if free_total is None or FRACTION_FLAG not in member["command"] or free_total[0] <= gpu_reserve_mib(
+            free_total[1]):
+        return member  # no room to re-fit into: as planned, and SGLang says what does not fit
+    command, planned, now = refit_fraction(member["command"], member["pool_mib"], *free_total)
+    serverlog.emit(f"[serve] {member['name']}: {FRACTION_FLAG} {planned:g} -> {now:g}, its "
+                   f"{member['pool_mib'] / 1024:.1f} GiB static pool of the {free_total[0] / 1024:.1f} GiB free on "
+                   f"GPU {first} now\n".encode(), sinks)
+    return {**member, "command": command}
+
+
 def run_service(state_dir: Path, secrets: list[bytes], sinks: list) -> int:
     """Launch the members in order, each after those it waits for serve; end them all when one exits."""
     env = read_launch_env(state_dir)
@@ -132,6 +162,8 @@ def run_service(state_dir: Path, secrets: list[bytes], sinks: list) -> int:
             time.sleep(0.5)
         if exited:
             break
+        if member.get("pool_mib"):
+            member = refit_member(member, sinks)
         running[member["name"]] = _launch(member, state_dir, env, sinks, secrets)
         if member["name"] == "router":
             write_text_atomic(state_dir / "pid", f"{running['router'].pid}\n")

@@ -89,7 +89,12 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
         assert f"{name}, pid {pids[name]}, GPUs 0" in status.stdout
     assert "router       : cache_aware policy, /readiness -> 200" in status.stdout
     assert "Starting router on 127.0.0.1" in s("logs", "-m", "router").stdout
-    assert "[worker1]" in s("logs", "-n", "500").stdout
+    logged = s("logs", "-n", "500").stdout
+    assert "[worker1]" in logged
+    # planned as if worker0 held its whole runtime reserve; re-fit to what is free at worker1's launch (this fake GPU
+    # never fills, so worker1 gets worker0's fraction)
+    assert "[serve] worker1: --mem-fraction-static 0.806 -> 0.403, its 56.6 GiB static pool of the 140.4 GiB free" \
+        in logged
 
     assert s("stop").returncode == 0
     assert not [name for name, pid in pids.items() if procfs.pid_alive(pid)]

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from llmhost import config
-from llmhost.serve import parallel, router, service
+from llmhost.serve import parallel, router, service, spec
 from llmhost.serve.spec import SpecError, build_spec, write_launch_files
 
 H200 = (143771.0, 143771.0)  # (free, total) MiB of an empty H200
@@ -81,6 +81,35 @@ def test_equal_pools_leave_every_sharers_runtime_reserve(cfg):
     assert 2 * pool + 2 * reserve == pytest.approx(free, rel=1e-2)
     with pytest.raises(SpecError, match="8 workers cannot share a GPU with 50.0 GiB free"):
         router.shared_fractions(8, 50 * 1024, total)
+
+
+def test_a_later_sharers_fraction_is_refit_to_what_the_earlier_one_really_holds(cfg, monkeypatch):
+    """H200, SGLang 0.5.17: worker0 (0.403 of 143,770 MiB free) held its 57,940 MiB pool plus ~5 GiB once it served,
+    not plus its 13,946 MiB reserve, so the planned 0.806 gave worker1 a KV pool of 415,389 tokens against 352,876.
+    Re-fit to the memory free at its launch, its static pool is worker0's."""
+    cfg = dataclasses.replace(cfg, gpus="0,0")
+    first, second, front = router.members(cfg, ["0", "0"], H200, cpu_count=16)
+    pool = router.shared_pool_mib(2, *H200)
+    assert (first.pool_mib, second.pool_mib, front.pool_mib) == (None, pool, None)  # only a later sharer
+    free_now = H200[0] - pool - 5 * 1024
+    command, planned, now = service.refit_fraction(list(second.spec.command), pool, free_now, H200[1])
+    assert (planned, now) == (0.806, round(pool / free_now, 3)) and now * free_now == pytest.approx(pool, rel=1e-3)
+    assert flag(command, "--mem-fraction-static") == str(now) and len(command) == len(second.spec.command)
+    # the earlier worker took more than planned: the later one keeps its runtime reserve, with a smaller pool
+    crowded = H200[0] - pool - 20 * 1024
+    _, _, tight = service.refit_fraction(list(second.spec.command), pool, crowded, H200[1])
+    assert tight * crowded == pytest.approx(crowded - spec.gpu_reserve_mib(H200[1]), rel=1e-3)
+    assert tight * crowded < pool
+
+    said: list[bytes] = []
+    record = {"name": "worker1", "command": list(second.spec.command), "pool_mib": pool}
+    monkeypatch.setattr(service.gpu, "free_total_mib", lambda index: (free_now, H200[1]) if index == 0 else None)
+    refit = service.refit_member(record, [said.append])
+    assert flag(refit["command"], "--mem-fraction-static") == str(now)
+    assert said == [f"[serve] worker1: --mem-fraction-static 0.806 -> {now:g}, its {pool / 1024:.1f} GiB static "
+                    f"pool of the {free_now / 1024:.1f} GiB free on GPU 0 now\n".encode()]
+    monkeypatch.setattr(service.gpu, "free_total_mib", lambda index: None)  # no driver to ask: as planned
+    assert service.refit_member(record, [said.append]) == record
 
 
 def test_an_explicit_memory_fraction_is_each_workers_own(cfg):
