@@ -250,6 +250,9 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     tally = reckoning.of_run(run.root, run.read_manifest())  # None: a run planned before runs kept an estimate
     for line in tally.lines() if tally else ():
         print(f"[bench] {line}", flush=True)
+    cis = budget.headline_line(latest.values())
+    if cis:
+        print(f"[bench] {cis}", flush=True)
     print(json.dumps({"run_dir": str(run.root), "run_id": run.run_id, "points_planned": len(plan), "points_ok": ok,
                       "points_failed": len(plan) - ok,
                       "adaptive_repeats": len(set(latest) - {p.point_id for p in plan}),

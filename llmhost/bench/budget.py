@@ -193,3 +193,28 @@ def extra_repeats(done: Iterable[PointRecord], arms: set[str], model: CostModel,
             out.append(p)
             spare_s -= model.point_s(p)
     return out
+
+
+def headline_cis(done: Iterable[PointRecord]) -> list[tuple[str, float, float, int]]:
+    """(label, mean tok/s, CI half-width %, repeats) of each headline point with 2 or more steady repeats, as its
+    card quotes it, in record order: what a budget run's end says of the CIs it was after."""
+    out = []
+    for (arm, workload, _, conc, _, _), (values, _) in throughput_by_repeat(done).items():
+        ci = repeats.across_repeats(values)
+        if len(values) >= 2:
+            out.append((f"{arm} {workload} c={conc}", ci.value, repeats.half_width_pct(ci), len(values)))
+    return out
+
+
+def headline_line(done: Iterable[PointRecord]) -> str | None:
+    """'headline throughput, 95% CI over repeats: baseline agent c=64 5,516 tok/s ±4.0% (6 repeats), ...; wider
+    than the ±3% target: baseline agent c=64' (None without a headline point repeated)."""
+    cis = headline_cis(done)
+    if not cis:
+        return None
+    wide = [label for label, _, half, _ in cis if not half <= CI_TARGET_PCT]
+    return ("headline throughput, 95% CI over repeats: "
+            + ", ".join(f"{label} {mean:,.0f} tok/s ±{half:.1f}% ({n} repeats)" for label, mean, half, n in cis)
+            + (f"; wider than the ±{CI_TARGET_PCT:g}% target: {', '.join(wide)}" if wide
+               else f"; all within the ±{CI_TARGET_PCT:g}% target"))
+

@@ -198,6 +198,8 @@ def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_run
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "estimate" not in again.stdout and "estimate_s" not in json.loads(again.stdout.splitlines()[-1])
     assert "resume: 3 of 4 points ok (kept), 0 failed, 1 not yet run" in again.stdout
+    assert "[bench] headline throughput, 95% CI over repeats: baseline chat c=64 " in again.stdout
+    assert "tok/s ±" in again.stdout and "(4 repeats)" in again.stdout
     ok = {r["point_id"] for r in _rows(run / "points.jsonl") if r["status"] == "ok"}
     assert ok == {p["point_id"] for p in doc["plan"]} and len(ok) == 4
     built = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=env, cwd=REPO,

@@ -349,6 +349,17 @@ def test_the_runner_builds_ahead_what_the_budget_left_after_the_plan_could_pay_f
     assert runner.adaptive_ahead(SimpleNamespace(budget_end=None, clock=clock), todo) == []  # no budget
 
 
+def test_a_budget_runs_end_says_how_wide_each_headline_ci_came_out():
+    """b20v2 on the H200: steady windows of 6 agent and 3 chat c=64 repeats on the baseline."""
+    done = steady_runs("baseline", "agent", [5765.0, 5572.0, 5706.0, 5206.0, 5465.0, 5380.0]) + \
+        steady_runs("baseline", "chat", [6207.0, 6222.0, 6200.0]) + steady_runs("fp8-kv", "chat", [5996.0])
+    assert budget.headline_line(done) == (
+        "headline throughput, 95% CI over repeats: baseline agent c=64 5,516 tok/s ±4.0% (6 repeats), baseline chat "
+        "c=64 6,210 tok/s ±0.4% (3 repeats); wider than the ±3% target: baseline agent c=64")
+    assert budget.headline_line(done[6:]).endswith("; all within the ±3% target")
+    assert budget.headline_line(done[-1:]) is None  # one repeat: no CI to speak of
+
+
 # --- the ETA -----------------------------------------------------------------------------------------------------
 
 class FakeClock:
