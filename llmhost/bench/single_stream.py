@@ -10,10 +10,13 @@ requests (short prompt, thinking off, MAX_TOKENS tokens with ignore_eos) through
 Measured per arm: the client's gaps between content chunks (pooled p50/p90), SGLang's Decode lines written during
 the N requests (steady ones at one running request on a CUDA graph: step = 1000 / gen throughput, GPU forward =
 step x occupancy), the ITL histogram of /metrics over the same window, and the weight-read floor of the model at
-the GPU's datasheet bandwidth. The breakdown is llmhost.bench.stream_breakdown's.
+the GPU's datasheet bandwidth. The breakdown is llmhost.bench.stream_breakdown's. Then, outside that window, one more
+request with SGLang's profiler on for 100 forward passes: GPU kernel time per pass by category (GEMM, attention,
+norm, ...) and the idle between kernels (llmhost.bench.kernel_profile).
 
-Writes $RESULTS_DIR/bench/<run_id>-single-stream/ (manifest.json with single_stream_requests, stream_requests.jsonl
-and stream_arms.jsonl appended as they happen, raw/serve-<arm>.log). The server is left running with the last arm's
+Writes $RESULTS_DIR/bench/<run_id>-single-stream/ (manifest.json with single_stream_requests, stream_requests.jsonl,
+stream_arms.jsonl and stream_kernels.jsonl appended as they happen, raw/serve-<arm>.log, raw/profile-<arm>/ with
+SGLang's trace). The server is left running with the last arm's
 flags and the instruments on, as --startup leaves it: ./serve.sh restart returns it to your defaults.
 """
 from __future__ import annotations
@@ -27,9 +30,9 @@ import time
 
 from llmhost import config
 from llmhost.bench import arms as arms_mod
-from llmhost.bench import decode_log, floor as floor_mod, restart_runs, runner, store, stream_breakdown
+from llmhost.bench import decode_log, floor as floor_mod, kernel_profile, restart_runs, runner, store, stream_breakdown
 from llmhost.bench import traffic
-from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
+from llmhost.bench.stream_records import StreamArmRecord, StreamKernelRecord, StreamRequestRecord
 from llmhost.fi import gpu_specs
 from llmhost.serve import metrics, serverlog
 from llmhost.serve.console import ServeError
@@ -127,8 +130,38 @@ def measure_arm(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, requ
             if rec.ok else f"failed: {rec.error}"), flush=True)
     time.sleep(1.0)  # the pane copies the server's output to server.log: let the last Decode lines land
     lines = decode_log.single_stream(decode_log.read_from(log, offset))
-    return stream_breakdown.summarize_arm(arm.name, rows, lines, tokenizer_itl_ms(before, scrape(server)), floor,
-                                          floor_note)
+    summary = stream_breakdown.summarize_arm(arm.name, rows, lines, tokenizer_itl_ms(before, scrape(server)), floor,
+                                             floor_note)
+    # after the measured window, so the profiler's own cost is in none of its figures
+    run.append_stream(profile_kernels(server, lambda: traffic.one_request(client, cfg.served_model_name, LOAD,
+                                                                          next(numbers)), run, arm.name))
+    return summary
+
+
+def profile_kernels(server: ServerClient, one_request, run: store.RunStore, arm: str) -> StreamKernelRecord:
+    """One more streamed request with SGLang's profiler on for its first PROFILE_STEPS forward passes; a failure is
+    recorded as the reason, never fails the arm."""
+    out_dir = run.raw_dir() / f"profile-{arm}"
+    if not wait_idle(server):
+        return kernel_profile.failed(arm, "the server did not go idle for the profiled request")
+    error = kernel_profile.start(server, out_dir, kernel_profile.PROFILE_STEPS)
+    if error:
+        return kernel_profile.failed(arm, error)
+    row = one_request()
+    if not row["ok"]:
+        return kernel_profile.failed(arm, f"the profiled request failed: {row['error']}")
+    path = kernel_profile.wait_trace(out_dir)
+    if path is None:
+        return kernel_profile.failed(arm, f"SGLang wrote no trace into {out_dir} within "
+                                          f"{kernel_profile.TRACE_WAIT_S:.0f} s")
+    try:
+        rec = kernel_profile.summarize(arm, kernel_profile.read_kernels(path), kernel_profile.PROFILE_STEPS,
+                                       path.name)
+    except kernel_profile.TraceError as exc:
+        return kernel_profile.failed(arm, str(exc))
+    print(f"[bench single-stream] arm {arm}: kernel profile of {kernel_profile.PROFILE_STEPS} forward passes "
+          f"in raw/profile-{arm}/{path.name}", flush=True)
+    return rec
 
 
 # --- the run --------------------------------------------------------------------------------------------------
@@ -156,7 +189,15 @@ def print_summary(run: store.RunStore, requests: int) -> list[StreamArmRecord]:
     for rec in recs:
         for note in stream_breakdown.missing_notes(rec):
             print(f"[bench] {rec.arm}: {note}")
-    print(json.dumps(stream_breakdown.closing(str(run.root), run.run_id, requests, recs)))
+    floors = {b.arm: b.floor_ms for b in map(stream_breakdown.breakdown, recs)}
+    kernels = run.read_stream_kernels().records
+    for kern in kernels:
+        for line in kernel_profile.lines(kern, floors.get(kern.arm)):
+            print(f"[bench] {line}")
+    closing = stream_breakdown.closing(str(run.root), run.run_id, requests, recs)
+    closing["kernels"] = {k.arm: {"kernel_ms": k.kernel_ms, "span_ms": k.span_ms, "by_category_ms": k.by_category,
+                                  **({"error": k.error} if k.error else {})} for k in kernels}
+    print(json.dumps(closing))
     return recs
 
 

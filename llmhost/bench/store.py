@@ -12,6 +12,7 @@
 
     stream_requests.jsonl     StreamRequestRecord: one line per measured request of a --single-stream run
     stream_arms.jsonl         StreamArmRecord: one line per arm of a --single-stream run
+    stream_kernels.jsonl      StreamKernelRecord: its GPU kernels per forward pass, one line per arm
     raw/                      bench_serving's own output, start-time records and logs, per attempt
 
 Every write goes through llmhost.files: JSON files are replaced atomically, JSONL lines are appended whole and
@@ -29,7 +30,7 @@ from pathlib import Path
 from llmhost import files
 from llmhost.bench import records
 from llmhost.bench.records import Manifest, PointRecord, RecordError, RequestRecord, ServerRecord, TelemetrySample
-from llmhost.bench.stream_records import StreamArmRecord, StreamRequestRecord
+from llmhost.bench.stream_records import StreamArmRecord, StreamKernelRecord, StreamRequestRecord
 from llmhost.provenance import redact_secrets
 
 
@@ -157,10 +158,16 @@ class RunStore:
     def append_sitting(self, record: records.Record) -> None:
         records.append_records(self.sittings_path, [record])
 
-    def append_stream(self, record: StreamRequestRecord | StreamArmRecord) -> None:
-        """A --single-stream record, to stream_requests.jsonl or stream_arms.jsonl by its type."""
-        name = "stream_arms.jsonl" if isinstance(record, StreamArmRecord) else "stream_requests.jsonl"
+    def append_stream(self, record: StreamRequestRecord | StreamArmRecord | StreamKernelRecord) -> None:
+        """A --single-stream record, to stream_requests.jsonl, stream_arms.jsonl or stream_kernels.jsonl by its
+        type."""
+        name = "stream_arms.jsonl" if isinstance(record, StreamArmRecord) else \
+            "stream_kernels.jsonl" if isinstance(record, StreamKernelRecord) else "stream_requests.jsonl"
         records.append_records(self.root / name, [record])
+
+    def read_stream_kernels(self) -> records.Loaded[StreamKernelRecord]:
+        return records.read_records(self.root / "stream_kernels.jsonl", StreamKernelRecord.from_dict,
+                                    shown_as="stream_kernels.jsonl")
 
     def read_stream_arms(self) -> records.Loaded[StreamArmRecord]:
         return records.read_records(self.root / "stream_arms.jsonl", StreamArmRecord.from_dict,

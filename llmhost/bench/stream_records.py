@@ -3,6 +3,7 @@ run (llmhost.bench.records: one writer `to_dict`, one reader `from_dict`, the ru
 
     stream_requests.jsonl     StreamRequestRecord  one measured request: its chunk gaps
     stream_arms.jsonl         StreamArmRecord      one arm: client and server figures per output token
+    stream_kernels.jsonl      StreamKernelRecord   one arm: GPU kernel time per forward pass (SGLang's profiler)
 """
 from __future__ import annotations
 
@@ -44,3 +45,28 @@ class StreamArmRecord(Record):
     peak_gb_s: float | None  # datasheet HBM bandwidth of the GPU; None: unknown GPU
     floor_note: str = ""  # why the floor is not stated, when it is not
     error: str = ""  # why the arm failed (its restart, every request)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelShare:
+    """One kernel name's part of a forward pass."""
+
+    name: str
+    ms_per_step: float
+    calls_per_step: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamKernelRecord(Record):
+    """One arm's profiled forward passes (llmhost.bench.kernel_profile); None / empty = not measured."""
+
+    arm: str
+    status: Status
+    steps: int  # forward passes profiled
+    kernel_ms: float | None  # GPU kernel time per forward pass
+    span_ms: float | None  # first kernel start to last kernel end, per forward pass
+    by_category: dict[str, float]  # ms per forward pass, largest first
+    top: tuple[KernelShare, ...]  # the kernels that took longest
+    trace_file: str  # under raw/profile-<arm>/
+    error: str = ""
+

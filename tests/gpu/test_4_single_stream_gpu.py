@@ -31,4 +31,9 @@ def test_one_stream_is_split_into_floor_gpu_cpu_and_streaming(gpu_env, record, t
     assert arm["gpu_forward_ms"] >= 0.95 * arm["floor_ms"], arm
     assert arm["server_step_ms"] >= arm["gpu_forward_ms"] - 0.05, arm  # occupancy is capped at 100%
     assert 0 < arm["client_itl_p50_ms"] < 50 and 0.5 < arm["floor_ms"] < 20, arm  # a ~4B model on a datacenter GPU
+    # SGLang's profiler over 100 forward passes: the kernels of a pass add up to about the GPU forward, mostly GEMMs
+    kernels = closing["kernels"]["baseline"]
+    assert kernels.get("kernel_ms") and "error" not in kernels, kernels
+    assert 0.5 * arm["gpu_forward_ms"] <= kernels["kernel_ms"] <= 1.5 * arm["gpu_forward_ms"], (kernels, arm)
+    assert max(kernels["by_category_ms"], key=kernels["by_category_ms"].get) == "GEMM", kernels
     subprocess.run([str(REPO / "serve.sh"), "stop"], env=env, cwd=REPO, capture_output=True, timeout=180)

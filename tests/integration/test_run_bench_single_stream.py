@@ -46,3 +46,17 @@ def test_single_stream_splits_the_time_per_token_from_the_servers_own_decode_lin
     table = [line for line in proc.stdout.splitlines() if line.startswith("[bench] ")]
     assert any("server step" in line and "GPU fwd" in line for line in table)
     assert any(line.split()[1:2] == ["baseline"] for line in table)
+    # SGLang's profiler over 100 forward passes of one more request, outside the measured window
+    kernels = _rows(run / "stream_kernels.jsonl")
+    assert [(k["arm"], k["status"], k["steps"]) for k in kernels] == [("baseline", "ok", 100)]
+    assert list((run / "raw" / "profile-baseline").glob("single-stream-*-TP-0.trace.json.gz"))
+    cats = final["kernels"]["baseline"]["by_category_ms"]
+    assert set(cats) == {"GEMM", "attention", "norm", "activation", "rope", "copy / KV write", "sampling"}
+    # the stand-in's Qwen3-4B step: 36 layers x (9 + 6 + 24 + 12.5) µs of GEMM + the 230 µs lm_head
+    assert cats["GEMM"] == pytest.approx((36 * 51.5 + 230) / 1000, rel=1e-6)
+    assert cats["attention"] == pytest.approx(36 * 4.0 / 1000, rel=1e-6)
+    kern = final["kernels"]["baseline"]
+    assert kern["kernel_ms"] == pytest.approx(sum(cats.values())) and kern["span_ms"] > kern["kernel_ms"]
+    assert any(line.startswith("[bench] baseline: GPU kernels per forward pass (100 profiled by SGLang): ")
+               for line in table)
+    assert sum(1 for r in _rows(run / "stream_requests.jsonl")) == 2  # the profiled request is not a measured one

@@ -42,6 +42,7 @@ import traceback
 from sglang._standin import args as args_mod
 from sglang._standin import engine, server
 from sglang._standin.args import CAPTURES
+from sglang._standin.profiler import Profiler
 from sglang._standin.decode_log import DecodeLog
 
 H200_MAX_TOTAL_TOKENS = 859665  # KV slots of Qwen3-4B on an H200 at mem_fraction 0.903 (server.log capture)
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     eng.decode_log = DecodeLog(s["decode_log_interval"], s["enable_mfu_metrics"],
                                float(os.environ.get("STANDIN_FWD_OCCUPANCY", 85)) if timer_on else None, server.log,
                                s["max_total_tokens"])
+    eng.profiler = Profiler(server.log)
     model_info = _captured_json("GET_model_info.txt")
     model_info.update(model_path=info["model_path"], tokenizer_path=info["tokenizer_path"])
     state = server.State(s, eng, info, model_info)

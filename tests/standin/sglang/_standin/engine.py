@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from sglang._standin.decode_log import DecodeLog
+from sglang._standin.profiler import Profiler
 
 _PIECE = re.compile(r"<\|[a-z_]+\|>|\s?\w+|\s?[^\w\s]|\s+")
 VOCAB = 151936
@@ -133,6 +134,7 @@ class Engine:
         self.flushes = 0
         self.log = lambda msg: None  # the server sets this to its log function
         self.decode_log: DecodeLog | None = None  # the server sets this: the Decode batch lines
+        self.profiler: Profiler | None = None  # the server sets this: /start_profile's traces
 
     @property
     def itl_ms(self) -> float:
@@ -192,6 +194,8 @@ class Engine:
                         self.stats.last_hit_rate = 0.0
                     if self.decode_log is not None:
                         self.decode_log.step(len(self.running), self._pool)
+                if self.profiler is not None:
+                    self.profiler.step()  # one forward pass: the prefill (i = 0) or a decode step
                 piece = rng.choice(GARBAGE)
                 req.output.append(piece)
                 if i == 0:

@@ -185,6 +185,11 @@ class Handler(BaseHTTPRequestHandler):
                 f"#running-req: {len(eng.running)}")
         self.send_body(400, b"Flush cache failed.\n", None)
 
+    def start_profile(self) -> None:
+        body = self.read_json() if self.command == "POST" else None
+        self.state.engine.profiler.start(body if isinstance(body, dict) else {})
+        self.send_body(200, b"Start profiling.\n", None)
+
     # --- generation routes ------------------------------------------------------------------------------------
     def new_request(self, prompt: list[int], max_tokens: int, body: dict, stream: bool) -> engine.Request:
         seed = body.get("seed") if isinstance(body.get("seed"), int) else random.getrandbits(32)
@@ -287,6 +292,7 @@ ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
     "/get_model_info": {"GET": Handler.model_info},
     "/metrics": {"GET": Handler.metrics},
     "/flush_cache": {"GET": Handler.flush_cache, "POST": Handler.flush_cache},
+    "/start_profile": {"GET": Handler.start_profile, "POST": Handler.start_profile},
     "/v1/chat/completions": {"POST": Handler.chat},
     "/v1/completions": {"POST": Handler.completions},
     "/generate": {"POST": Handler.generate, "PUT": Handler.generate},

@@ -1,0 +1,73 @@
+"""Reading SGLang's profiler trace: kernels by category per forward pass, the idle between them, what is said."""
+import gzip
+import json
+
+import pytest
+
+from llmhost.bench import kernel_profile
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("nvjet_tst_64x8_64x16_4x1_v_bz_TNN", "GEMM"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "GEMM"),
+    ("void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u>", "attention"),
+    ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*)", "norm"),  # not attention
+    ("void flashinfer::activation::act_and_mul_kernel<__nv_bfloat16, &silu>", "activation"),
+    ("void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel<true, 128u>", "rope"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>>>", "sampling"),
+    ("store_kvcache_kernel", "copy / KV write"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+])
+def test_kernels_fall_in_the_first_category_their_name_matches(name, expected):
+    assert kernel_profile.category(name) == expected
+
+
+def trace(tmp_path, events, gz=True):
+    path = tmp_path / ("t.trace.json.gz" if gz else "t.json")
+    raw = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    return path
+
+
+def kernel(name, ts, dur):
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur}
+
+
+def test_two_forward_passes_are_summed_per_pass_and_the_idle_between_kernels_is_the_span_left(tmp_path):
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0, "dur": 50},  # not a kernel
+              {"ph": "f", "cat": "ac2g", "name": "flow", "ts": 1}]
+    t = 100.0
+    for _ in range(2):  # each pass: 1,000 µs of GEMM, 200 of attention, 100 of norm, then 700 µs idle
+        for name, dur in (("nvjet_a", 600), ("nvjet_b", 400), ("BatchDecodeKernel", 200), ("RMSNormKernel", 100)):
+            events.append(kernel(name, t, dur))
+            t += dur
+        t += 700
+    kernels = kernel_profile.read_kernels(trace(tmp_path, events))
+    assert len(kernels) == 8
+    rec = kernel_profile.summarize("baseline", kernels, 2, "t.trace.json.gz")
+    assert rec.status == "ok" and rec.kernel_ms == pytest.approx(1.3)
+    assert rec.span_ms == pytest.approx((2 * 1300 + 700) / 2 / 1000)  # the last pass's idle is after its last kernel
+    assert rec.by_category == pytest.approx({"GEMM": 1.0, "attention": 0.2, "norm": 0.1})
+    assert list(rec.by_category) == ["GEMM", "attention", "norm"]  # largest first
+    assert [(k.name, k.ms_per_step, k.calls_per_step) for k in rec.top[:2]] == [("nvjet_a", 0.6, 1.0),
+                                                                               ("nvjet_b", 0.4, 1.0)]
+    said = kernel_profile.lines(rec, floor_ms=0.8)
+    assert said[0] == ("baseline: GPU kernels per forward pass (2 profiled by SGLang): 1.30 ms of kernels in a "
+                       "1.65 ms span (0.35 ms idle between them) — GEMM 1.00, attention 0.20, norm 0.10 ms; the "
+                       "GEMMs take 1.00 ms against the 0.80 ms weight-read floor (80% of peak bandwidth)")
+    assert len(said) == 1 + 4 and "nvjet_a" in said[1]
+    assert "weight-read floor" not in kernel_profile.lines(rec, floor_ms=None)[0]  # no datasheet: not guessed
+
+
+def test_a_plain_json_trace_reads_too_and_a_broken_one_says_so_in_a_line(tmp_path):
+    assert kernel_profile.read_kernels(trace(tmp_path, [kernel("k", 0, 5)], gz=False)) == [("k", 0.0, 5.0)]
+    bad = tmp_path / "bad.trace.json.gz"
+    bad.write_bytes(b"\x1f\x8bnot gzip")
+    with pytest.raises(kernel_profile.TraceError, match="cannot read the trace bad.trace.json.gz"):
+        kernel_profile.read_kernels(bad)
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(kernel_profile.TraceError, match="no traceEvents list"):
+        kernel_profile.read_kernels(tmp_path / "list.json")
+    empty = kernel_profile.summarize("baseline", [], 100, "x.trace.json.gz")
+    assert empty.status == "failed" and "holds no GPU kernel" in empty.error
+    assert kernel_profile.lines(empty, 1.0) == [f"baseline: no kernel profile — {empty.error}"]
