@@ -1,14 +1,16 @@
 """The page of a `run_bench.py --single-stream` run: where one stream's time per output token goes, arm by arm.
 
     build(run) -> the HTML: environment, the breakdown per arm as a stacked bar, the terminal's table
-                  (llmhost.bench.stream_breakdown: the same cells, '-' = not measured) and what was not measured
+                  (llmhost.bench.stream_breakdown: the same cells, '-' = not measured), the GPU kernels of a
+                  forward pass (stream_kernels.jsonl) and what was not measured
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
 from llmhost.bench.stream_breakdown import COLUMNS, Breakdown, breakdown, missing_notes, table_cells
-from llmhost.bench.stream_records import StreamArmRecord
+from llmhost.bench.records import read_records
+from llmhost.bench.stream_records import StreamArmRecord, StreamKernelRecord
 from llmhost.report import environment, page
 from llmhost.report.figures import Chart, _go, _layout, legend_on_top
 from llmhost.report.page import esc
@@ -72,6 +74,34 @@ def notes_html(run: SideRun) -> str:
     return f"<p class=read>A '-' in the table is a number not measured, for these reasons:</p><ul>{items}</ul>"
 
 
+def kernels_html(run: SideRun) -> str:
+    """The kernel profile of each arm (stream_kernels.jsonl): kernel time per forward pass by category with its
+    share, the span and idle, then the longest kernels; a line saying why when an arm has none."""
+    loaded = read_records(run.path / "stream_kernels.jsonl", StreamKernelRecord.from_dict, "stream_kernels.jsonl")
+    if not loaded.records:
+        return ("<p class=read>No kernel profile in this run (stream_kernels.jsonl is missing: a run recorded "
+                "before the profile pass, or one cut short).</p>")
+    out = ["<p class=read>One more request per arm with SGLang's profiler on (POST /start_profile, 100 forward "
+           "passes, GPU activity; llmhost/bench/kernel_profile.py): GPU kernel time per forward pass by category "
+           "(a regex on the kernel's name), the span from the first kernel to the last, and the idle in it.</p>"]
+    for rec in loaded.records:
+        label = esc(run.arm_label(rec.arm))
+        if rec.status != "ok" or rec.kernel_ms is None or rec.span_ms is None:
+            out.append(f"<p class=read><b>{label}</b>: no kernel profile — {esc(rec.error)}</p>")
+            continue
+        rows = [{"part": cat, "ms": f"{ms:.3f}", "share": f"{100 * ms / rec.span_ms:.0f}%"}
+                for cat, ms in rec.by_category.items()]
+        rows.append({"part": "idle between kernels", "ms": f"{rec.span_ms - rec.kernel_ms:.3f}",
+                     "share": f"{100 * (rec.span_ms - rec.kernel_ms) / rec.span_ms:.0f}%"})
+        out.append(f"<h3>{label}: {rec.kernel_ms:.2f} ms of kernels in a {rec.span_ms:.2f} ms span per forward "
+                   f"pass ({rec.steps} passes, {esc(rec.trace_file)})</h3>")
+        out.append(page.table([("part", lambda r: esc(r["part"])), ("ms per pass", lambda r: r["ms"]),
+                               ("of the span", lambda r: r["share"])], rows))
+        out.append(page.table([("kernel", lambda r: esc(r.name)), ("ms per pass", lambda r: f"{r.ms_per_step:.3f}"),
+                               ("calls per pass", lambda r: f"{r.calls_per_step:.1f}")], list(rec.top)))
+    return "".join(out)
+
+
 def build(run: SideRun) -> str:
     records: list[StreamArmRecord] = list(run.records)
     facts = [*environment.provenance_facts(run.manifest),
@@ -85,6 +115,7 @@ def build(run: SideRun) -> str:
     sections = [("overview", "Overview", environment.card(facts, run.warnings) + intro),
                 ("breakdown", "Time per token", page.chart(time_per_token(run, [breakdown(r) for r in records]))),
                 ("table", "Per arm", page.table(columns, table_rows(records))),
+                ("kernels", "GPU kernels", kernels_html(run)),
                 ("notes", "What was not measured", notes_html(run))]
     header = (f"<h1>One stream's time per token — {esc(run.run_id)}</h1>"
               f"<p class=read>{esc(environment.subtitle(run.manifest))} · built from {esc(run.path.name)}</p>")

@@ -82,3 +82,10 @@ def test_a_single_stream_run_gets_a_page_of_its_time_per_token_with_the_terminal
     assert dict(zip(head, row))["Decode lines"] == str(stored["decode_lines"])
     if stored["peak_gb_s"] is None:  # no GPU here: no floor, said so, never guessed
         assert dict(zip(head, row))["floor"] == "-" and "floor not stated: " in source
+    # the kernel profile: its parts per forward pass as stream_kernels.jsonl holds them, idle included
+    kern = _rows(run / "stream_kernels.jsonl")[0]
+    head, body = table(source, "kernels")
+    parts = {cells[0]: cells[1] for cells in body}
+    assert head == ["part", "ms per pass", "of the span"]
+    assert parts == {**{cat: f"{ms:.3f}" for cat, ms in kern["by_category"].items()},
+                     "idle between kernels": f"{kern['span_ms'] - kern['kernel_ms']:.3f}"}
