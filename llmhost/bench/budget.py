@@ -144,9 +144,10 @@ def boot_share_s(spare_s: float, later: Iterable[Point], later_boots: int, model
 
 def likely_extra(todo: Iterable[Point], model: CostModel, spare_s: float) -> list[Point]:
     """The adaptive repeats a boot could pay for out of spare_s, for the load generator to build their datasets
-    while the server boots: after each headline point's highest repeat in `todo`, one more repeat per point a round
-    up to MAX_REPEATS, while their cost fits. Which ones run is decided after the planned points (extra_repeats);
-    a dataset built and never used cost only time inside the boot."""
+    while the server boots: after each headline point's highest repeat in `todo`, first the repeats its spread
+    calls for (planned_repeats), then more up to MAX_REPEATS, one more per point a round, while their cost fits.
+    Which ones run is decided after the planned points (extra_repeats); a dataset built and never used cost only
+    time inside the boot."""
     last: dict[tuple, Point] = {}
     for p in todo:
         key = (p.arm, p.workload, p.pattern, p.concurrency, p.request_rate, p.num_prompts)
@@ -154,20 +155,22 @@ def likely_extra(todo: Iterable[Point], model: CostModel, spare_s: float) -> lis
             last[key] = p
     out: list[Point] = []
     nxt = {key: p.repeat + 1 for key, p in last.items()}
-    while True:
-        added = False
-        for key, p in last.items():
-            if nxt[key] > MAX_REPEATS:
-                continue
-            more = points.make_point(p.arm, p.workload, p.pattern, p.concurrency, p.request_rate, p.num_prompts,
-                                     nxt[key])
-            if model.point_s(more) <= spare_s:
-                out.append(more)
-                spare_s -= model.point_s(more)
-                nxt[key] += 1
-                added = True
-        if not added:
-            return out
+    for cap in ({key: planned_repeats(model, p) for key, p in last.items()}, dict.fromkeys(last, MAX_REPEATS)):
+        while True:
+            added = False
+            for key, p in last.items():
+                if nxt[key] > cap[key]:
+                    continue
+                more = points.make_point(p.arm, p.workload, p.pattern, p.concurrency, p.request_rate,
+                                         p.num_prompts, nxt[key])
+                if model.point_s(more) <= spare_s:
+                    out.append(more)
+                    spare_s -= model.point_s(more)
+                    nxt[key] += 1
+                    added = True
+            if not added:
+                break
+    return out
 
 
 def extra_repeats(done: Iterable[PointRecord], arms: set[str], model: CostModel, spare_s: float) -> list[Point]:

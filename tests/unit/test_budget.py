@@ -337,6 +337,11 @@ def test_a_boot_builds_ahead_the_datasets_of_the_adaptive_repeats_its_spare_time
     capped = budget.likely_extra(todo, model, 1e9)  # never past MAX_REPEATS
     assert max(p.repeat for p in capped) == budget.MAX_REPEATS
     assert len(capped) == 2 * (budget.MAX_REPEATS - 3)
+    # what the spread calls for comes first: agent c=64 (3.8%: 9 repeats) before a chat c=64 that needs none
+    noisy = dataclasses.replace(model.with_arms([ALL_ARMS[0]]),
+                                spread_pct={((), ("agent", "concurrency", 64, None)): 3.79})
+    first = budget.likely_extra(todo, noisy, 3 * one["agent"] + 1.0)
+    assert [p.point_id for p in first] == [f"baseline.agent.concurrency.c64.r{r}" for r in (4, 5, 6)]
 
 
 def test_the_runner_builds_ahead_what_the_budget_left_after_the_plan_could_pay_for():
