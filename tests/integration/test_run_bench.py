@@ -4,6 +4,7 @@ against the results contract, SIGKILL mid-run + --resume, --dry-run, and bad inp
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -198,8 +199,12 @@ def test_adaptive_repeats_join_the_plan_before_they_run_so_a_kill_and_resume_run
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "estimate" not in again.stdout and "estimate_s" not in json.loads(again.stdout.splitlines()[-1])
     assert "resume: 3 of 4 points ok (kept), 0 failed, 1 not yet run" in again.stdout
-    assert "[bench] headline throughput, 95% CI over repeats: baseline chat c=64 " in again.stdout
-    assert "tok/s ±" in again.stdout and "(4 repeats)" in again.stdout
+    said = re.search(r"\[bench\] headline throughput, 95% CI over repeats: baseline chat c=64 [\d,]+ tok/s "
+                     r"±[\d.]+% \((\d+) repeats\)", again.stdout)
+    steady = sum(1 for r in _rows(run / "points.jsonl") if r["status"] == "ok"
+                 and (r["summary"] or {}).get("steady_output_throughput") is not None)
+    # the repeats with a steady window, which a busy host may leave fewer than 4 of; under 2 there is no CI to say
+    assert (int(said.group(1)) if said else None) == (steady if steady >= 2 else None), again.stdout[-1500:]
     ok = {r["point_id"] for r in _rows(run / "points.jsonl") if r["status"] == "ok"}
     assert ok == {p["point_id"] for p in doc["plan"]} and len(ok) == 4
     built = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=env, cwd=REPO,
