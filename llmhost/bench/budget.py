@@ -74,8 +74,9 @@ def arm_rows(arm: Arm, workloads: list[str], loads: points.Loads) -> list[points
 
 
 def planned_repeats(model: CostModel, point: Point) -> int:
-    """The repeats a headline point is planned with: as many as the spread its flags and kind showed in the newest
-    run that repeated it needs for a CI within CI_TARGET_PCT (MIN_REPEATS..MAX_REPEATS; MIN_REPEATS unseen)."""
+    """The repeats a headline point's spread calls for: as many as the spread its flags and kind showed in the
+    newest run that repeated it needs for a CI within CI_TARGET_PCT (MIN_REPEATS..MAX_REPEATS; MIN_REPEATS
+    unseen)."""
     return spread.repeats_needed(model.spread(point), CI_TARGET_PCT, MIN_REPEATS, MAX_REPEATS)
 
 
@@ -94,7 +95,7 @@ def candidates(arms: list[Arm], workloads: list[str], loads: points.Loads) -> li
 def expected_extra_s(heads: Iterable[Point], model: CostModel) -> float:
     """What the repeats after MIN_REPEATS that these headline points' spread calls for should cost (each point
     counted once, whatever repeat of it is given)."""
-    seen: dict[tuple, Point] = {p.point_id.rsplit(".", 1)[0]: p for p in heads}
+    seen: dict[str, Point] = {p.point_id.rsplit(".", 1)[0]: p for p in heads}  # the id less its repeat
     return sum(max(0, planned_repeats(model, p) - MIN_REPEATS) * model.point_s(p) for p in seen.values())
 
 

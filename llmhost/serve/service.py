@@ -5,8 +5,9 @@ All members run in the pane's process group, so `stop` ends them together, as it
 the pane ends the others (a router without workers, or a worker without its router, is not the service start
 promised). A member launches once every member in its `after` answers /health with 200.
 
-Writes in the state directory: members.json (start: name, command, port, after) and launch_command.txt (their
-command lines), then from the pane pgid (first:
+Writes in the state directory: members.json (start: name, command, port, after, and pool_mib for a worker that shares
+its GPU with workers launched before it: its fraction is re-fit to the memory free at its launch, refit_member) and
+launch_command.txt (their command lines as planned), then from the pane pgid (first:
 start waits for it), <name>.pid, <name>.log (that member's output), server.log (every member's lines, prefixed
 [name]), pid (the router's: what clients reach), and a closing line naming who exited with what code.
 """
