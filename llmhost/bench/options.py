@@ -57,7 +57,8 @@ def parse_args(argv: list[str], doc: str) -> Options:
     parser.add_argument("--repeat", type=int, help="repeats of every point, no budget (default: the --budget-min "
                         "plan: 3 on the headline points, 1 elsewhere, more where the throughput CI is wide)")
     parser.add_argument("--budget-min", type=float, help="minutes the run should take on this host: the plan fits "
-                        "them by the cost model learned from the last runs; the time left goes to adaptive repeats "
+                        "them by the cost model learned from the last runs, keeping time for the repeats the "
+                        "headline points' last measured spread calls for; the time left goes to adaptive repeats "
                         f"(default: {budget.DEFAULT_BUDGET_MIN:g})")
     parser.add_argument("--seed", type=int, default=1, help="dataset + arrival seed of repeat 1, >= 0; repeat k "
                         "uses SEED + k - 1, the same on every arm (default: 1)")
