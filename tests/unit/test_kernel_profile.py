@@ -71,3 +71,59 @@ def test_a_plain_json_trace_reads_too_and_a_broken_one_says_so_in_a_line(tmp_pat
     empty = kernel_profile.summarize("baseline", [], 100, "x.trace.json.gz")
     assert empty.status == "failed" and "holds no GPU kernel" in empty.error
     assert kernel_profile.lines(empty, 1.0) == [f"baseline: no kernel profile — {empty.error}"]
+
+
+class FakeServer:
+    def __init__(self, status, text=""):
+        self.status, self.text, self.sent = status, text, []
+
+    def post(self, path, payload=None, timeout=30.0):
+        self.sent.append((path, payload))
+        return type("Reply", (), {"status": self.status, "text": self.text})()
+
+
+def test_the_profile_request_asks_for_gpu_kernels_only_and_a_refusal_is_said_in_a_line(tmp_path):
+    ok = FakeServer(200, "Start profiling.\n")
+    assert kernel_profile.start(ok, tmp_path / "p", 100) == ""
+    (path, body), = ok.sent
+    assert path == "/start_profile" and body == {
+        "output_dir": str((tmp_path / "p").resolve()), "num_steps": 100, "activities": ["GPU"],
+        "profile_prefix": "single-stream", "with_stack": False, "record_shapes": False}
+    assert (tmp_path / "p").is_dir()  # made before the server writes into it
+    assert kernel_profile.start(FakeServer(400, '{"detail": "profiling in progress"}'), tmp_path / "q", 100) == \
+        '/start_profile answered 400: {"detail": "profiling in progress"}'
+    assert kernel_profile.start(FakeServer(0), tmp_path / "r", 100) == "/start_profile answered 0: no body"
+
+
+def test_the_trace_is_taken_once_its_size_holds_still_and_not_before(tmp_path, monkeypatch):
+    sizes = iter([10, 20, 20])
+    path = tmp_path / "single-stream-1-TP-0.trace.json.gz"
+
+    def sleep(_):  # the server goes on writing between looks
+        path.write_bytes(b"x" * next(sizes))
+
+    monkeypatch.setattr(kernel_profile.time, "sleep", sleep)
+    path.write_bytes(b"x" * 5)
+    assert kernel_profile.wait_trace(tmp_path, timeout_s=60) == path and path.stat().st_size == 20
+    monkeypatch.setattr(kernel_profile.time, "sleep", lambda _: None)
+    assert kernel_profile.wait_trace(tmp_path / "nothing", timeout_s=0.05) is None
+
+
+def test_a_profile_that_cannot_be_had_is_recorded_with_its_reason_and_never_fails_the_arm(tmp_path, monkeypatch):
+    from llmhost.bench import single_stream, store
+
+    run = store.RunStore.create(tmp_path)
+    monkeypatch.setattr(single_stream, "wait_idle", lambda server: True)
+    monkeypatch.setattr(kernel_profile, "start", lambda server, out_dir, steps: "")
+    monkeypatch.setattr(kernel_profile, "wait_trace", lambda out_dir: None)
+    sent = []
+    ok = lambda: sent.append(1) or {"ok": True}  # noqa: E731
+    rec = single_stream.profile_kernels(None, ok, run, "baseline")
+    assert sent == [1] and rec.status == "failed" and rec.error.startswith("SGLang wrote no trace into ")
+    rec = single_stream.profile_kernels(None, lambda: {"ok": False, "error": "HTTP 500"}, run, "baseline")
+    assert rec.error == "the profiled request failed: HTTP 500"
+    monkeypatch.setattr(kernel_profile, "start", lambda server, out_dir, steps: "/start_profile answered 404: x")
+    assert single_stream.profile_kernels(None, ok, run, "baseline").error == "/start_profile answered 404: x"
+    assert sent == [1]  # refused: no request sent for nothing
+    monkeypatch.setattr(single_stream, "wait_idle", lambda server: False)
+    assert "did not go idle" in single_stream.profile_kernels(None, ok, run, "baseline").error
