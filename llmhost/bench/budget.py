@@ -95,7 +95,7 @@ def candidates(arms: list[Arm], workloads: list[str], loads: points.Loads) -> li
 def expected_extra_s(heads: Iterable[Point], model: CostModel) -> float:
     """What the repeats after MIN_REPEATS that these headline points' spread calls for should cost (each point
     counted once, whatever repeat of it is given)."""
-    seen: dict[str, Point] = {p.point_id.rsplit(".", 1)[0]: p for p in heads}  # the id less its repeat
+    seen = {spread.series(p): p for p in heads}
     return sum(max(0, planned_repeats(model, p) - MIN_REPEATS) * model.point_s(p) for p in seen.values())
 
 
@@ -130,7 +130,7 @@ def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: Cost
     return BudgetPlan(taken, left_out, spent_s, budget_s)
 
 
-def throughput_by_repeat(done: Iterable[PointRecord]) -> dict[tuple, tuple[dict[int, float], int]]:
+def throughput_by_repeat(done: Iterable[PointRecord]) -> dict[spread.Series, tuple[dict[int, float], int]]:
     """spread.throughput_by_repeat of the headline points."""
     return spread.throughput_by_repeat(done, lambda r: is_headline(r.workload, r.pattern, r.concurrency))
 
@@ -149,9 +149,9 @@ def likely_extra(todo: Iterable[Point], model: CostModel, spare_s: float) -> lis
     calls for (planned_repeats), then more up to MAX_REPEATS, one more per point a round, while their cost fits.
     Which ones run is decided after the planned points (extra_repeats); a dataset built and never used cost only
     time inside the boot."""
-    last: dict[tuple, Point] = {}
+    last: dict[spread.Series, Point] = {}
     for p in todo:
-        key = (p.arm, p.workload, p.pattern, p.concurrency, p.request_rate, p.num_prompts)
+        key = spread.series(p)
         if is_headline(p.workload, p.pattern, p.concurrency) and (key not in last or p.repeat > last[key].repeat):
             last[key] = p
     out: list[Point] = []
@@ -180,7 +180,7 @@ def extra_repeats(done: Iterable[PointRecord], arms: set[str], model: CostModel,
     cost fits in spare_s."""
     wide: list[tuple[float, Point]] = []
     done = list(done)
-    last = {(r.arm, r.workload, r.pattern, r.concurrency, r.request_rate, r.num_prompts): r.repeat for r in
+    last = {spread.series(r): r.repeat for r in
             sorted(done, key=lambda r: r.repeat)}  # the highest recorded repeat, whatever its outcome
     for key, (values, n_ok) in throughput_by_repeat(done).items():
         arm, workload, pattern, conc, rate, n = key

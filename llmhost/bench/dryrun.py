@@ -45,8 +45,8 @@ def print_plan(plan: list[points.Point], arms: list[Arm], model: costs.CostModel
 
 
 def expected_repeats(plan: list[points.Point], model: costs.CostModel) -> str:
-    """'; by the spread of the last run that repeated them: agent c=64 on baseline 9 repeats (3.8%), ...' for the
-    planned headline points whose spread calls for more than the minimum ('' when none does)."""
+    """'; the spread of the last run that repeated them calls for agent c=64 on baseline 9 repeats (3.8%), ...' for
+    the planned headline points whose spread calls for more than the minimum ('' when none does)."""
     said = []
     for p in plan:
         wanted = budget.planned_repeats(model, p)

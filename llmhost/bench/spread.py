@@ -18,23 +18,28 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from llmhost import stats
-from llmhost.bench.records import PointRecord, PointSummary
+from llmhost.bench.records import Point, PointRecord, PointSummary
 
 MIN_VALUES = 3  # the fewest repeats whose spread says anything
+Series = tuple[str, str, str, int | None, float | None, int]  # series(point)
+
+
+def series(point: Point) -> Series:
+    """A point's identity across its repeats: (arm, workload, pattern, concurrency, rate, prompts)."""
+    return point.arm, point.workload, point.pattern, point.concurrency, point.request_rate, point.num_prompts
 
 
 def throughput_by_repeat(done: Iterable[PointRecord], keep: Callable[[PointRecord], bool] = lambda r: True,
-                         ) -> dict[tuple, tuple[dict[int, float], int]]:
+                         ) -> dict[Series, tuple[dict[int, float], int]]:
     """Per point with an ok summary (that `keep` accepts), keyed by its identity across repeats (arm, workload,
     pattern, concurrency, rate, prompts): (repeat -> the throughput its headline card quotes, the number of ok
     repeats). That throughput is the steady window's output tok/s of each repeat that had a steady one
     (llmhost.bench.window; the card averages those), else — no repeat of the point recorded one — the whole
     point's. The latest ok attempt of a repeat wins."""
-    latest: dict[tuple, dict[int, PointSummary]] = {}
+    latest: dict[Series, dict[int, PointSummary]] = {}
     for r in done:
         if r.status == "ok" and r.summary is not None and keep(r):
-            key = (r.arm, r.workload, r.pattern, r.concurrency, r.request_rate, r.num_prompts)
-            latest.setdefault(key, {})[r.repeat] = r.summary
+            latest.setdefault(series(r), {})[r.repeat] = r.summary
     out = {}
     for key, by_repeat in latest.items():
         steady = {rep: s.steady_output_throughput for rep, s in by_repeat.items()

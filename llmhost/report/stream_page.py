@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from llmhost.bench.stream_breakdown import COLUMNS, Breakdown, breakdown, missing_notes, table_cells
-from llmhost.bench.records import read_records
-from llmhost.bench.stream_records import StreamArmRecord, StreamKernelRecord
+from llmhost.bench import store
+from llmhost.bench.stream_records import StreamArmRecord
 from llmhost.report import environment, page
 from llmhost.report.figures import Chart, _go, _layout, legend_on_top
 from llmhost.report.page import esc
@@ -77,7 +77,7 @@ def notes_html(run: SideRun) -> str:
 def kernels_html(run: SideRun) -> str:
     """The kernel profile of each arm (stream_kernels.jsonl): kernel time per forward pass by category with its
     share, the span and idle, then the longest kernels; a line saying why when an arm has none."""
-    loaded = read_records(run.path / "stream_kernels.jsonl", StreamKernelRecord.from_dict, "stream_kernels.jsonl")
+    loaded = store.RunStore(run.path).read_stream_kernels()
     if not loaded.records:
         return ("<p class=read>No kernel profile in this run (stream_kernels.jsonl is missing: a run recorded "
                 "before the profile pass, or one cut short).</p>")
