@@ -210,8 +210,12 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     this sitting of the run began (time.time()). `stages`: a tune run's stages, run instead of the plain arm loop
     (they return the final arms, plan and closing JSON part)."""
     run = b.store
-    b.sampler.start()
     done_before = run.done_points(b.only_missing)
+    if stages is None and all(p.point_id in done_before for p in plan):
+        # a --resume of a finished run: nothing to start, and no sitting that would count its start-up as the run's
+        print("[bench] nothing left to run: every point is recorded", flush=True)
+        return close(b, plan, {})
+    b.sampler.start()
     left = {p.arm for p in plan if p.point_id not in done_before}
     b.done = len(done_before)
     b.clock = Eta(model, [p for p in plan if p.point_id not in done_before],
@@ -245,6 +249,13 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     gaps = b.sampler.gap_warning()
     if gaps:
         print(f"[bench] warning: {gaps}", file=sys.stderr)
+    return close(b, plan, closing)
+
+
+def close(b: runner.Bench, plan: list[points.Point], closing: dict) -> int:
+    """The closing lines (the reckoning over all sittings, the headline CIs) and the closing JSON; the exit code:
+    0 when every planned point is ok. `closing`: a tune's part of the JSON."""
+    run = b.store
     latest = run.latest_attempts()
     ok = sum(1 for p in plan if p.point_id in latest and latest[p.point_id].status == "ok")
     tally = reckoning.of_run(run.root, run.read_manifest())  # None: a run planned before runs kept an estimate

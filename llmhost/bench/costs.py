@@ -17,9 +17,10 @@ How it learns (from points.jsonl, manifest.json, sittings.jsonl and servers/*.js
 * A point's spread (its throughput's sd from repeat to repeat, % of the mean; llmhost.bench.spread) is the one
   its arm's flags and kind showed in the newest run that repeated it: the budget keeps time for the repeats that
   spread needs for a CI within ±3%.
-* A boot is the median boot the newest run paid (sittings.jsonl: restart, load-generator start, warm pass; a
-  fault's restart-only boot and failed boots left out): boot time moves with the host's state (80 s one day,
-  105-185 s the next on the same H200 model), so the last run is the best guess. A run recorded before sittings
+* A boot is the median boot the newest runs paid (sittings.jsonl: restart, load-generator start, warm pass; a
+  fault's restart-only boot and failed boots left out), newest run first until BOOTS_WANTED boots: boot time moves
+  with the host's state (80 s one day, 105-185 s the next on the same H200 model), so the last runs are the best
+  guess, and more than one boot of them keeps one odd boot from setting the price. A run recorded before sittings
   existed gives its servers' ready_s (shared boots counted once) + the load-generator start and warm pass. A run
   adds RUN_FIXED_S.
 With no finished run the model is the documented H200 defaults below and says "uncalibrated".
@@ -48,6 +49,9 @@ WARM_ARM_EST_S = 7.0  # the untimed warm pass of a full run: 16 requests at c=8,
 # the dashboard after the last point (the H200 gpu4 run: 448 s wall, 421 s from the manifest to its last point).
 RUN_FIXED_S = 30.0
 MAX_RUNS = 3  # newest runs learned from: enough points per kind, recent enough to be this host as it is now
+# Boots a boot's price takes its median of: a one-boot run alone is one draw (the H200's first boot of a day 150-170 s,
+# a boot right after another run's 107 s), so older runs' boots join it until there are this many.
+BOOTS_WANTED = 3
 RATIO_LIMITS = (0.2, 10.0)  # a bias outside this is a broken record, not a host
 
 Kind = tuple[str, str, int | None, float | None]  # (workload, pattern, concurrency, request rate)
@@ -203,7 +207,11 @@ def fit(bench_dir: Path, max_runs: int = MAX_RUNS) -> CostModel:
     ratio = statistics.median((r.ended_at - r.started_at) / points.estimate_s(r, primed=not r.cache_flushed)
                               for r in done)
     ready = [s for seen in runs for s in seen.ready]
-    paid = next((seen.paid for seen in runs if seen.paid), [])  # the newest run that recorded its boots
+    paid: list[float] = []  # the newest runs' recorded boots, newest first, until there are BOOTS_WANTED
+    for seen in runs:
+        if len(paid) >= BOOTS_WANTED:
+            break
+        paid += seen.paid
     return CostModel(per_request_s={k: statistics.median(v) for k, v in per.items()},
                      any_arm_s={k: statistics.median(v) for k, v in any_arm.items()},
                      ratio=min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1]),

@@ -163,6 +163,17 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
         final["actual_s"] - final["resume_boots_s"] - final["resume_starts_s"] - final["cut_s"], abs=0.2)
     assert "in 2 sittings vs estimate" in again.stdout and "resuming cost 1 extra boot (" in again.stdout
 
+    # Resuming the finished run again starts nothing and adds no sitting: its reckoning stays the one above.
+    recorded = (run / "sittings.jsonl").read_text()
+    third = bench(env, "--resume", str(run))
+    assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
+    assert "[bench] nothing left to run: every point is recorded" in third.stdout
+    assert (run / "sittings.jsonl").read_text() == recorded and _rows(run / "points.jsonl") == after
+    last = json.loads(third.stdout.strip().splitlines()[-1])
+    assert last["points_ok"] == 2 and last["telemetry_ticks"] == 0
+    assert {k: last[k] for k in ("sittings", "actual_s", "resume_starts_s", "error_pct")} == {
+        k: final[k] for k in ("sittings", "actual_s", "resume_starts_s", "error_pct")}
+
 
 @pytest.fixture
 def noisy_env(tmp_path):

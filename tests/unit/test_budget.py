@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from types import SimpleNamespace
@@ -142,6 +143,13 @@ def test_a_boot_is_the_median_whole_boot_the_newest_run_paid(tmp_path):
     # a fault's restart-only boot and a failed boot say nothing about a planned boot; the older run's are not used
     assert model.boot_s(quick=False) == model.boot_s(quick=True) == 119.0 and model.boots_seen == 5
     assert "5 boots: boot 119 s" in model.label
+    # a newer run of one boot is one draw: the older run's boots join it (median of 107 and the five above)
+    newer = write_run(tmp_path / "bench", "20260103-000000", [done(p, 30.0)], {"baseline": 99.0})
+    (newer / "sittings.jsonl").write_text(json.dumps({"sitting": 1, "arm": "baseline", "started_at": 5.0,
+                                                      "boot_s": 107.0, "cause": "plan", "error": "",
+                                                      "event": "boot"}) + "\n")
+    mixed = costs.fit(tmp_path / "bench")
+    assert mixed.boots_seen == 6 and mixed.boot_s(quick=False) == statistics.median([107.0, 183, 107, 119, 104, 131])
 
 
 def steady_runs(arm: str, workload: str, values: list[float], start: int = 1) -> list[PointRecord]:
