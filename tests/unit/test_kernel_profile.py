@@ -16,6 +16,14 @@ from llmhost.bench import kernel_profile
     ("void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel<true, 128u>", "rope"),
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>>>", "sampling"),
     ("store_kvcache_kernel", "copy / KV write"),
+    # as an H200 trace of SGLang 0.5.17 names them: split-K GEMMs and their reduce, split-KV attention's merge
+    ("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_splitK_TNT", "GEMM"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false>", "GEMM"),
+    ("void flashinfer::PersistentVariableLengthMergeStatesKernel<8u, 16u, 8u, 4u, __nv_bfloat16>", "attention"),
+    ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>", "norm"),
+    ("void (anonymous namespace)::fused_qknorm_warp<128l, true, __nv_bfloat16>", "norm"),
+    ("void (anonymous namespace)::fused_rope_kernel<true, 128l, true, __nv_bfloat16>", "rope"),
+    ("void (anonymous namespace)::store_kvcache<2048l, 2048l, 4, true, long>", "copy / KV write"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
 ])
 def test_kernels_fall_in_the_first_category_their_name_matches(name, expected):
