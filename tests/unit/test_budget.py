@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from llmhost import repeats
-from llmhost.bench import arms as arms_mod, budget, costs, points, runner, store
+from llmhost.bench import arms as arms_mod, budget, costs, points, runner, spread, store
 from llmhost.bench.eta import SWING, Eta
 from llmhost.config import REPO_ROOT
 from llmhost.bench.records import Manifest, PointRecord, PointSummary, RequestRecord, ServerRecord, append_records
@@ -150,6 +150,12 @@ def test_a_boot_is_the_median_whole_boot_the_newest_run_paid(tmp_path):
                                                       "event": "boot"}) + "\n")
     mixed = costs.fit(tmp_path / "bench")
     assert mixed.boots_seen == 6 and mixed.boot_s(quick=False) == statistics.median([107.0, 183, 107, 119, 104, 131])
+    # a newest run of three boots is enough alone
+    (newer / "sittings.jsonl").write_text("".join(json.dumps(
+        {"sitting": 1, "arm": "baseline", "started_at": 5.0 + i, "boot_s": s, "cause": "plan", "error": "",
+         "event": "boot"}) + "\n" for i, s in enumerate((150.0, 140.0, 160.0))))
+    alone = costs.fit(tmp_path / "bench")
+    assert alone.boots_seen == 3 and alone.boot_s(quick=False) == 150.0
 
 
 def steady_runs(arm: str, workload: str, values: list[float], start: int = 1) -> list[PointRecord]:
@@ -261,6 +267,21 @@ def test_a_tight_budget_leaves_out_the_last_arms_sweep_first():
     assert not any(p.arm == "baseline" and p.pattern == "concurrency" for p in planned.left_out)
 
 
+def test_a_headline_point_may_use_the_whole_budget_and_every_unit_that_does_not_fit_is_left_out():
+    model = costs.CostModel()
+    head = points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1)
+    assert budget.kept_s(head, [], model, 1200.0) == 0.0
+    sweep = points.make_point("baseline", "agent", "concurrency", 8, None, 48, 1)
+    assert budget.kept_s(sweep, [], model, 1200.0) == budget.RESERVE_SHARE * 1200.0
+    heads = budget.plan(ALL_ARMS[:1], WORKLOADS, points.Loads(), model, 3600).points
+    need = costs.RUN_FIXED_S + model.boot_s(False) + sum(
+        model.point_s(p) for p in heads if budget.is_headline(p.workload, p.pattern, p.concurrency))
+    exact = budget.plan(ALL_ARMS[:1], WORKLOADS, points.Loads(), model, need)  # no reserve kept from these
+    assert all(budget.is_headline(p.workload, p.pattern, p.concurrency) for p in exact.points)
+    assert len(exact.points) == 3 * len({spread.series(p) for p in exact.points})
+    assert len(exact.left_out) == len(heads) - len(exact.points) > 1  # every unit left out is named
+
+
 def test_the_users_loads_drive_the_budget_plan_too():
     planned = budget.plan(ALL_ARMS[:1], ["chat"], points.Loads(concurrency=(4, 64)), costs.CostModel(), 3600)
     assert {p.concurrency for p in planned.points if p.pattern == "concurrency"} == {4, 64}
@@ -326,6 +347,15 @@ def test_extra_repeats_wait_for_the_minimum_and_stop_when_the_budget_does():
     assert budget.extra_repeats(wide, {"baseline"}, model, one_s * 0.9) == []
     capped = headline_runs("baseline", "chat", [900.0, 1100.0] * (budget.MAX_REPEATS // 2))
     assert budget.extra_repeats(capped, {"baseline"}, model, 3600) == []
+    # each repeat taken is paid out of the spare time: 2.5 repeats' worth buys the two widest of three
+    wider = headline_runs("fp8-kv", "chat", [500.0, 1500.0, 1000.0])
+    widest = headline_runs("page-16", "chat", [200.0, 1800.0, 1000.0])
+    got = budget.extra_repeats(wide + wider + widest, {"baseline", "fp8-kv", "page-16"}, model, one_s * 2.5)
+    assert [p.point_id for p in got] == ["page-16.chat.concurrency.c64.r4", "fp8-kv.chat.concurrency.c64.r4"]
+    # a repeated point that is not a headline one is not repeated again, however wide
+    sweep = [done(points.make_point("baseline", "chat", "concurrency", 8, None, 64, r), 40.0, v)
+             for r, v in enumerate([500.0, 1500.0, 1000.0], 1)]
+    assert budget.extra_repeats(sweep, {"baseline"}, model, 3600) == []
 
 
 def test_a_boot_builds_ahead_the_datasets_of_the_adaptive_repeats_its_spare_time_could_pay_for():
@@ -371,6 +401,12 @@ def test_a_budget_runs_end_says_how_wide_each_headline_ci_came_out():
         "c=64 6,210 tok/s ±0.4% (3 repeats); wider than the ±3% target: baseline agent c=64")
     assert budget.headline_line(done[6:]).endswith("; all within the ±3% target")
     assert budget.headline_line(done[-1:]) is None  # one repeat: no CI to speak of
+    two = steady_runs("fp8-kv", "agent", [4400.0, 4600.0])  # two repeats: a CI, however wide
+    assert budget.headline_line(done + two).endswith(
+        "fp8-kv agent c=64 4,500 tok/s ±28.2% (2 repeats); wider than the ±3% target: baseline agent c=64, "
+        "fp8-kv agent c=64")
+    sweep = [dataclasses.replace(r, point_id=r.point_id.replace("c64", "c8"), concurrency=8) for r in done[:6]]
+    assert budget.headline_line(sweep) is None  # only headline points are quoted
 
 
 # --- the ETA -----------------------------------------------------------------------------------------------------

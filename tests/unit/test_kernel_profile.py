@@ -1,4 +1,5 @@
 """Reading SGLang's profiler trace: kernels by category per forward pass, the idle between them, what is said."""
+import dataclasses
 import gzip
 import json
 
@@ -45,30 +46,35 @@ def test_two_forward_passes_are_summed_per_pass_and_the_idle_between_kernels_is_
     events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0, "dur": 50},  # not a kernel
               {"ph": "f", "cat": "ac2g", "name": "flow", "ts": 1}]
     t = 100.0
-    for _ in range(2):  # each pass: 1,000 µs of GEMM, 200 of attention, 100 of norm, then 700 µs idle
-        for name, dur in (("nvjet_a", 600), ("nvjet_b", 400), ("BatchDecodeKernel", 200), ("RMSNormKernel", 100)):
+    long_name = "nvjet_" + "x" * 200
+    for _ in range(2):  # each pass: 1,200 µs of GEMM, 200 of attention, 300 of norm, then 700 µs idle
+        for name, dur in (("RMSNormKernel", 300), ("BatchDecodeKernel", 200), (long_name, 500), ("nvjet_a", 700)):
             events.append(kernel(name, t, dur))
             t += dur
         t += 700
     kernels = kernel_profile.read_kernels(trace(tmp_path, events))
     assert len(kernels) == 8
     rec = kernel_profile.summarize("baseline", kernels, 2, "t.trace.json.gz")
-    assert rec.status == "ok" and rec.kernel_ms == pytest.approx(1.3)
-    assert rec.span_ms == pytest.approx((2 * 1300 + 700) / 2 / 1000)  # the last pass's idle is after its last kernel
-    assert rec.by_category == pytest.approx({"GEMM": 1.0, "attention": 0.2, "norm": 0.1})
-    assert list(rec.by_category) == ["GEMM", "attention", "norm"]  # largest first
-    assert [(k.name, k.ms_per_step, k.calls_per_step) for k in rec.top[:2]] == [("nvjet_a", 0.6, 1.0),
-                                                                               ("nvjet_b", 0.4, 1.0)]
-    said = kernel_profile.lines(rec, floor_ms=0.8)
-    assert said[0] == ("baseline: GPU kernels per forward pass (2 profiled by SGLang): 1.30 ms of kernels in a "
-                       "1.65 ms span (0.35 ms idle between them) — GEMM 1.00, attention 0.20, norm 0.10 ms; the "
-                       "GEMMs take 1.00 ms against the 0.80 ms weight-read floor (80% of peak bandwidth)")
+    assert rec.status == "ok" and rec.kernel_ms == pytest.approx(1.7) and rec.trace_file == "t.trace.json.gz"
+    assert rec.span_ms == pytest.approx((2 * 1700 + 700) / 2 / 1000)  # the last pass's idle is after its last kernel
+    assert rec.by_category == pytest.approx({"GEMM": 1.2, "attention": 0.2, "norm": 0.3})
+    assert list(rec.by_category) == ["GEMM", "norm", "attention"]  # largest first: not as first seen, nor by name
+    assert [(k.name, k.ms_per_step, k.calls_per_step) for k in rec.top[:2]] == [("nvjet_a", 0.7, 1.0),
+                                                                               (long_name[:120], 0.5, 1.0)]
+    said = kernel_profile.lines(rec, floor_ms=0.9)
+    assert said[0] == ("baseline: GPU kernels per forward pass (2 profiled by SGLang): 1.70 ms of kernels in a "
+                       "2.05 ms span (0.35 ms idle between them) — GEMM 1.20, norm 0.30, attention 0.20 ms; the "
+                       "GEMMs take 1.20 ms against the 0.90 ms weight-read floor (75% of peak bandwidth)")
     assert len(said) == 1 + 4 and "nvjet_a" in said[1]
-    assert "weight-read floor" not in kernel_profile.lines(rec, floor_ms=None)[0]  # no datasheet: not guessed
+    assert kernel_profile.lines(rec, floor_ms=None)[0].endswith("attention 0.20 ms")  # no datasheet: not guessed
+    torn = dataclasses.replace(rec, span_ms=None, error="no span")
+    assert kernel_profile.lines(torn, 0.9) == ["baseline: no kernel profile — no span"]
 
 
 def test_a_plain_json_trace_reads_too_and_a_broken_one_says_so_in_a_line(tmp_path):
-    assert kernel_profile.read_kernels(trace(tmp_path, [kernel("k", 0, 5)], gz=False)) == [("k", 0.0, 5.0)]
+    nameless = {k: v for k, v in kernel("", 9, 1).items() if k != "name"}
+    assert kernel_profile.read_kernels(trace(tmp_path, [kernel("k", 0, 5), nameless], gz=False)) == [
+        ("k", 0.0, 5.0), ("", 9.0, 1.0)]
     bad = tmp_path / "bad.trace.json.gz"
     bad.write_bytes(b"\x1f\x8bnot gzip")
     with pytest.raises(kernel_profile.TraceError, match="cannot read the trace bad.trace.json.gz"):
@@ -77,7 +83,7 @@ def test_a_plain_json_trace_reads_too_and_a_broken_one_says_so_in_a_line(tmp_pat
     with pytest.raises(kernel_profile.TraceError, match="no traceEvents list"):
         kernel_profile.read_kernels(tmp_path / "list.json")
     empty = kernel_profile.summarize("baseline", [], 100, "x.trace.json.gz")
-    assert empty.status == "failed" and "holds no GPU kernel" in empty.error
+    assert empty.status == "failed" and "holds no GPU kernel" in empty.error and empty.steps == 0
     assert kernel_profile.lines(empty, 1.0) == [f"baseline: no kernel profile — {empty.error}"]
 
 

@@ -22,7 +22,8 @@ def test_the_h200_spreads_call_for_9_repeats_of_agent_c64_and_3_of_chat_c64():
     assert repeats.half_width_pct(repeats.across_repeats(AGENT_C64)) == pytest.approx(3.97, abs=0.01)
 
 
-@pytest.mark.parametrize("pct, expected", [(None, 3), (math.nan, 3), (0.0, 3), (2.2, 5), (3.79, 9), (50.0, 10)])
+@pytest.mark.parametrize("pct, expected", [(None, 3), (math.nan, 3), (0.0, 3), (2.2, 5), (3.79, 9), (50.0, 10),
+                                          (4.3, 10)])  # 11 would do at 4.3%: never more than `most`
 def test_the_repeats_needed_are_the_fewest_whose_t_interval_is_within_the_target(pct, expected):
     n = spread.repeats_needed(pct, 3.0, 3, 10)
     assert n == expected
@@ -46,3 +47,9 @@ def test_throughput_by_repeat_keeps_what_it_is_asked_to_and_the_latest_attempt_o
     assert got[("baseline", "agent", "concurrency", 64, None, 384)] == ({1: 1000.0}, 1)
     assert set(spread.throughput_by_repeat(rows, lambda r: r.concurrency == 8)) == {
         ("baseline", "agent", "concurrency", 8, None, 48)}
+
+
+def test_a_half_width_exactly_on_the_target_meets_it():
+    on_target = stats.t975(4) * 2.0 / math.sqrt(5)  # 5 repeats at a 2% spread: exactly this half-width
+    assert spread.repeats_needed(2.0, on_target, 3, 10) == 5
+
