@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tune", action="store_true", help="search launch flags for the most goodput (req/s "
                         "meeting --slo-*) on one workload (default: agent at concurrency "
                         f"{plan_mod.DEFAULT_CONCURRENCY}): the defaults, then one lever at a time, then around the "
-                        f"best; {plan_mod.DEFAULT_REPEATS} paired repeats of {plan_mod.DEFAULT_DURATION_S:g} s "
-                        f"points per trial (--repeat, --duration-s change them) within --budget-min "
+                        f"best; {plan_mod.DEFAULT_REPEATS} paired repeats of the sweep's points per trial (two "
+                        f"warm-up and four steady waves; --repeat, --duration-s change them) within --budget-min "
                         f"(default for --tune: {DEFAULT_BUDGET_MIN:g}); prints the ranking with CIs and the winner")
     parser.add_argument("--apply", action="store_true", help="with --tune: write the winner's settings to "
                         "config.local.env ($LLMHOST_CONFIG when set), keeping its other lines (default: print them)")
@@ -66,7 +66,7 @@ def problem(args: argparse.Namespace) -> str | None:
 
 
 def tune_loads(loads: points.Loads) -> points.Loads:
-    """The user's loads, or the headline concurrency; points sized by --duration-s or the tune's default."""
+    """The user's loads, or the headline concurrency; points sized by --duration-s, else as the sweep's."""
     given = tuple(p for p, levels in (("concurrency", loads.concurrency), ("qps", loads.rates)) if levels)
     patterns = loads.patterns or given or ("concurrency",)
     return points.Loads(loads.concurrency or (plan_mod.DEFAULT_CONCURRENCY,), loads.rates, loads.duration_s
@@ -80,8 +80,10 @@ def open_tune(workloads: list[str], loads: points.Loads, repeat: int | None, bud
     if not rows:
         raise BenchError(f"--tune: workload {workloads[0]} has no {'/'.join(TUNE_PATTERNS)} point for these loads")
     budget_s = (budget_min or DEFAULT_BUDGET_MIN) * 60
-    tune, stage = driver.new_tune(space_mod.space_from_env(), rows, repeat or plan_mod.DEFAULT_REPEATS, model,
-                                  budget_s)
+    levers, idle = space_mod.binding(space_mod.space_from_env(), rows)
+    if idle:
+        print(f"[tune] left out at these loads: {'; '.join(idle)}", flush=True)
+    tune, stage = driver.new_tune(levers, rows, repeat or plan_mod.DEFAULT_REPEATS, model, budget_s)
     if not stage.trials or stage.trials[0].settings:  # the defaults come first: no trial without them
         first = space_mod.coarse_trials(tune.space)[0]
         need_s = plan_mod.trial_s(first, rows, tune.repeats, model) / plan_mod.COARSE_SHARE

@@ -18,7 +18,10 @@ from llmhost.bench.records import Point
 from llmhost.tune.space import Trial
 
 DEFAULT_REPEATS = 3  # paired repeats per trial point: t(0.975, 2) = 4.3 makes 3 the fewest worth quoting
-DEFAULT_DURATION_S = 30.0  # per point: a boot (~130 s on an H200) dominates a trial anyway
+# A trial's points are the sweep's (two warm-up and four steady waves: 384 agent requests at c=64) unless
+# --duration-s lengthens them. A longer window buys little: on the H200 the spread of agent c=64's throughput came
+# from each seed's prompts (half-window sd 3.2-4.6%, whole windows 3.8%), so paired repeats narrow a CI, not length.
+DEFAULT_DURATION_S: float | None = None
 DEFAULT_CONCURRENCY = 64  # the article's headline load when the user gives no --concurrency/--rates
 COARSE_SHARE = 0.7  # of the budget for the coarse stage; the rest (and whatever coarse left) refines
 

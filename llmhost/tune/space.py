@@ -87,6 +87,28 @@ def space_from_env(env: Mapping[str, str] | None = None) -> tuple[Lever, ...]:
     return tuple(levers)
 
 
+def binding(space: Sequence[Lever], rows: Sequence[tuple]) -> tuple[tuple[Lever, ...], list[str]]:
+    """The space without the values that cannot change anything at these load rows, and what was left out (one
+    phrase each): a --max-running-requests cap at or above the largest concurrency of closed-loop rows never binds,
+    as no more requests than that are ever in flight (a Poisson row can queue past any cap: all stay). A lever left
+    without values is left out whole."""
+    if not rows or any(r[1] != "concurrency" for r in rows):
+        return tuple(space), []
+    most = max(int(r[2]) for r in rows)
+    kept: list[Lever] = []
+    dropped: list[str] = []
+    for lv in space:
+        if lv.flag == "--max-running-requests" and lv.is_numeric:
+            idle = [v for v in lv.values if int(v) >= most]
+            if idle:
+                dropped.append(f"{lv.flag} {','.join(idle)} (never binds at concurrency {most})")
+                lv = dataclasses.replace(lv, values=tuple(v for v in lv.values if int(v) < most))
+            if not lv.values:
+                continue
+        kept.append(lv)
+    return tuple(kept), dropped
+
+
 def trial_of(settings: Sequence[tuple[str, str]], space: Sequence[Lever], stage: str) -> Trial:
     keys = {lv.flag: lv.key for lv in space}
     order = [lv.flag for lv in space]

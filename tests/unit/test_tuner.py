@@ -28,6 +28,18 @@ def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_
     assert space.coarse_trials(space.SPACE)[4].flags() == ("--enable-mixed-chunk",)  # a switch: the bare flag
 
 
+def test_a_running_request_cap_that_closed_loop_loads_never_reach_is_not_tried():
+    levers, idle = space.binding(space.SPACE, ROWS)  # concurrency 64: no more than 64 requests are ever in flight
+    assert [lv.flag for lv in levers] == [lv.flag for lv in space.SPACE[1:]]
+    assert idle == ["--max-running-requests 64,128,256 (never binds at concurrency 64)"]
+    assert [t.name for t in space.coarse_trials(levers)][:3] == ["baseline", "cps2048", "splpm"]
+    wider = [("agent", "concurrency", 16, None, 96), ("agent", "concurrency", 128, None, 768)]
+    levers, idle = space.binding(space.SPACE, wider)  # the largest load decides: a cap of 64 binds at 128
+    assert levers[0].values == ("64",) and idle == ["--max-running-requests 128,256 (never binds at concurrency 128)"]
+    poisson = [*wider, ("agent", "qps", None, 8.0, 120)]  # arrivals can queue past any cap
+    assert space.binding(space.SPACE, poisson) == (space.SPACE, [])
+
+
 def test_a_switch_lever_from_the_environment_is_a_bare_flag_and_combines_with_others():
     levers = space.space_from_env({space.SPACE_ENV: "--max-running-requests=8;--enable-mixed-chunk=on"})
     both = space.trial_of([("--enable-mixed-chunk", space.SWITCH), ("--max-running-requests", "8")], levers, "refine")
