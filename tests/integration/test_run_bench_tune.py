@@ -18,7 +18,7 @@ import pytest
 from benchrun import REPO, bench, isolated_env
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
-# ITL = 1 ms + 3 ms per other running request: 4 running -> 10 ms, 2 -> 4 ms (1 -> 1 ms), 3 ms from the 7 ms SLO (the HTTP
+# ITL = 1 ms + 3 ms per other running request: 4 running -> 10 ms, 2 -> 4 ms (1 -> 1), 3 ms from the 7 ms SLO (the HTTP
 # stream's own overhead per token, ~0.5-1.5 ms on a busy 2-core host, stays below that). The queue of a cap of 2
 # adds ~1 s of TTFT (one 256-token answer), far inside the TTFT SLO.
 SERVER_ENV = "STANDIN_ITL_MS=1 STANDIN_ITL_MS_PER_RUNNING=3"
