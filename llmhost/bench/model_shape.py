@@ -3,7 +3,7 @@ token of KV cache and of weights, so the dashboard can set each step's time agai
 (llmhost.report.decode_bound) without the model directory at hand.
 
     read("/models/Qwen3-4B") -> (ModelShape(num_layers=36, num_kv_heads=8, head_dim=128, dtype_bytes=2,
-                                            weight_bytes=8_044_544_000), "")
+                                            weight_bytes=8_044_544_000, weight_bytes_fp8=4_411_228_160), "")
 
 Read from config.json through llmhost.fi.shapes and llmhost.bench.floor; a config they cannot count (missing,
 incomplete, a mixture of experts, quantized) gives None and the one-line reason, never a failed run.
@@ -25,6 +25,14 @@ class ModelShape:
     head_dim: int
     dtype_bytes: int  # of the model's weights, and of its KV cache when the server runs it at --kv-cache-dtype auto
     weight_bytes: int  # read per decode step (llmhost.bench.floor)
+    weight_bytes_fp8: int | None = None  # the same, the server quantizing the linear layers (--quantization fp8)
+
+    def weights_read(self, quantization: str | None) -> int | None:
+        """Weight bytes a decode step reads on a server run with this --quantization (None: none); None for a
+        quantization not counted (llmhost.bench.floor.QUANT_LINEAR_BYTES)."""
+        if not quantization:
+            return self.weight_bytes
+        return self.weight_bytes_fp8 if quantization == "fp8" else None
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int) -> int:
         """K + V bytes one cached token holds over all layers: Qwen3-4B bf16 = 36 x 2 x 8 x 128 x 2 = 147,456."""
@@ -38,6 +46,7 @@ def read(model_dir: str | Path) -> tuple[ModelShape | None, str]:
         config = shapes.read_config(model_dir)
         attention = shapes.from_config(config, name)
         return ModelShape(attention.num_layers, attention.num_kv_heads, attention.head_dim,
-                          floor.dtype_bytes(config, name), floor.weight_bytes(config, name)), ""
+                          floor.dtype_bytes(config, name), floor.weight_bytes(config, name),
+                          floor.weight_bytes(config, name, "fp8")), ""
     except ShapeError as exc:
         return None, str(exc)

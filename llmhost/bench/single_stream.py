@@ -100,9 +100,23 @@ def request_record(arm: str, number: int, row: dict) -> StreamRequestRecord:
                                None if ttft is None else ttft * 1000, tuple(g * 1000 for g in row["gaps_s"]))
 
 
+def quantization_of(server: ServerClient) -> str | None:
+    """The --quantization the running server reports in its server info (None: none, or no answer)."""
+    reply = server.server_info()
+    try:
+        info = reply.json() if reply.ok else None
+    except ValueError:
+        info = None
+    value = info.get("quantization") if isinstance(info, dict) else None
+    return str(value) if value else None
+
+
 def measure_arm(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, requests: int, since: float,
-                floor: floor_mod.Floor | None, floor_note: str) -> StreamArmRecord:
-    """Restart with the instruments, warm up, then the N measured requests; their records appended as they end."""
+                gpu_name: str | None) -> StreamArmRecord:
+    """Restart with the instruments, warm up, then the N measured requests; their records appended as they end.
+    The floor is the arm's own: weights the server quantized on load are read at their own size."""
+    floor, floor_note = weight_floor(cfg, gpu_name)
+
     def failed(error: str) -> StreamArmRecord:
         return stream_breakdown.summarize_arm(arm.name, [], [], None, floor, floor_note, error)
 
@@ -114,6 +128,9 @@ def measure_arm(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, requ
 
     client = make_client(Endpoint(f"{cfg.base_url}/v1", cfg.served_model_name, cfg.api_key()), timeout_s=300)
     server = ServerClient.for_config(cfg, cfg.api_key())
+    quantization = quantization_of(server)
+    if quantization:
+        floor, floor_note = weight_floor(cfg, gpu_name, quantization)
     numbers = itertools.count()
     traffic.one_request(client, cfg.served_model_name, LOAD, next(numbers))  # warm-up: not measured
     if not wait_idle(server):
@@ -166,10 +183,12 @@ def profile_kernels(server: ServerClient, one_request, run: store.RunStore, arm:
 
 # --- the run --------------------------------------------------------------------------------------------------
 
-def weight_floor(cfg: config.Config, gpu_name: str | None) -> tuple[floor_mod.Floor | None, str]:
-    """The model's weight-read floor on this GPU, and why a part of it is not stated ("" when all is)."""
+def weight_floor(cfg: config.Config, gpu_name: str | None,
+                 quantization: str | None = None) -> tuple[floor_mod.Floor | None, str]:
+    """The model's weight-read floor on this GPU, its linear layers quantized as the server said (--quantization;
+    None: not), and why a part of it is not stated ("" when all is)."""
     try:
-        weight_bytes = floor_mod.weight_bytes_of_dir(cfg.model_dir)
+        weight_bytes = floor_mod.weight_bytes_of_dir(cfg.model_dir, quantization)
     except floor_mod.ShapeError as exc:
         return None, str(exc)
     spec = gpu_specs.lookup(gpu_name)
@@ -203,7 +222,7 @@ def print_summary(run: store.RunStore, requests: int) -> list[StreamArmRecord]:
 
 def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm], requests: int) -> int:
     """Every arm in turn, each recorded as it finishes; the summary; the exit code."""
-    floor, floor_note = weight_floor(cfg, run.read_manifest().provenance.gpu.name)
+    gpu_name = run.read_manifest().provenance.gpu.name
     since = time.time()
     runner.interrupt_on_sigterm()
     try:
@@ -211,7 +230,7 @@ def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm
             print(f"[bench single-stream {done}/{len(arms)}] arm {arm.name}: restarting with "
                   f"{' '.join(INSTRUMENT_FLAGS)} and {INSTRUMENT_ENV} "
                   f"(progress in {run.root}/raw/serve-{arm.name}.log)", flush=True)
-            run.append_stream(measure_arm(cfg, run, arm, requests, since, floor, floor_note))
+            run.append_stream(measure_arm(cfg, run, arm, requests, since, gpu_name))
     except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
         return restart_runs.cut_short(exc, run, f"a new --single-stream run (the arms so far are in {run.root}/"
                                          "stream_arms.jsonl)")

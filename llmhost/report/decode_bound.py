@@ -49,6 +49,13 @@ def kv_dtype(run: Run, arm: str) -> str:
     return str(server.server_info.get("kv_cache_dtype") or "auto") if server else "auto"
 
 
+def quantization(run: Run, arm: str) -> str | None:
+    """The arm's --quantization as its server reported it (None: none, or no server record)."""
+    server = run.servers.get(arm)
+    value = server.server_info.get("quantization") if server else None
+    return str(value) if value else None
+
+
 def kv_dtype_bytes(dtype: str, shape: ModelShape) -> int | None:
     """Bytes per KV element of a --kv-cache-dtype value; None for one this count does not cover."""
     if dtype == "auto":
@@ -107,20 +114,25 @@ def reading(kv_ms: float, weights_ms: float, measured_ms: float, kv_bytes_each: 
             "tokens")
 
 
-def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | None) -> dict[str, Any]:
-    """One steady closed-loop row's step: bytes read, their time at peak bandwidth, the measured step."""
+def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | None,
+              quant: str | None = None) -> dict[str, Any]:
+    """One steady closed-loop row's step: bytes read, their time at peak bandwidth, the measured step. `quant`: the
+    server's --quantization (its weights read at their own size)."""
     context = row["prompt_tokens_mean"] + row["output_tokens_mean"] / 2
     each = kv_dtype_bytes(dtype, shape)
     per_token = shape.kv_bytes_per_token(each) if each else None
     running, running_by = running_requests(row)
     kv_bytes = running * context * per_token if per_token else math.nan
-    kv_ms, weights_ms = _ms(kv_bytes, peak), _ms(shape.weight_bytes, peak)
+    weights = shape.weights_read(quant)
+    kv_ms, weights_ms = _ms(kv_bytes, peak), _ms(weights if weights else math.nan, peak)
     measured, whose = measured_step(row)
-    line = reading(kv_ms, weights_ms, measured, each) if each else f"KV cache dtype {dtype} is not counted here"
+    line = (f"KV cache dtype {dtype} is not counted here" if not each else
+            f"weights quantized with {quant} are not counted here" if not weights else
+            reading(kv_ms, weights_ms, measured, each))
     return {"arm": row["arm"], "workload": row["workload"], "load": row["load"], "concurrency": row["concurrency"],
             "running": running, "running_by": running_by, "context_tokens": context, "kv_cache_dtype": dtype,
-            "kv_bytes_per_token": per_token,
-            "kv_bytes": kv_bytes, "weight_bytes": shape.weight_bytes, "weights_ms": weights_ms, "kv_ms": kv_ms,
+            "quantization": quant, "kv_bytes_per_token": per_token,
+            "kv_bytes": kv_bytes, "weight_bytes": weights, "weights_ms": weights_ms, "kv_ms": kv_ms,
             "roofline_ms": kv_ms + weights_ms, "measured_ms": measured, "measured_by": whose,
             "kv_share_pct": 100 * kv_ms / measured if measured > 0 else math.nan, "reading": line}
 
@@ -131,6 +143,6 @@ def bound_rows(run: Run, steady_rows: list[dict[str, Any]]) -> list[dict[str, An
     if shape is None:
         return []
     peak = peak_gb_s(run)
-    return [bound_row(r, shape, kv_dtype(run, r["arm"]), peak) for r in steady_rows
+    return [bound_row(r, shape, kv_dtype(run, r["arm"]), peak, quantization(run, r["arm"])) for r in steady_rows
             if r["pattern"] == "concurrency" and r["concurrency"] and r["repeats_steady"]
             and math.isfinite(r["prompt_tokens_mean"])]

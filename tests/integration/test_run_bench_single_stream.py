@@ -61,3 +61,15 @@ def test_single_stream_splits_the_time_per_token_from_the_servers_own_decode_lin
     assert any(line.startswith("[bench] baseline: GPU kernels per forward pass (100 profiled by SGLang): ")
                for line in table)
     assert sum(1 for r in _rows(run / "stream_requests.jsonl")) == 2  # the profiled request is not a measured one
+
+
+def test_an_arm_whose_server_quantizes_the_weights_is_held_to_its_own_smaller_floor(env):
+    """--quantization fp8 reads the linear layers at a byte a weight: the floor the arm is set against is the one
+    its server reports running, not the checkpoint's."""
+    (Path(env["MODEL_DIR"]) / "config.json").write_text(json.dumps(QWEN3_4B))
+    proc = bench(env, "--single-stream", "1", "--arms", "w8", "--arm", "w8=--quantization fp8", timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    assert "--quantization fp8" in (run / "raw" / "serve-w8.log").read_text()
+    stored, = _rows(run / "stream_arms.jsonl")
+    assert stored["arm"] == "w8" and stored["weight_bytes"] == 4_411_228_160  # 3.63 B linear x 1 + LM head x 2

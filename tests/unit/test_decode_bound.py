@@ -17,7 +17,8 @@ from llmhost.bench.model_shape import ModelShape
 from llmhost.provenance import Gpu
 from llmhost.report import decode_bound, decode_bound_page, load, steady, tables
 
-QWEN3_4B = ModelShape(num_layers=36, num_kv_heads=8, head_dim=128, dtype_bytes=2, weight_bytes=8_044_544_000)
+QWEN3_4B = ModelShape(num_layers=36, num_kv_heads=8, head_dim=128, dtype_bytes=2, weight_bytes=8_044_544_000,
+                      weight_bytes_fp8=4_411_228_160)
 H200_GB_S = 4800.0
 # agent c=64 on the H200: ~4.1k-token system prompt + question = 4,222 prompt tokens, 256 output: 4,350 context
 AGENT_C64 = {"arm": "baseline", "workload": "agent", "pattern": "concurrency", "load": "c=64", "concurrency": 64,
@@ -54,6 +55,18 @@ def test_an_fp8_kv_cache_halves_the_kv_reads_and_the_weights_stay() -> None:
     assert fp8["kv_bytes_per_token"] == 73_728 and fp8["kv_ms"] == pytest.approx(bf16["kv_ms"] / 2)
     assert fp8["weights_ms"] == bf16["weights_ms"]
     assert "FP8 KV" not in fp8["reading"] and "shorter contexts" in fp8["reading"]  # already one byte
+
+
+def test_weights_the_server_quantizes_to_fp8_are_read_at_their_own_size_and_others_are_not_guessed() -> None:
+    bf16 = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)
+    fp8 = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S, "fp8")
+    assert fp8["quantization"] == "fp8" and fp8["weight_bytes"] == 4_411_228_160
+    assert fp8["weights_ms"] == pytest.approx(0.919, abs=0.001) and fp8["kv_ms"] == bf16["kv_ms"]
+    awq = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S, "awq")
+    assert awq["weight_bytes"] is None and math.isnan(awq["weights_ms"]) and math.isnan(awq["roofline_ms"])
+    assert awq["reading"] == "weights quantized with awq are not counted here"
+    older = ModelShape(36, 8, 128, 2, 8_044_544_000)  # a manifest written before the fp8 count
+    assert older.weights_read(None) == 8_044_544_000 and older.weights_read("fp8") is None
 
 
 def test_a_kv_dtype_the_count_does_not_cover_says_so_instead_of_guessing() -> None:

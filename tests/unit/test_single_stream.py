@@ -71,6 +71,34 @@ def test_qwen3_4b_reads_8_04_gb_per_token_and_its_floor_on_an_h200_is_1_68_ms():
     assert floor.Floor(weight_bytes, None, None).ms is None
 
 
+def test_weights_the_server_quantizes_to_fp8_are_read_at_a_byte_and_the_lm_head_at_two():
+    linear = 36 * (2 * 2560 * 32 * 128 + 2 * 2560 * 8 * 128 + 3 * 2560 * 9728)  # q/o, k/v, gate/up/down
+    head = 151_936 * 2560
+    assert floor.weight_bytes(QWEN3_4B, "Qwen3-4B") == (linear + head) * 2
+    fp8 = floor.weight_bytes(QWEN3_4B, "Qwen3-4B", "fp8")
+    assert fp8 == linear + 2 * head == 4_411_228_160
+    assert floor.Floor(fp8, gpu_specs.lookup("NVIDIA H200").peak_gb_s, None).ms == pytest.approx(0.919, abs=0.001)
+    with pytest.raises(ShapeError, match="--quantization awq: the bytes of its weights are not counted here"):
+        floor.weight_bytes(QWEN3_4B, "Qwen3-4B", "awq")
+
+
+class InfoServer:
+    def __init__(self, status, text):
+        self.reply = type("Reply", (), {"status": status, "text": text, "ok": status == 200,
+                                        "json": lambda self: json.loads(self.text)})()
+
+    def server_info(self):
+        return self.reply
+
+
+@pytest.mark.parametrize("status, text, expected", [
+    (200, '{"quantization": "fp8", "kv_cache_dtype": "auto"}', "fp8"), (200, '{"quantization": null}', None),
+    (200, "not json", None), (503, "", None), (200, "[]", None),
+])
+def test_the_servers_own_quantization_is_read_from_its_server_info(status, text, expected):
+    assert single_stream.quantization_of(InfoServer(status, text)) == expected
+
+
 @pytest.mark.parametrize("change, needle", [
     ({"num_experts": 128}, "mixture of experts"), ({"torch_dtype": "int8"}, "torch_dtype 'int8'"),
     ({"intermediate_size": None}, "lacks a size field"),
