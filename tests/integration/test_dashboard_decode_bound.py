@@ -24,7 +24,8 @@ def test_the_run_records_the_models_shape_and_the_dashboard_says_what_bounds_its
     run = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["model_shape"] == {"num_layers": 36, "num_kv_heads": 8, "head_dim": 128, "dtype_bytes": 2,
-                                       "weight_bytes": 8_044_544_000} and manifest["model_shape_note"] == ""
+                                       "weight_bytes": 8_044_544_000, "weight_bytes_fp8": 4_411_228_160}
+    assert manifest["model_shape_note"] == ""
     dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=paced_env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert dash.returncode == 0, dash.stderr[-2000:]
