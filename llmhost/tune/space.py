@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from llmhost.bench.arms import Arm
+from llmhost.bench.points import Row
 
 DEFAULTS_NAME = "baseline"  # the defaults' trial is the benchmark's baseline arm: paired comparisons are against it
 _COLORS = ("#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -87,14 +88,14 @@ def space_from_env(env: Mapping[str, str] | None = None) -> tuple[Lever, ...]:
     return tuple(levers)
 
 
-def binding(space: Sequence[Lever], rows: Sequence[tuple]) -> tuple[tuple[Lever, ...], list[str]]:
+def binding(space: Sequence[Lever], rows: Sequence[Row]) -> tuple[tuple[Lever, ...], list[str]]:
     """The space without the values that cannot change anything at these load rows, and what was left out (one
     phrase each): a --max-running-requests cap at or above the largest concurrency of closed-loop rows never binds,
     as no more requests than that are ever in flight (a Poisson row can queue past any cap: all stay). A lever left
     without values is left out whole."""
     if not rows or any(r[1] != "concurrency" for r in rows):
         return tuple(space), []
-    most = max(int(r[2]) for r in rows)
+    most = max(int(r[2] or 0) for r in rows)
     kept: list[Lever] = []
     dropped: list[str] = []
     for lv in space:
