@@ -180,6 +180,10 @@ class Engine:
             with self.lock:
                 self.cache.insert(req.prompt)
             rng = random.Random(req.seed)
+            # Each decode step is due one step after the last was due, not after this thread woke: a late wake (a
+            # busy host, a slow reader) is not carried into the next step. SGLang steps every running request in one
+            # batch, so answers that started together end together; per-thread sleeps would drift apart instead.
+            due = time.monotonic()
             for i in range(req.max_new_tokens):
                 if cancelled is not None and cancelled.is_set():
                     break
@@ -187,7 +191,8 @@ class Engine:
                     time.sleep(1)  # a request the dead scheduler will never finish
                 if i:
                     others = max(len(self.running) - 1, 0)  # a dict's len is atomic: no lock per token
-                    time.sleep((self.itl_ms + self.timing.itl_ms_per_running * others) / 1000)
+                    due += (self.itl_ms + self.timing.itl_ms_per_running * others) / 1000
+                    time.sleep(max(0.0, due - time.monotonic()))
                     # SGLang 0.5.17's decode stats set the gauge to 0.0: it is the last prefill batch's hit rate
                     # only until the next decode step (captured /metrics after load reads 0.0)
                     with self.lock:
