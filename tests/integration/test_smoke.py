@@ -200,6 +200,17 @@ def test_json_mode_prints_a_summary_line_on_every_early_failure(tmp_path, capsys
     assert code == 1 and last_json(out)["ok"] is False and "pip install" in last_json(out)["error"]
 
 
+def _request_to(listening: socket.socket, path: bytes) -> socket.socket:
+    """The first connection whose request names `path`: a port just bound can also be one another test's client
+    still tries (a server it stopped), and its connection must not count as ours."""
+    while True:
+        conn, _ = listening.accept()
+        conn.settimeout(60)
+        if path in conn.recv(4096):
+            return conn
+        conn.close()
+
+
 def test_ctrl_c_against_a_hung_server_exits_130_with_one_line_and_the_json(repo):
     """A tunnel that accepts but never answers is when users press Ctrl-C: no traceback, a JSON line still."""
     with socket.socket() as hung:
@@ -209,9 +220,9 @@ def test_ctrl_c_against_a_hung_server_exits_130_with_one_line_and_the_json(repo)
         hung.settimeout(60)
         proc = subprocess.Popen([sys.executable, str(repo / "smoke_test.py"), "--base-url", url, "--model", "m",
                                  "--json"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        conn, _ = hung.accept()  # the client connected and now waits for an answer that never comes
+        conn = _request_to(hung, b"/v1/models")  # the client asked and now waits for an answer that never comes
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=60)
         conn.close()
     assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err
     assert last_json(out) == {"ok": False, "interrupted": True, "error": "interrupted", "checks": []}

@@ -5,7 +5,8 @@ Tokens: text is split into word/space/punctuation pieces (roughly one Qwen token
 maps to a stable id (crc32), so identical prompts give identical token lists across processes. Output is drawn from
 a fixed list of odd pieces seen in the captured random-weight replies, seeded per request.
 Timing: a request waits for a slot (max running), then "prefills" for ttft_ms + prefill_us_per_token per UNCACHED
-prompt token, then emits one token every itl_ms (+ itl_ms_per_running per other running request).
+prompt token, then emits one token per tick of the engine's step clock, one step = itl_ms (+ itl_ms_per_running per
+other running request).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import re
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sglang._standin.decode_log import DecodeLog
@@ -116,6 +118,58 @@ class Stats:
         self.gen_throughput = 0.0
 
 
+class StepClock:
+    """SGLang steps every running request in one batch: here one clock ticks for all of them, each step as long as
+    `step_s()` says when it starts, and a request's n-th decode token waits for the n-th tick after it joined. A late
+    tick (a busy host) delays every request alike, so answers that started together end together; a thread that
+    wakes late catches up at once instead of falling behind its batch. The clock runs only while a request decodes."""
+
+    def __init__(self, step_s: Callable[[], float]):
+        self._step_s = step_s
+        self._cond = threading.Condition()
+        self._tick = 0
+        self._decoding = 0
+        self._thread: threading.Thread | None = None
+
+    def join(self) -> int:
+        """A request starts decoding: the tick its tokens count from."""
+        with self._cond:
+            self._decoding += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="standin-step-clock", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+            return self._tick
+
+    def leave(self) -> None:
+        with self._cond:
+            self._decoding -= 1
+
+    def wait(self, tick: int) -> None:
+        """Block until the clock has reached `tick`."""
+        with self._cond:
+            while self._tick < tick:
+                self._cond.wait()
+
+    def _run(self) -> None:
+        due = time.monotonic()
+        while True:
+            with self._cond:
+                if not self._decoding:
+                    while not self._decoding:
+                        self._cond.wait()
+                    due = time.monotonic()  # after an idle spell the next step starts now
+            step = self._step_s()
+            due += step
+            now = time.monotonic()
+            if due < now - step:
+                due = now  # over a step late: the batch is slower now, it does not replay the missed steps
+            time.sleep(max(0.0, due - now))
+            with self._cond:
+                self._tick += 1
+                self._cond.notify_all()
+
+
 SCHEDULER_GONE = threading.Event()  # set when the launcher died under an HTTP child: steps never come
 
 
@@ -135,10 +189,16 @@ class Engine:
         self.log = lambda msg: None  # the server sets this to its log function
         self.decode_log: DecodeLog | None = None  # the server sets this: the Decode batch lines
         self.profiler: Profiler | None = None  # the server sets this: /start_profile's traces
+        self.clock = StepClock(self._step_s)
 
     @property
     def itl_ms(self) -> float:
         return self.timing.itl_cycle_ms[self.flushes % len(self.timing.itl_cycle_ms)]
+
+    def _step_s(self) -> float:
+        """One decode step of the batch running now."""
+        others = max(len(self.running) - 1, 0)  # a dict's len is atomic: no lock per step
+        return (self.itl_ms + self.timing.itl_ms_per_running * others) / 1000
 
     def busy(self) -> bool:
         with self.lock:
@@ -162,6 +222,7 @@ class Engine:
         with self.lock:
             self.queued += 1
         self.slots.acquire()
+        tick: int | None = None  # set while this request decodes on the step clock
         try:
             with self.lock:
                 self.queued -= 1
@@ -180,19 +241,15 @@ class Engine:
             with self.lock:
                 self.cache.insert(req.prompt)
             rng = random.Random(req.seed)
-            # Each decode step is due one step after the last was due, not after this thread woke: a late wake (a
-            # busy host, a slow reader) is not carried into the next step. SGLang steps every running request in one
-            # batch, so answers that started together end together; per-thread sleeps would drift apart instead.
-            due = time.monotonic()
+            tick = self.clock.join()
             for i in range(req.max_new_tokens):
                 if cancelled is not None and cancelled.is_set():
                     break
                 while SCHEDULER_GONE.is_set():
                     time.sleep(1)  # a request the dead scheduler will never finish
                 if i:
-                    others = max(len(self.running) - 1, 0)  # a dict's len is atomic: no lock per token
-                    due += (self.itl_ms + self.timing.itl_ms_per_running * others) / 1000
-                    time.sleep(max(0.0, due - time.monotonic()))
+                    tick += 1
+                    self.clock.wait(tick)
                     # SGLang 0.5.17's decode stats set the gauge to 0.0: it is the last prefill batch's hit rate
                     # only until the next decode step (captured /metrics after load reads 0.0)
                     with self.lock:
@@ -207,6 +264,8 @@ class Engine:
                     req.first_token_ts = time.time()
                 yield piece
         finally:
+            if tick is not None:
+                self.clock.leave()
             self._finish(req)
             self.slots.release()
 
