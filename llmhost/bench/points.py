@@ -266,7 +266,8 @@ def find_loadgen(python: str, env: dict[str, str]) -> tuple[str, str]:
                                "SGLANG_PYTHON") from None
         if proc.returncode == 0 and "--dataset-name" in proc.stdout:
             return module, proc.stdout
-        why = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        # the new name's reason: the old name fails the same way wherever sglang is missing
+        why = why or (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
     raise LoadgenError(f"no SGLang load generator in SGLANG_PYTHON={python} (python -m {LOADGEN_MODULES[0]} "
                        f"--help: {why}) — run ./setup_host.sh or point SGLANG_PYTHON at the Python that has sglang")
 
