@@ -3,8 +3,9 @@
     Decode batch, #running-req: 1, #token: 194, token usage: 0.00, cuda graph: True, gen throughput (token/s): 259.67, #queue-req: 0
 
 every --decode-log-interval decode steps (default 40). The stand-in's requests wait on one step clock (engine.py) but
-report their tokens one by one, so one token of a request running beside R-1 others counts 1/R step. As in SGLang, gen throughput is the
-tokens since the previous line over the wall time since it, so the first line after an idle spell counts that spell.
+report their tokens one by one, so one token of a request running beside R-1 others counts 1/R step. As in SGLang,
+gen throughput is the tokens since the previous line over the wall time since it, so the first line after an idle
+spell counts that spell.
 With --enable-mfu-metrics (and --enable-metrics, as SGLang requires) the estimate suffix follows, computed as for
 Qwen3-4B in bf16 (8.04 GB of weights read per step, 2 x 4.02 G FLOPs and 147,456 KV bytes written per token); with
 SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 the occupancy suffix, STANDIN_FWD_OCCUPANCY percent (default 85).
