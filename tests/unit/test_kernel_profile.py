@@ -26,6 +26,16 @@ from llmhost.bench import kernel_profile
     ("void (anonymous namespace)::fused_rope_kernel<true, 128l, true, __nv_bfloat16>", "rope"),
     ("void (anonymous namespace)::store_kvcache<2048l, 2048l, 4, true, long>", "copy / KV write"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+    # torch.compile's kernels at batch 1, as an H200 trace of SGLang 0.5.17 with --enable-torch-compile names them:
+    # a matrix-vector product fused with its neighbours is a GEMM, whatever else it fused (norm, SiLU, casts)
+    ("triton_red_fused__to_copy_add_mean_mm_mul_pow_rsqrt_t_1", "GEMM"),
+    ("triton_red_fused_mm_mul_silu_slice_t_2", "GEMM"),
+    ("triton_red_fused_mm_t_0", "GEMM"),
+    ("triton_red_fused_copy_copy__mm_permute_0", "GEMM"),
+    ("triton_tem_fused_addmm_3", "GEMM"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "norm"),  # an RMSNorm on its own: mean + rsqrt
+    ("triton_red_fused__to_copy_add_mean_pow_0", "norm"),  # residual add + variance: an RMSNorm's first half
+    ("triton_poi_fused_summary_mmx_0", "other"),  # mm only as a whole op name, not inside another word
 ])
 def test_kernels_fall_in_the_first_category_their_name_matches(name, expected):
     assert kernel_profile.category(name) == expected
@@ -141,3 +151,12 @@ def test_a_profile_that_cannot_be_had_is_recorded_with_its_reason_and_never_fail
     assert sent == [1]  # refused: no request sent for nothing
     monkeypatch.setattr(single_stream, "wait_idle", lambda server: False)
     assert "did not go idle" in single_stream.profile_kernels(None, ok, run, "baseline").error
+
+
+def test_gemms_faster_than_the_weights_can_be_read_are_said_to_be_misnamed_not_given_a_share_over_100():
+    # an H200 torch.compile trace before Inductor's fused GEMMs were named: 0.03 ms of "GEMM" against 1.68 ms
+    assert kernel_profile.reach(0.03, 1.68) == ("; the GEMM kernels take 0.03 ms, less than the 1.68 ms weight-read "
+                                                 "floor: most matrix multiplies ran in kernels not named as GEMMs "
+                                                 "(see the top kernels)")
+    assert kernel_profile.reach(2.41, 1.68).endswith("(70% of peak bandwidth)")
+    assert kernel_profile.reach(None, 1.68) == kernel_profile.reach(2.0, None) == ""
