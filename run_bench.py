@@ -264,6 +264,9 @@ def close(b: runner.Bench, plan: list[points.Point], closing: dict) -> int:
     cis = budget.headline_line(latest.values())
     if cis:
         print(f"[bench] {cis}", flush=True)
+    serving = run_end.left_serving(b.serving)
+    if serving:
+        print(f"[bench] {serving}", flush=True)
     print(json.dumps({"run_dir": str(run.root), "run_id": run.run_id, "points_planned": len(plan), "points_ok": ok,
                       "points_failed": len(plan) - ok,
                       "adaptive_repeats": len(set(latest) - {p.point_id for p in plan}),

@@ -61,6 +61,7 @@ class Bench:
     only_missing: bool = False  # --resume --only-missing: a point that failed its retry is not tried again
     check_tool_calls: bool = True  # False in a tune: its levers schedule requests, they do not change the answers
     started_at: float = dataclasses.field(default_factory=time.time)  # a ./serve.sh stop after this is the user's
+    serving: arms_mod.Arm | None = None  # the arm the server was last started with: the run leaves it serving
 
     def progress(self, text: str) -> None:
         """A progress line with the ETA, which the sitting records too (the run's end tells how far it swung)."""
@@ -137,6 +138,7 @@ def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
         ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts,
         layout=ready.layout))
     b.sampler.scrape(telemetry.scrape_targets(ready.layout, ready.base_url, b.cfg.worker_urls.split()))
+    b.serving = arm
     return ""
 
 

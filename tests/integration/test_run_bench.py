@@ -84,6 +84,8 @@ def test_a_two_arm_quick_run_writes_the_results_contract(env):
     assert final["points_ok"] == final["points_planned"] == 4 and final["points_failed"] == 0
     assert (run.parent / "latest").resolve() == run.resolve() and run.name.endswith("-ci")
     assert any(line.startswith("[bench 3/4]") and "ETA" in line for line in proc.stdout.splitlines())
+    assert ("[bench] the server is left running with arm page-16's flags (--page-size 16): ./serve.sh restart "
+            "serves your settings again") in proc.stdout.splitlines()  # the last arm's boot, not the defaults
 
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["schema"] == 1 and manifest["seed"] == 1 and manifest["command"][0] == "run_bench.py"
