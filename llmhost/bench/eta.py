@@ -82,11 +82,14 @@ class Eta:
         self.boot_s = (PRIOR_WEIGHT * self.boot_s + wall_s) / (PRIOR_WEIGHT + 1)
         self.update(is_free=not self.arms_seen)
 
-    def add(self, extra: Iterable[Point]) -> None:
-        """Points planned during the run (adaptive repeats): their cost joins the ETA at once (not a swing)."""
+    def add(self, extra: Iterable[Point], boots: int = 0) -> None:
+        """Work planned during the run (adaptive repeats; a tune's refine trials, each with its boot): its cost joins
+        the ETA at once (not a swing)."""
         added = [p for p in extra if p.point_id not in self.left]
         self.left.update({p.point_id: p for p in added})
-        added_s = sum(self.model.point_s(p) * self.ratio((p.workload, p.pattern)) for p in added)
+        self.boots_left += boots
+        added_s = sum(self.model.point_s(p) * self.ratio((p.workload, p.pattern)) for p in added) \
+            + boots * self.boot_s * self.ratio(None)
         self.fit_s += added_s
         self.added_s += added_s
 

@@ -99,12 +99,11 @@ def run_stages(b: runner.Bench, tune: TuneRun, model: CostModel, slo: stats.Slo,
         tune = plan_refine(tune, ranking_of(b.store.root, b.store.latest_attempts(), slo, price), model, left_s())
         on_tune(tune)
         added = [p for t in tune.trials[before:] for p in plan_mod.trial_points(t, tune.rows, tune.repeats)]
+        b.total += len(added)
+        if b.clock is not None:  # each refine trial is an arm: its boot joins the ETA with its points
+            b.clock.add(added, boots=len(tune.trials) - before)
         b.progress(f"tune: refine stage, {len(tune.trials) - before} trials "
                    f"({', '.join(t.name for t in tune.trials[before:]) or 'none fit or none to try'})")
-        b.total += len(added)
-        if b.clock is not None:
-            b.clock.add(added)
-            b.clock.boots_left += len(tune.trials) - before
         runner.run_arms(b, tune.arms(), tune.points(), False)
     return tune.arms(), tune.points(), finish(tune, ranking_of(b.store.root, b.store.latest_attempts(), slo, price))
 

@@ -181,6 +181,15 @@ def test_the_eta_names_the_arm_whose_first_point_anchors_it_and_counts_added_wor
     e.point_done(plan[2], 30.0)
     assert e.anchor == "fp8-kv"
 
+    # a tune's refine trial: its boot joins the ETA with its points (on the H200 it showed 1m06s for 3m03s of work)
+    left, boots, added = e.seconds_left(), e.boots_left, e.added_s
+    trial = dataclasses.replace(POINT, point_id="t1", arm="cps2896")
+    e.add([trial], boots=1)
+    assert e.boots_left == boots + 1
+    assert e.seconds_left() == pytest.approx(left + model.point_s(trial) * e.ratio(("chat", "concurrency"))
+                                             + e.boot_s * e.ratio(None))
+    assert e.added_s - added == pytest.approx(e.seconds_left() - left)  # planned work, not a swing
+
 
 def test_the_closing_json_is_complete_and_rounded():
     tally = reckoning.Reckoning(1200.4, False, 1264.26, 2, 1, 100.04, (12.34, -8.76), resume_starts_s=20.02)
