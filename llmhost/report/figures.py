@@ -53,6 +53,14 @@ def _layout(fig: Any, height: int) -> Any:
     return fig
 
 
+def legend_at_right(fig: Any) -> Any:
+    """The legend right of the plot, one entry per line: under a plot of a row or two it would cover the x axis
+    title, and above subplots their titles."""
+    fig.update_layout(legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"},
+                      margin={"r": 150})
+    return fig
+
+
 def legend_on_top(fig: Any) -> Any:
     """The legend above the plot in trace order: under a short bar chart it would cover the x axis title."""
     fig.update_layout(legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},

@@ -19,7 +19,7 @@ from llmhost import cost, stats
 from llmhost.report.load import Run
 
 
-FULL_RUN = "a full ./run_bench.py (without --quick) measures it"
+FULL_RUN = "./run_bench.py's default plan (no --quick, --tune or load options) measures it"
 STEADY, POOLED = "steady window", "all requests"
 # summary-row field <- the steady row's field that replaces it where the point has steady repeats
 STEADY_FIELDS = {

@@ -8,7 +8,7 @@ from typing import Any
 from llmhost import stats
 from llmhost.bench import window
 from llmhost.report import client_overhead, page
-from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots
+from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots, legend_at_right
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 from llmhost.report.steady import PAIRED
@@ -79,7 +79,9 @@ def paired_forest(run: Run, rows: list[dict[str, Any]]) -> Chart:
                 row=1, col=col)
         fig.add_vline(x=0, line={"color": "#888", "dash": "dot"}, row=1, col=col)
         fig.update_xaxes(title_text="change vs baseline, %", row=1, col=col)
-    return Chart("paired", title, read, _layout(fig, 160 + 28 * len({r["load"] + r["workload"] for r in shown})))
+    rows_shown, arms_shown = len({r["load"] + r["workload"] for r in shown}), len({r["arm"] for r in shown})
+    height = max(160 + 28 * rows_shown, 130 + 30 * arms_shown)  # the legend's lines fit beside the plot, unscrolled
+    return Chart("paired", title, read, legend_at_right(_layout(fig, height)))
 
 
 def _verdict_cell(metric: str) -> page.Cell:

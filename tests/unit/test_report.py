@@ -144,6 +144,10 @@ def test_capacity_card_brackets_flags_and_explains() -> None:
     rows = [_row(2, True, key="request_rate"), _row(32, True, True, key="request_rate")]
     value, detail, flagged = kpis._capacity(rows, "a", "qps")
     assert value == "w: 32 req/s+" and "client-bound" in detail and flagged
+    # a run without Poisson points (a tune, --quick, the user's own loads) says which run measures them
+    assert kpis._capacity([_row(4, True)], "a", "qps") == (
+        "—", "no qps points in this run — ./run_bench.py's default plan (no --quick, --tune or load options) "
+        "measures it", False)
 
 
 def test_cards_cover_every_arm_in_manifest_order(run: load.Run, ctx: figures.Context) -> None:
