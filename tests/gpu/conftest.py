@@ -14,20 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from gpu_required import unavailable
 from standin.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def gpu_required(config: pytest.Config) -> bool:
-    return bool(config.getoption("--require-gpu")) or os.environ.get("LLMHOST_REQUIRE_GPU", "") not in ("", "0")
-
-
-def unavailable(request: pytest.FixtureRequest, reason: str) -> None:
-    """Skip, or fail when the run was told the GPU stack must be there."""
-    if gpu_required(request.config):
-        pytest.fail(f"GPU stack required (--require-gpu) but {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def _probe(python: str, code: str) -> tuple[bool, str]:
