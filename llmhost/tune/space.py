@@ -53,6 +53,11 @@ SPACE: tuple[Lever, ...] = (
     # 1 by default: the scheduler looks for new requests after every decode step; several steps in a row cut its
     # CPU overhead per token (ITL) but admit new requests later (TTFT).
     Lever("--num-continuous-decode-steps", "ncds", ("4",), "decode steps per scheduling round: ITL vs TTFT"),
+    # 1 by default: the KV cache is paged per token. Pages of 16 give the attention kernels 16x fewer page indices
+    # to read and the allocator fewer entries; a cached prefix is matched in whole pages (up to 15 tokens prefilled
+    # again). Answers do not change. (--radix-eviction-policy is not here: it acts only once the cache must evict,
+    # which the agent workload's 16 system prompts never make an H200's pool do; add it with LLMHOST_TUNE_SPACE.)
+    Lever("--page-size", "ps", ("16",), "KV pages of 16 tokens: fewer page indices per step, prefixes in whole pages"),
 )
 
 

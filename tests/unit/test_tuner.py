@@ -22,8 +22,8 @@ ROWS = [("agent", "concurrency", 64, None, 256)]
 
 def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_middle_value():
     names = [t.name for t in space.coarse_trials(space.SPACE)]
-    assert names == ["baseline", "mrr64", "cps2048", "splpm", "mix", "ncds4", "mrr256", "cps16384", "mrr128",
-                     "cps4096"]
+    assert names == ["baseline", "mrr64", "cps2048", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384",
+                     "mrr128", "cps4096"]
     assert space.coarse_trials(space.SPACE)[1].flags() == ("--max-running-requests", "64")
     assert space.coarse_trials(space.SPACE)[4].flags() == ("--enable-mixed-chunk",)  # a switch: the bare flag
 
@@ -188,4 +188,4 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
                 ("cps2048", "c64"): _reps(0.9, 1.0)}
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
     assert [t.name for t in refined.trials[3:]] == ["mrr88", "splpm"] and refined.stage == "refine"
-    assert refined.cut == ("mix", "ncds4", "mrr256", "cps16384", "mrr128", "cps4096")
+    assert refined.cut == ("mix", "ncds4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
