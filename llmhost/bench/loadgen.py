@@ -22,6 +22,10 @@ functions, dataset generators and metric definitions stay the source of truth. W
     removed once the point's requests file is written;
   - the chat content reader also counts a tool-call delta, so TTFT is the first token of ANY kind (content,
     reasoning or tool call); unchanged for replies without tool calls.
+  - the module's session factory (`_create_bench_client_session`, one session per request) is wrapped so that each
+    request also notes when its response headers came back (`headers_ms`, from the same start as its TTFT). SGLang
+    sends them before its tokenizer manager sees the request, so they time the request's way in (connection, body,
+    the server's HTTP parse), which SGLang's own TTFT does not count (llmhost.report.client_overhead).
   - `prepare` builds the boot's generated-shared-prefix datasets ahead, while the server boots, through the module's
     own get_dataset seeded as its run_benchmark seeds it: the module caches that dataset on disk (keyed by seed and
     sizes) and each point then loads it instead of tokenizing ~4.4k-token prompts one by one (10 s per 576-prompt
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import importlib
@@ -121,6 +126,54 @@ def call_text(call: object) -> str:
     return f"{function.get('name') or ''}{function.get('arguments') or ''}" or "\x00"
 
 
+# The running request's own times (its task's context): the session wrapper writes, the request wrapper reads
+REQUEST_TIMES: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("request_times", default=None)
+
+
+def header_timed(create_session: Callable[[], Any]) -> Callable[[], Any]:
+    """The module's session factory, its sessions' post() noting when the response headers arrived."""
+    @functools.wraps(create_session)
+    def create() -> HeaderTimedSession:
+        return HeaderTimedSession(create_session())
+    return create
+
+
+class HeaderTimedSession:
+    """A session as the request functions use it (`async with session`, `async with session.post(...)`), whose
+    post() writes perf_counter() at the response headers into the running request's REQUEST_TIMES."""
+
+    def __init__(self, session: Any):
+        self._session = session
+
+    async def __aenter__(self) -> "HeaderTimedSession":
+        await self._session.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._session.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def post(self, *args: Any, **kwargs: Any) -> "HeaderTimedPost":
+        return HeaderTimedPost(self._session.post(*args, **kwargs))
+
+
+class HeaderTimedPost:
+    def __init__(self, request: Any):
+        self._request = request
+
+    async def __aenter__(self) -> Any:
+        response = await self._request.__aenter__()  # returns once the status line and headers are in
+        times = REQUEST_TIMES.get()
+        if times is not None:
+            times["headers"] = time.perf_counter()
+        return response
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._request.__aexit__(*exc)
+
+
 def completed_file(requests_file: Path) -> Path:
     """Where each measured request of a point is appended as it finishes (read back by llmhost.bench.salvage)."""
     return requests_file.with_suffix(".completed.jsonl")
@@ -138,12 +191,20 @@ class Generator:
         mod.get_tokenizer = functools.cache(mod.get_tokenizer)  # one tokenizer load per boot, not per point
         mod.check_chat_template = functools.cache(mod.check_chat_template)
         mod._combine_openai_chat_content = any_token_text(mod._combine_openai_chat_content)
+        if callable(getattr(mod, "_create_bench_client_session", None)):  # else headers_ms stays unmeasured
+            mod._create_bench_client_session = header_timed(mod._create_bench_client_session)
         for backend, func in list(mod.ASYNC_REQUEST_FUNCS.items()):
             mod.ASYNC_REQUEST_FUNCS[backend] = self._kept(func)
 
     def _kept(self, func: Callable) -> Callable:
         async def request(request_func_input: Any, pbar: Any = None) -> Any:
-            output = await func(request_func_input=request_func_input, pbar=pbar)
+            times: dict[str, float] = {}
+            token = REQUEST_TIMES.set(times)  # this request's task only: concurrent requests run in their own
+            try:
+                output = await func(request_func_input=request_func_input, pbar=pbar)
+            finally:
+                REQUEST_TIMES.reset(token)
+            output.headers_time = times.get("headers")  # perf_counter s, like its start_time; None: not seen
             self.outputs.append(output)
             if self.completed is not None and len(self.outputs) > self.warmups:  # line by line: a kill keeps them
                 self.completed.write(json.dumps(request_row(output, self.clock_s)) + "\n")
@@ -213,6 +274,7 @@ def request_row(output: Any, clock_s: float) -> dict[str, Any]:
     """One request as a RequestRecord dict (llmhost.bench.records); failed requests keep their error as data."""
     ok = bool(output.success)
     start_s = output.start_time + clock_s
+    headers = getattr(output, "headers_time", None)
     return {"start_s": start_s, "end_s": start_s + output.latency if ok else None, "ok": ok,
             "error": str(output.error or "")[-2000:], "prompt_tokens": int(output.prompt_len or 0),
             "output_tokens": int(output.output_len or 0) if ok else 0,
@@ -220,7 +282,8 @@ def request_row(output: Any, clock_s: float) -> dict[str, Any]:
             "ttft_ms": output.ttft * 1000.0 if ok and output.ttft > 0 else None,
             "itl_ms": [x * 1000.0 for x in output.itl] if ok else [],
             "e2e_ms": output.latency * 1000.0 if ok else 0.0,
-            "cached_tokens": int(output.cached_tokens or 0) if ok else None}
+            "cached_tokens": int(output.cached_tokens or 0) if ok else None,
+            "headers_ms": (headers - output.start_time) * 1000.0 if ok and headers is not None else None}
 
 
 # --- the process ------------------------------------------------------------------------------------------------

@@ -218,6 +218,9 @@ class RequestRecord(Record):
     e2e_ms: float
     end_s: float | None = None  # unix seconds of the last chunk; None: failed (or a run before it was recorded)
     cached_tokens: int | None = None  # prompt tokens served from the prefix cache; None: failed or not reported
+    # response headers back, ms after the same start as ttft_ms: the request's way in, before SGLang's clock starts
+    # (llmhost.bench.loadgen); None: failed, or not measured (a run before it was recorded)
+    headers_ms: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

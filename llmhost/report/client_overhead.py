@@ -9,7 +9,9 @@ telemetry sampler reads the histogram's _sum and _count about once a second (tel
 running point), so the server's mean over a window is the difference of the two counters between the last samples
 at or before the window's ends, and the client's mean is over the requests whose first token fell between those
 same two samples. A client mean far above the server's says the number is partly the measuring side's, not the
-server's. Means, not percentiles: the histogram's buckets are too coarse for a p99. The load generator's CPU use
+server's; the same requests' mean time to their response headers (llmhost.bench.loadgen) says how much of it came
+before SGLang's clock started (connection, request body, the server's HTTP parse), the rest being the first chunk's
+way out and the client's event loop. Means, not percentiles: the histogram's buckets are too coarse for a p99. The load generator's CPU use
 (telemetry's source "client", % of one core per tick) near a full core says the same from the other side: the
 client, not the server, set the pace.
 """
@@ -59,18 +61,40 @@ def window_delta(telemetry: Sequence[TelemetrySample], point_id: str, histogram:
     return sum1 - sum0, n1 - n0, times[i0], times[i1]
 
 
+def _counted(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float,
+             first_token_s: np.ndarray) -> tuple[tuple[float, float, float, float], int, np.ndarray] | None:
+    """The TTFT histogram's window delta, the first tokens it counted, and the mask of the client's requests whose
+    first token fell between the same two ticks; None when it counted none."""
+    delta = window_delta(telemetry, point_id, HISTOGRAM, t_start, t_end)
+    count = int(round(delta[1])) if delta else 0
+    if delta is None or count <= 0:
+        return None
+    return delta, count, (first_token_s > delta[2]) & (first_token_s <= delta[3])
+
+
 def window_means(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float,
                  first_token_s: np.ndarray, ttft_ms: np.ndarray) -> tuple[float, float, int]:
     """(server mean ms, client mean ms, requests the server counted) over [t_start, t_end] snapped to the sampler's
     ticks; nans and 0 when the window has no two ticks or the server counted no first token between them.
     `first_token_s`, `ttft_ms`: the point's successful requests (unix s of their first token, and their TTFT)."""
-    delta = window_delta(telemetry, point_id, HISTOGRAM, t_start, t_end)
-    count = int(round(delta[1])) if delta else 0
-    if delta is None or count <= 0:
+    counted = _counted(telemetry, point_id, t_start, t_end, first_token_s)
+    if counted is None:
         return math.nan, math.nan, 0
-    inside = (first_token_s > delta[2]) & (first_token_s <= delta[3])
+    delta, count, inside = counted
     client = float(ttft_ms[inside].mean()) if inside.any() else math.nan
     return 1000.0 * delta[0] / count, client, count
+
+
+def headers_mean(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float,
+                 first_token_s: np.ndarray, headers_ms: np.ndarray) -> float:
+    """The client's mean time to the response headers over the requests window_means takes its client mean from:
+    the part of that mean spent before SGLang's own clock starts (its HTTP server answers with headers before the
+    tokenizer manager sees the request). nan when the window counted none or the run did not record them."""
+    counted = _counted(telemetry, point_id, t_start, t_end, first_token_s)
+    if counted is None:
+        return math.nan
+    seen = headers_ms[counted[2] & np.isfinite(headers_ms)]
+    return float(seen.mean()) if seen.size else math.nan
 
 
 def itl_means(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float, t_end: float,

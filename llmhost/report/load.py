@@ -41,6 +41,7 @@ class Requests:
     itl_all_ms: np.ndarray  # every ITL gap of every request, pooled (what bench_serving's ITL percentiles use)
     e2e_ms: np.ndarray
     cached_tokens: np.ndarray  # nan: not recorded
+    headers_ms: np.ndarray  # time to the response headers (llmhost.bench.loadgen); nan: not recorded
 
     @property
     def n(self) -> int:
@@ -120,6 +121,7 @@ def requests_from_records(rows: list[RequestRecord]) -> Requests:
         itl_all_ms=np.array([g for r in rows for g in r.itl_ms], float),
         e2e_ms=np.array([r.e2e_ms for r in rows], float),
         cached_tokens=np.array([math.nan if r.cached_tokens is None else r.cached_tokens for r in rows], float),
+        headers_ms=np.array([math.nan if r.headers_ms is None else r.headers_ms for r in rows], float),
     )
 
 

@@ -39,6 +39,7 @@ class RepeatWindow:
     itl: tuple[float, float] = (math.nan, math.nan)  # SGLang's mean time per output token over the window, client's
     tokens: tuple[float, float] = (math.nan, math.nan)  # mean prompt, output tokens of its successful requests
     running: float = math.nan  # SGLang's mean running requests over the window (telemetry), nan without it
+    client_headers_ms: float = math.nan  # the client's mean time to response headers over server_ttft's requests
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -66,6 +67,8 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     timed = ok & np.isfinite(ttft)
     first, end = start[timed] + ttft[timed] / 1000.0, start[timed] + r.e2e_ms[order][timed] / 1000.0
     server = client_overhead.window_means(telemetry, point.point_id, w.t_start, w.t_end, first, ttft[timed])
+    headers = client_overhead.headers_mean(telemetry, point.point_id, w.t_start, w.t_end, first,
+                                           r.headers_ms[order][timed])
     cpu = client_overhead.client_cpu_pct(telemetry, point.point_id, w.t_start, w.t_end)
     itl = client_overhead.itl_means(telemetry, point.point_id, w.t_start, w.t_end, first, end,
                                     r.output_tokens[order][timed])
@@ -74,7 +77,7 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
                         waves.find(start[in_window]), itl, tokens,
-                        client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end))
+                        client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers)
 
 
 def _mean_of(values: np.ndarray) -> float:
@@ -92,8 +95,12 @@ def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
     requests SGLang counted), the load generator's CPU, and client and SGLang time per token after the first."""
     seen = [r.server_ttft for r in steady if r.server_ttft[2] and math.isfinite(r.server_ttft[1])]
     n = sum(c for _, _, c in seen)
+    heads = [(r.client_headers_ms, r.server_ttft[2]) for r in steady
+             if r.server_ttft[2] and math.isfinite(r.client_headers_ms)]
+    n_heads = sum(c for _, c in heads)
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
             "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n,
+            "client_headers_mean_ms": sum(h * c for h, c in heads) / n_heads if n_heads else math.nan,
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
             "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
             "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}

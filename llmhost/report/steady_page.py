@@ -157,7 +157,7 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
             ("Sent in waves of (every s)", lambda r: f"{num(r['wave_size'], 0)} ({num(r['wave_period_s'])})"
                                                       + (" <span class=flag title='lockstep waves: see the note under "
                                                          "the table'>≋</span>" if r["in_waves"] else "")),
-            ("TTFT mean ms: client / SGLang (n)", _server_ttft_cell),
+            ("TTFT mean ms: client / SGLang (n); client to response headers", _server_ttft_cell),
             ("Time per token after the first, ms: client / SGLang",
              lambda r: f"{num(r['client_itl_mean_ms'], 2)} / {num(r['server_itl_mean_ms'], 2)}"),
             ("Load generator CPU % of a core", lambda r: num(r["client_cpu_pct"], 0) + (
@@ -171,7 +171,9 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
     client, server = r["client_ttft_mean_ms"], r["server_ttft_mean_ms"]
     flag = (" <span class=flag title='the HTTP path and the load generator add this much: see the note under the "
             "table'>⚠</span>") if client_overhead.gap_is_notable(client, server) else ""
-    return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}"
+    headers = r.get("client_headers_mean_ms", math.nan)  # absent from runs before it was recorded
+    return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}" + (
+        f"; headers {num(headers)}" if math.isfinite(headers) else "")
 
 
 def waves_note(rows: list[dict[str, Any]]) -> str:
@@ -205,5 +207,16 @@ def measuring_side_note(rows: list[dict[str, Any]]) -> str:
             f"token back). Largest: {esc(worst['arm'])} · {esc(worst['workload'])} · {esc(worst['load'])}, client "
             f"{num(worst['client_ttft_mean_ms'])} ms vs SGLang {num(worst['server_ttft_mean_ms'])} ms. The "
             "difference is spent outside the server's scheduler: HTTP in and out, and the load generator's own "
-            "event loop streaming every request of the point. Read those TTFTs as an upper bound of what the "
-            "server gives.</p>") + note
+            f"event loop streaming every request of the point.{_headers_split(worst)} Read those TTFTs as an upper "
+            "bound of what the server gives.</p>") + note
+
+
+def _headers_split(r: dict[str, Any]) -> str:
+    """Where the client-vs-SGLang gap went, when the run recorded each request's time to its response headers."""
+    headers = r.get("client_headers_mean_ms", math.nan)
+    if not math.isfinite(headers):
+        return ""
+    after = r["client_ttft_mean_ms"] - headers - r["server_ttft_mean_ms"]
+    return (f" Of the client's mean, {num(headers)} ms passed before its response headers came back (connection, "
+            "request body, the server's HTTP parse: SGLang's clock had not started), which leaves "
+            f"{num(after)} ms for the first chunk's way out and the client's event loop.")

@@ -37,6 +37,12 @@ def test_the_server_mean_is_the_counters_difference_between_the_ticks_that_bound
     # window snaps to ticks 102 and 108: seconds 103..108 -> 6 x 4 tokens, 4 x 0.8 + 2 x 1.6 = 6.4 s
     assert n == 24 and math.isclose(server, 6400 / 24)
     assert math.isclose(client, (260 + 270 + 500 + 280) / 4)  # first tokens in (102, 108]
+    # the same requests' time to their response headers; one unrecorded (nan) is left out, not counted as 0
+    headers = np.array([5.0, 20.0, 40.0, math.nan, 60.0, 900.0])
+    assert math.isclose(client_overhead.headers_mean(samples, POINT, 102.4, 108.7, first_token, headers), 40.0)
+    assert math.isnan(client_overhead.headers_mean(samples, POINT, 102.4, 108.7, first_token,
+                                                   np.full(6, math.nan)))  # a run before they were recorded
+    assert math.isnan(client_overhead.headers_mean(samples, POINT, 50.0, 99.0, first_token, headers))  # no ticks
 
 
 def test_workers_behind_a_router_are_summed_and_other_points_ignored():
@@ -64,10 +70,13 @@ def test_the_gap_is_called_out_only_when_large_in_ms_and_in_share():
 
 def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_the_worst_point():
     class Rep:
-        def __init__(self, server: float, client: float, n: int) -> None:
+        def __init__(self, server: float, client: float, n: int, headers: float = math.nan) -> None:
             self.server_ttft, self.client_cpu_pct = (server, client, n), 30.0 + n / 10
             self.itl = (10.0 + n / 100, 11.0 + n / 100)
-    fields = steady._measuring_side_fields([Rep(200.0, 400.0, 100), Rep(300.0, 500.0, 300), Rep(math.nan, math.nan, 0)])
+            self.client_headers_ms = headers
+    fields = steady._measuring_side_fields([Rep(200.0, 400.0, 100, 40.0), Rep(300.0, 500.0, 300, 80.0),
+                                            Rep(math.nan, math.nan, 0)])
+    assert math.isclose(fields["client_headers_mean_ms"], 70.0)  # weighted like the TTFT means
     assert fields["server_ttft_n"] == 400 and math.isclose(fields["server_ttft_mean_ms"], 275.0)
     assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
     assert (fields["server_itl_mean_ms"], fields["client_itl_mean_ms"]) == (pytest.approx(34 / 3),
@@ -75,8 +84,14 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
     row = {"arm": "baseline", "workload": "agent", "load": "c=64", **fields, "client_cpu_pct": 35.0}
     note = steady_page.measuring_side_note([row, {**row, "load": "c=8", "client_ttft_mean_ms": 280.0}])
     assert "At 1 point(s)" in note and "client 475.0 ms vs SGLang 275.0 ms" in note and "c=64" in note
+    assert ("Of the client's mean, 70.0 ms passed before its response headers came back" in note
+            and "leaves 130.0 ms for the first chunk's way out" in note)  # 475 - 70 - 275
     assert steady_page.measuring_side_note([{**row, "server_ttft_n": 0}]) == ""
-    assert "475.0 / 275.0 (400)" in steady_page._server_ttft_cell(row)
+    assert steady_page._server_ttft_cell(row).startswith("475.0 / 275.0 (400) <span class=flag")
+    assert steady_page._server_ttft_cell(row).endswith("; headers 70.0")
+    older = {k: v for k, v in row.items() if k != "client_headers_mean_ms"}  # a run before headers were recorded
+    assert "headers" not in steady_page._server_ttft_cell(older) and "response headers" not in \
+        steady_page.measuring_side_note([older])
 
 
 def test_the_load_generators_cpu_is_sampled_from_proc_per_tick_and_restarts_with_a_new_process():

@@ -66,6 +66,9 @@ def test_one_process_runs_every_point_of_a_boot_with_wall_clock_requests_and_cac
     assert all(before < r.start_s < r.end_s <= time.time() for r in rows)  # time.time(), the telemetry clock
     assert all(r.end_s - r.start_s == pytest.approx(r.e2e_ms / 1000) and r.ttft_ms > 0 for r in rows)
     assert all(len(r.itl_ms) == r.output_tokens - 1 == 255 for r in rows)
+    # each request's response headers came back after its start and before its first token (the stand-in streams
+    # through one session per request, as SGLang's module does)
+    assert all(0 < r.headers_ms <= r.ttft_ms for r in rows)
     # Primed with 1-token questions: every measured request hits its system prompt, none its question.
     assert all(4096 <= r.cached_tokens < r.prompt_tokens - 64 for r in rows)
     assert {r.cached_tokens for r in _rows(tmp_path / "p.req")} == {0}  # the priming pass itself ran cold

@@ -8,7 +8,8 @@ the toolkit drives, with the same names and signatures (read against the real 0.
     field names, per-request lists with --output-details, `cached_tokens` with --cache-report) and returns
     `result | result_details`;
   - `RequestFuncInput`, `RequestFuncOutput` (perf_counter `start_time`, `cached_tokens`), `ASYNC_REQUEST_FUNCS`
-    called as `request_func(request_func_input=..., pbar=...)`, `get_tokenizer`, `check_chat_template`,
+    called as `request_func(request_func_input=..., pbar=...)`, each opening one `_create_bench_client_session()`
+    per request and streaming through `async with session.post(url=..., json=..., headers=...)`, `get_tokenizer`, `check_chat_template`,
     `_combine_openai_chat_content` (the chat reader times only what it returns: content and reasoning, not tool
     calls), `_extract_cache_from_sglext`;
   - the warm-up requests all finish before the measured ones start; --flush-cache after them; the 1 s pause;
@@ -114,39 +115,72 @@ def _extract_cache_from_sglext(data: dict, output: RequestFuncOutput) -> None:
         output.cached_tokens_details = details
 
 
-def _stream(api_url: str, payload: dict, on_event) -> None:  # noqa: ANN001 - blocking SSE reader (a thread)
-    url = urllib.parse.urlsplit(api_url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
-    try:
-        conn.request("POST", url.path, body=json.dumps(payload), headers=_headers())
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise RuntimeError(f"{resp.reason}: {resp.read().decode(errors='replace')}")
-        for raw in resp:
-            line = raw.strip()
-            if line.startswith(b"data: ") and line[6:] != b"[DONE]":
-                on_event(json.loads(line[6:]))
-    finally:
-        conn.close()
+class _Post:
+    """`session.post(...)` as the request functions use it: `async with` returns the response once its headers are
+    in (aiohttp's ClientResponse after start()); the body is then read line by line."""
+
+    def __init__(self, url: str, payload: dict, headers: dict):
+        self.url, self.payload, self.headers, self.conn = urllib.parse.urlsplit(url), payload, headers, None
+
+    def _open(self) -> http.client.HTTPResponse:  # a thread: http.client blocks
+        self.conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=600)
+        self.conn.request("POST", self.url.path, body=json.dumps(self.payload), headers=self.headers)
+        return self.conn.getresponse()
+
+    async def __aenter__(self) -> http.client.HTTPResponse:
+        return await asyncio.get_running_loop().run_in_executor(_POOL, self._open)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+class _Session:
+    """What `_create_bench_client_session()` returns in 0.5.17 (an aiohttp.ClientSession, one per request), as far as
+    the request functions use it."""
+
+    async def __aenter__(self) -> "_Session":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def post(self, url: str, json: dict, headers: dict | None = None) -> _Post:  # noqa: A002 - aiohttp's name
+        return _Post(url, json, headers or {})
+
+
+def _create_bench_client_session() -> _Session:
+    return _Session()
+
+
+def _read_events(resp: http.client.HTTPResponse, on_event) -> None:  # noqa: ANN001 - blocking SSE reader (a thread)
+    if resp.status != 200:
+        raise RuntimeError(f"{resp.reason}: {resp.read().decode(errors='replace')}")
+    for raw in resp:
+        line = raw.strip()
+        if line.startswith(b"data: ") and line[6:] != b"[DONE]":
+            on_event(json.loads(line[6:]))
 
 
 async def _run(request_func_input: RequestFuncInput, payload: dict, on_chunk) -> RequestFuncOutput:  # noqa: ANN001
     """Stream payload; on_chunk(data, output, state) does the backend's bookkeeping (as in the real functions)."""
-    output = RequestFuncOutput.init_new(request_func_input)
-    st = time.perf_counter()
-    output.start_time = st
-    state = {"st": st, "last": st, "tokens": 0, "latency": 0.0}
+    async with _create_bench_client_session() as session:
+        output = RequestFuncOutput.init_new(request_func_input)
+        st = time.perf_counter()
+        output.start_time = st
+        state = {"st": st, "last": st, "tokens": 0, "latency": 0.0}
 
-    def on_event(data: dict) -> None:
-        state["latency"] = time.perf_counter() - st
-        on_chunk(data, output, state)
+        def on_event(data: dict) -> None:
+            state["latency"] = time.perf_counter() - st
+            on_chunk(data, output, state)
 
-    try:
-        await asyncio.get_running_loop().run_in_executor(_POOL, _stream, request_func_input.api_url, payload, on_event)
-        output.latency = state["latency"]
-        output.success = True
-    except Exception:  # recorded as data, like the real one
-        output.error = "".join(traceback.format_exception(*sys.exc_info()))
+        try:
+            async with session.post(url=request_func_input.api_url, json=payload, headers=_headers()) as response:
+                await asyncio.get_running_loop().run_in_executor(_POOL, _read_events, response, on_event)
+            output.latency = state["latency"]
+            output.success = True
+        except Exception:  # recorded as data, like the real one
+            output.error = "".join(traceback.format_exception(*sys.exc_info()))
     return output
 
 
