@@ -23,9 +23,11 @@ functions, dataset generators and metric definitions stay the source of truth. W
   - the chat content reader also counts a tool-call delta, so TTFT is the first token of ANY kind (content,
     reasoning or tool call); unchanged for replies without tool calls.
   - the module's session factory (`_create_bench_client_session`, one session per request) is wrapped so that each
-    request also notes when its response headers came back (`headers_ms`, from the same start as its TTFT). SGLang
-    sends them before its tokenizer manager sees the request, so they time the request's way in (connection, body,
-    the server's HTTP parse), which SGLang's own TTFT does not count (llmhost.report.client_overhead).
+    /generate request also notes when its response headers came back (`headers_ms`, from the same start as its
+    TTFT). On /generate SGLang sends them before its tokenizer manager sees the request, so they time the request's
+    way in (connection, body, the server's HTTP parse), which SGLang's own TTFT does not count
+    (llmhost.report.client_overhead). On /v1/chat/completions 0.5.17 holds them until the first chunk is ready
+    (serving_chat kick-starts its generator first), so they say nothing there and are not recorded.
   - `prepare` builds the boot's generated-shared-prefix datasets ahead, while the server boots, through the module's
     own get_dataset seeded as its run_benchmark seeds it: the module caches that dataset on disk (keyed by seed and
     sizes) and each point then loads it instead of tokenizing ~4.4k-token prompts one by one (10 s per 576-prompt
@@ -130,6 +132,11 @@ def call_text(call: object) -> str:
 REQUEST_TIMES: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("request_times", default=None)
 
 
+def headers_first(api_url: str) -> bool:
+    """Whether SGLang 0.5.17 sends this route's response headers before the request reaches its tokenizer manager."""
+    return str(api_url).rstrip("/").endswith("/generate")
+
+
 def header_timed(create_session: Callable[[], Any]) -> Callable[[], Any]:
     """The module's session factory, its sessions' post() noting when the response headers arrived."""
     @functools.wraps(create_session)
@@ -204,7 +211,8 @@ class Generator:
                 output = await func(request_func_input=request_func_input, pbar=pbar)
             finally:
                 REQUEST_TIMES.reset(token)
-            output.headers_time = times.get("headers")  # perf_counter s, like its start_time; None: not seen
+            # perf_counter s, like its start_time; None: not seen, or the chat path (its headers wait for a token)
+            output.headers_time = times.get("headers") if headers_first(request_func_input.api_url) else None
             self.outputs.append(output)
             if self.completed is not None and len(self.outputs) > self.warmups:  # line by line: a kill keeps them
                 self.completed.write(json.dumps(request_row(output, self.clock_s)) + "\n")

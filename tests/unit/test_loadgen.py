@@ -120,6 +120,7 @@ def test_the_chat_path_reports_cached_tokens_from_sglext(tmp_path, free_port):
     rows = _rows(tmp_path / "r")
     assert len(rows) == 32 and all(r.ok and r.ttft_ms > 0 for r in rows)
     assert max(r.cached_tokens for r in rows) > 4096  # the second request of a group reuses its system prompt
+    assert all(r.headers_ms is None for r in rows)  # SGLang's chat route sends its headers with the first chunk
     assert sorted(json.loads((tmp_path / "o.jsonl").read_text())["cached_tokens"]) == \
         sorted(r.cached_tokens for r in rows)  # the module's own list, in its order
 
