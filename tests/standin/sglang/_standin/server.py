@@ -220,10 +220,10 @@ class Handler(BaseHTTPRequestHandler):
             message, reasoning = api.chat_message(plan, pieces)
             use = api.usage(len(req.prompt), len(pieces), req.cached_tokens, reasoning, report)
             return self.send_json(200, api.chat_response(req.rid, model, message, use))
-        self.start_stream()
 
         def emit(i: int, piece: str) -> None:
-            if i == 0:
+            if i == 0:  # SGLang 0.5.17's chat route sends its headers with the first chunk, the role chunk after the
+                self.start_stream()  # first token (serving_chat awaits its generator before the StreamingResponse)
                 self.write_event(api.chat_chunk(req.rid, model, {"reasoning_content": None, "role": "assistant",
                                                                  "content": ""}))
             for delta, tool_mode in api.chat_stream_deltas(plan, piece, i):
@@ -231,6 +231,8 @@ class Handler(BaseHTTPRequestHandler):
 
         if not self.run_stream(req, emit):
             return
+        if not req.output:  # no token at all: the headers have not gone yet
+            self.start_stream()
         self.write_event(api.chat_chunk(req.rid, model, {"reasoning_content": None}, finish="length"))
         if body.get("return_cached_tokens_details") and req.cached_tokens > 0:  # SGLang's sglext chunk
             self.write_event({"id": req.rid, "object": "chat.completion.chunk", "created": int(time.time()),
