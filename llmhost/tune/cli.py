@@ -122,7 +122,7 @@ def stages_hook(tune: driver.TuneRun, model: CostModel, slo: dict[str, float], r
         run.write_manifest(dataclasses.replace(run.read_manifest(), arms=tuple(t.arms()), plan=tuple(t.points()),
                                                tune=t.to_dict()))
 
-    def finish(t: driver.TuneRun, ranking: Any) -> dict[str, Any]:
-        return driver.finish(run.root, run.run_id, t, ranking, cfg.server_extra_args, apply_to)
+    def finish(t: driver.TuneRun, ranking: Any, spent_s: float) -> dict[str, Any]:
+        return driver.finish(run.root, run.run_id, t, ranking, cfg.server_extra_args, apply_to, spent_s)
 
     return lambda b: driver.run_stages(b, tune, model, stats.Slo(**slo), left, record, finish)

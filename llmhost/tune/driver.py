@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import files, stats
-from llmhost.bench import points, runner
+from llmhost.bench import points, runner, sittings
+from llmhost.bench.eta import fmt_s
 from llmhost.bench.arms import Arm
 from llmhost.bench.costs import CostModel
 from llmhost.bench.records import Point
@@ -88,7 +89,7 @@ def plan_refine(tune: TuneRun, ranking: rank.Ranking, model: CostModel, left_s: 
 
 def run_stages(b: runner.Bench, tune: TuneRun, model: CostModel, slo: stats.Slo, left_s: Callable[[], float],
                on_tune: Callable[[TuneRun], None],
-               finish: Callable[[TuneRun, rank.Ranking], dict[str, Any]]) -> tuple[list[Arm], list[Point], dict]:
+               finish: Callable[[TuneRun, rank.Ranking, float], dict[str, Any]]) -> tuple[list[Arm], list[Point], dict]:
     """Coarse (or what is left of it), then refine within left_s(); on_tune(tune) records a re-planned tune (the
     manifest), finish(tune, ranking) reports and applies. Returns the final arms, plan and the closing JSON's part."""
     b.check_tool_calls = False  # 40 prompts per boot, unpriced by the budget: the levers do not change answers
@@ -105,14 +106,18 @@ def run_stages(b: runner.Bench, tune: TuneRun, model: CostModel, slo: stats.Slo,
         b.progress(f"tune: refine stage, {len(tune.trials) - before} trials "
                    f"({', '.join(t.name for t in tune.trials[before:]) or 'none fit or none to try'})")
         runner.run_arms(b, tune.arms(), tune.points(), False)
-    return tune.arms(), tune.points(), finish(tune, ranking_of(b.store.root, b.store.latest_attempts(), slo, price))
+    ranking = ranking_of(b.store.root, b.store.latest_attempts(), slo, price)
+    # the run's own time over its sittings (a resume included), not the budget's reckoning of an earlier stage
+    return tune.arms(), tune.points(), finish(tune, ranking, sittings.read(b.store.root).active_s)
 
 
 def finish(root: Path, run_id: str, tune: TuneRun, ranking: rank.Ranking, server_extra_args: str,
-           apply_to: Path | None) -> dict[str, Any]:
-    """Print the ranking, write tune.json, write the winner's lines to apply_to (None: print them only)."""
+           apply_to: Path | None, spent_s: float) -> dict[str, Any]:
+    """Print the ranking and what the budget paid for, write tune.json, write the winner's lines to apply_to (None:
+    print them only). `spent_s`: how long the tune has run, every sitting's span (llmhost.bench.sittings)."""
     for line in ranking_lines(ranking, tune.cut):
         print(f"[tune] {line}", flush=True)
+    print(f"[tune] {budget_line(spent_s, tune.budget_s)}", flush=True)
     won = {a.name: a for a in tune.arms()}.get(ranking.winner or "")
     lines = apply_mod.winner_lines(won, server_extra_args) if won is not None and not won.is_baseline else []
     applied = None
@@ -125,7 +130,8 @@ def finish(root: Path, run_id: str, tune: TuneRun, ranking: rank.Ranking, server
         for line in lines:
             print(f"    {line}", flush=True)
     closing = {"winner": ranking.winner, "reason": ranking.reason, "lines": lines, "applied": applied,
-               "trials": len(tune.trials), "cut": list(tune.cut)}
+               "trials": len(tune.trials), "cut": list(tune.cut), "spent_s": round(spent_s, 1),
+               "budget_s": tune.budget_s}
     files.write_json_atomic(root / "tune.json", {**closing, "ranking": rank.to_json(ranking)})
     return closing
 
@@ -144,6 +150,14 @@ def ranking_lines(ranking: rank.Ranking, cut: Sequence[str]) -> list[str]:
     if cut:
         out.append(f"cut by the budget: {', '.join(cut)}")
     return out
+
+
+def budget_line(spent_s: float, budget_s: float) -> str:
+    """'took 12m54s of its 15m00s budget (86%)', or '… over its … budget by 1m10s'."""
+    share = f"{100 * spent_s / budget_s:.0f}%" if budget_s > 0 else "-"
+    if spent_s <= budget_s:
+        return f"took {fmt_s(spent_s)} of its {fmt_s(budget_s)} budget ({share})"
+    return f"took {fmt_s(spent_s)}, over its {fmt_s(budget_s)} budget by {fmt_s(spent_s - budget_s)} ({share})"
 
 
 def time_left(budget_s: float, started: float, spent_before_s: float) -> Callable[[], float]:

@@ -50,6 +50,9 @@ def test_the_tuner_finds_the_batch_cap_the_server_rewards_and_applies_it(env):
     ranking = json.loads((run / "tune.json").read_text())["ranking"]["rows"]
     assert [r["trial"] for r in ranking] == ["maxrun2", "baseline"] and ranking[0]["vs_defaults"]["lo"] > 0
     assert "[tune] left out at these loads: --max-running-requests 8 (never binds at concurrency 4)" in proc.stdout
+    assert 0 < tune["spent_s"] <= tune["budget_s"] == 1200  # inside --budget-min 20, and the run says so:
+    took = [line for line in proc.stdout.splitlines() if line.startswith("[tune] took ")]
+    assert len(took) == 1 and "of its 20m00s budget (" in took[0]
     assert not (run / "toolcalls.jsonl").exists() or not (run / "toolcalls.jsonl").read_text().strip()
     local = Path(env["LLMHOST_CONFIG"]).read_text()
     assert local.startswith("# my settings\nREADY_TIMEOUT_S=60\n")

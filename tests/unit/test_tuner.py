@@ -189,3 +189,9 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
     assert [t.name for t in refined.trials[3:]] == ["mrr88", "splpm"] and refined.stage == "refine"
     assert refined.cut == ("mix", "ncds4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
+
+
+def test_the_tune_ends_saying_how_much_of_its_budget_it_took():
+    # the H200's --tune --budget-min 15: 12m54s in one sitting
+    assert driver.budget_line(774.0, 900.0) == "took 12m54s of its 15m00s budget (86%)"
+    assert driver.budget_line(970.0, 900.0) == "took 16m10s, over its 15m00s budget by 1m10s (108%)"
