@@ -167,6 +167,9 @@ class HeaderTimedSession:
 
 
 class HeaderTimedPost:
+    """`session.post(...)`'s context manager; entering it returns the response once its headers are in, and notes
+    that moment for the running request."""
+
     def __init__(self, request: Any):
         self._request = request
 
