@@ -142,15 +142,16 @@ def test_servers_elsewhere_are_routed_to_but_neither_launched_nor_stopped(routed
         assert far.proc.poll() is None
 
 
-def routed_bench_env(tmp_path: Path, driver: str, gpus: str):
-    """isolated_env with ROUTER=on, DP_SIZE=2 over `gpus`, and `driver` as nvidia-smi; yields it, then cleans up."""
+def routed_bench_env(tmp_path: Path, driver: str, gpus: str, dp_size: str = "2"):
+    """isolated_env with ROUTER=on, DP_SIZE=dp_size over `gpus`, and `driver` as nvidia-smi; yields it, then cleans
+    up."""
     environments = isolated_env(tmp_path)
     env = next(environments)
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
     smi.write_text(driver)
     smi.chmod(0o755)
-    env.update(ROUTER="on", GPUS=gpus, DP_SIZE="2", ROUTER_METRICS_PORT=str(harness.free_port()),
+    env.update(ROUTER="on", GPUS=gpus, DP_SIZE=dp_size, ROUTER_METRICS_PORT=str(harness.free_port()),
                PATH=f"{smi.parent}{os.pathsep}{env['PATH']}")
     yield env
     next(environments, None)
@@ -196,3 +197,36 @@ def test_a_benchmark_behind_the_router_records_and_draws_each_workers_metrics_an
         assert json.dumps(name)[1:-1] in html, name  # a trace of the page's figures (JSON-escaped)
     dom, _ = render(run_dir / "dashboard.html", tmp_path / "profile")
     assert 'data-js-errors="0"' in dom and dom.count('class="main-svg"') >= html.count('class="plotly-graph-div"')
+
+
+@pytest.mark.slow
+def test_the_two_gpu_comparison_boots_each_arms_layout_and_pairs_them_at_one_load(tmp_path):
+    """The benchmark tests/gpu/test_5_two_gpus_gpu.py names for a two-GPU host (ROUTER=on GPUS=0,1; arms baseline,
+    tp2, dp2), small: each arm boots its own layout behind the router, records it, and the arms are compared with the
+    one-GPU baseline, paired, at the same load."""
+    environments = routed_bench_env(tmp_path, TWO_H200, "0,1", dp_size="1")
+    env = next(environments)
+    try:
+        proc = bench(env, "--arms", "baseline", "--arm", "tp2=--tp-size 2", "--arm", "dp2=--dp-size 2",
+                     "--workloads", "agent", "--patterns", "concurrency", "--concurrency", "4", "--repeat", "2",
+                     "--duration-s", "1", timeout=900)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        run_dir = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    finally:
+        next(environments, None)
+    layouts = {arm: [(m["name"], m["gpus"], m["tp_size"]) for m in
+                     json.loads((run_dir / "servers" / f"{arm}.json").read_text())["layout"]]
+               for arm in ("baseline", "tp2", "dp2")}
+    assert layouts == {"baseline": [("worker0", "0", 1), ("router", None, None)],
+                       "tp2": [("worker0", "0,1", 2), ("router", None, None)],
+                       "dp2": [("worker0", "0", 1), ("worker1", "1", 1), ("router", None, None)]}
+    made = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run_dir)], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert made.returncode == 0, made.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert sorted(r["arm"] for r in summary["paired"]) == ["dp2", "tp2"]  # each against the one GPU, same seeds
+    assert all(r["load"] == "c=4" and r["output_throughput_pairs"] >= 1 for r in summary["paired"])
+    html = (run_dir / "dashboard.html").read_text()
+    for label in ("Baseline (FlashInfer) [router → 1 worker, GPUs 0]", "tp2 [router → 1 worker × TP 2, GPUs 0,1]",
+                  "dp2 [router → 2 workers, GPUs 0 | 1]"):  # each arm named with its layout on the page
+        assert json.dumps(label)[1:-1] in html, label
