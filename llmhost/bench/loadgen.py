@@ -183,6 +183,9 @@ class HeaderTimedPost:
     async def __aexit__(self, *exc: Any) -> Any:
         return await self._request.__aexit__(*exc)
 
+    def __await__(self) -> Any:  # `response = await session.post(...)`, as aiohttp also allows
+        return self.__aenter__().__await__()
+
 
 def completed_file(requests_file: Path) -> Path:
     """Where each measured request of a point is appended as it finishes (read back by llmhost.bench.salvage)."""

@@ -4,6 +4,7 @@ any kind (checked on the captured tool-call stream); a clear line for an API it 
 time limit and a SIGKILLed parent all end the process."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -297,3 +298,53 @@ def _alive(pid: int) -> bool:
 def test_a_load_generator_error_is_one_line_with_its_exception(error, expected):
     from llmhost.bench.loadgen_process import one_line
     assert one_line(error) == expected and "\n" not in one_line(error * 30) and len(one_line(error * 30)) <= 500
+
+
+def test_each_concurrent_request_notes_its_own_response_headers_through_the_wrapped_session_factory():
+    class Post:  # aiohttp's request context manager: entered once the headers are in (here after `delay` s)
+        def __init__(self, delay):
+            self.delay = delay
+
+        async def __aenter__(self):
+            await asyncio.sleep(self.delay)
+            return f"response after {self.delay}"
+
+        async def __aexit__(self, *exc):
+            return None
+
+    class Session:
+        closed = False
+
+        async def __aenter__(self):
+            return self
+
+        async def __aexit__(self, *exc):
+            self.closed = True
+
+        def post(self, url, json=None):  # noqa: A002 - aiohttp's name
+            return Post(json["delay"])
+
+    create = loadgen.header_timed(Session)
+
+    async def one(delay, awaited):
+        times = {}
+        token = loadgen.REQUEST_TIMES.set(times)
+        try:
+            start = time.perf_counter()
+            async with create() as session:
+                if awaited:
+                    response = await session.post("u", json={"delay": delay})
+                else:
+                    async with session.post("u", json={"delay": delay}) as response:
+                        pass
+            assert response == f"response after {delay}" and session.closed  # the proxy closed the real one
+            return times["headers"] - start
+        finally:
+            loadgen.REQUEST_TIMES.reset(token)
+
+    async def both():
+        return await asyncio.gather(one(0.05, False), one(0.25, True))
+
+    fast, slow = asyncio.run(both())
+    assert 0.04 <= fast < 0.2 and 0.24 <= slow < 0.5  # each task its own times, though they ran together
+    assert loadgen.REQUEST_TIMES.get() is None  # nothing leaks out of the requests
