@@ -11,9 +11,9 @@ at or before the window's ends, and the client's mean is over the requests whose
 same two samples. A client mean far above the server's says the number is partly the measuring side's, not the
 server's; the same requests' mean time to their response headers (llmhost.bench.loadgen) says how much of it came
 before SGLang's clock started (connection, request body, the server's HTTP parse), the rest being the first chunk's
-way out and the client's event loop. Means, not percentiles: the histogram's buckets are too coarse for a p99. The load generator's CPU use
-(telemetry's source "client", % of one core per tick) near a full core says the same from the other side: the
-client, not the server, set the pace.
+way out and the client's event loop. Means, not percentiles: the histogram's buckets are too coarse for a p99.
+The load generator's CPU use (telemetry's source "client", % of one core per tick) near a full core says the same
+from the other side: the client, not the server, set the pace.
 """
 from __future__ import annotations
 

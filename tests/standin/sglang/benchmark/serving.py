@@ -9,9 +9,9 @@ the toolkit drives, with the same names and signatures (read against the real 0.
     `result | result_details`;
   - `RequestFuncInput`, `RequestFuncOutput` (perf_counter `start_time`, `cached_tokens`), `ASYNC_REQUEST_FUNCS`
     called as `request_func(request_func_input=..., pbar=...)`, each opening one `_create_bench_client_session()`
-    per request and streaming through `async with session.post(url=..., json=..., headers=...)`, `get_tokenizer`, `check_chat_template`,
-    `_combine_openai_chat_content` (the chat reader times only what it returns: content and reasoning, not tool
-    calls), `_extract_cache_from_sglext`;
+    per request and streaming through `async with session.post(url=..., json=..., headers=...)`, `get_tokenizer`,
+    `check_chat_template`, `_combine_openai_chat_content` (the chat reader times only what it returns: content and
+    reasoning, not tool calls), `_extract_cache_from_sglext`;
   - the warm-up requests all finish before the measured ones start; --flush-cache after them; the 1 s pause;
     Poisson arrivals; --max-concurrency.
 Datasets are made without a tokenizer, from the module-level `random` seeded with --seed like the real one:
