@@ -108,8 +108,10 @@ def reading(kv_ms: float, weights_ms: float, measured_ms: float, kv_bytes_each: 
         return f"the step is {measured_ms / roofline:.1f}× its byte floor: compute or overhead, not memory, binds"
     if kv_ms > weights_ms:
         lever = "FP8 KV" if kv_bytes_each > 1 else "shorter contexts or fewer running requests"
-        return (f"KV reads {kv_ms:.1f} of {measured_ms:.1f} ms: fewer KV bytes per step ({lever}) would do more "
-                "here than scheduling")
+        share = (f"KV reads {kv_ms:.1f} of {measured_ms:.1f} ms" if roofline <= measured_ms else
+                 f"the step ({measured_ms:.1f} ms) beat its byte floor ({roofline:.1f} ms, {kv_ms:.1f} of it KV): "
+                 "L2 served part of the shared prefix pages")
+        return f"{share}: fewer KV bytes per step ({lever}) would do more here than scheduling"
     return (f"weight reads {weights_ms:.1f} of {measured_ms:.1f} ms bound it: a larger batch shares them over more "
             "tokens")
 

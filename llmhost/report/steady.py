@@ -40,6 +40,8 @@ class RepeatWindow:
     tokens: tuple[float, float] = (math.nan, math.nan)  # mean prompt, output tokens of its successful requests
     running: float = math.nan  # SGLang's mean running requests over the window (telemetry), nan without it
     client_headers_ms: float = math.nan  # the client's mean time to response headers over server_ttft's requests
+    # the steady window's successful requests' times to response headers (finite ones; empty: not recorded)
+    steady_headers_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.array([]))
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -74,10 +76,12 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
                                     r.output_tokens[order][timed])
     done = in_window & ok
     tokens = (_mean_of(r.prompt_tokens[order][done]), _mean_of(r.output_tokens[order][done]))
+    steady_headers = r.headers_ms[order][done]
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
                         waves.find(start[in_window]), itl, tokens,
-                        client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers)
+                        client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers,
+                        steady_headers[np.isfinite(steady_headers)])
 
 
 def _mean_of(values: np.ndarray) -> float:
@@ -98,9 +102,12 @@ def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
     heads = [(r.client_headers_ms, r.server_ttft[2]) for r in steady
              if r.server_ttft[2] and math.isfinite(r.client_headers_ms)]
     n_heads = sum(c for _, c in heads)
+    pooled = np.concatenate([r.steady_headers_ms for r in steady]) if steady else np.array([])
     return {"server_ttft_mean_ms": sum(s * c for s, _, c in seen) / n if n else math.nan,
             "client_ttft_mean_ms": sum(m * c for _, m, c in seen) / n if n else math.nan, "server_ttft_n": n,
             "client_headers_mean_ms": sum(h * c for h, c in heads) / n_heads if n_heads else math.nan,
+            # pooled like the steady TTFT p99 it is set against (the way-in share of the tail, steady_page)
+            "client_headers_p99_ms": float(np.percentile(pooled, 99)) if pooled.size else math.nan,
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
             "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
             "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}

@@ -13,6 +13,10 @@ from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 from llmhost.report.steady import PAIRED
 
+# The response headers' p99 must be at least this share of the steady TTFT p99 before the page says the tail was
+# mostly the way in (way_in_note).
+WAY_IN_SHARE = 0.5
+
 
 def steady_vs_transient(run: Run, rows: list[dict[str, Any]]) -> Chart:
     title = "Is the TTFT under steady load different from the start-up burst?"
@@ -124,7 +128,7 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
-        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + measuring_side_note(rows) if rows
+        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + measuring_side_note(rows) + way_in_note(rows) if rows
         else page.missing("No point has request data yet."))
 
 
@@ -172,8 +176,10 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
     flag = (" <span class=flag title='the HTTP path and the load generator add this much: see the note under the "
             "table'>⚠</span>") if client_overhead.gap_is_notable(client, server) else ""
     headers = r.get("client_headers_mean_ms", math.nan)  # absent from runs before it was recorded
+    tail = r.get("client_headers_p99_ms", math.nan)  # absent from runs before it was summarised
     return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}" + (
-        f"; headers {num(headers)}" if math.isfinite(headers) else "")
+        f"; headers {num(headers)}" if math.isfinite(headers) else "") + (
+        f" (p99 {num(tail)})" if math.isfinite(headers) and math.isfinite(tail) else "")
 
 
 def waves_note(rows: list[dict[str, Any]]) -> str:
@@ -207,16 +213,37 @@ def measuring_side_note(rows: list[dict[str, Any]]) -> str:
             f"token back). Largest: {esc(worst['arm'])} · {esc(worst['workload'])} · {esc(worst['load'])}, client "
             f"{num(worst['client_ttft_mean_ms'])} ms vs SGLang {num(worst['server_ttft_mean_ms'])} ms. The "
             "difference is spent outside the server's scheduler: HTTP in and out, and the load generator's own "
-            f"event loop streaming every request of the point.{_headers_split(worst)} Read those TTFTs as an upper "
-            "bound of what the server gives.</p>") + note
+            f"event loop streaming every request of the point.{_headers_split(worst)}</p>") + note
 
 
 def _headers_split(r: dict[str, Any]) -> str:
-    """Where the client-vs-SGLang gap went, when the run recorded each request's time to its response headers."""
+    """Where the client-vs-SGLang gap went (with how to read those TTFTs), split by each request's time to its
+    response headers when the run recorded it."""
     headers = r.get("client_headers_mean_ms", math.nan)
     if not math.isfinite(headers):
-        return ""
+        return " Read those TTFTs as an upper bound of what the server gives."
     after = r["client_ttft_mean_ms"] - headers - r["server_ttft_mean_ms"]
-    return (f" Of the client's mean, {num(headers)} ms passed before its response headers came back (connection, "
-            "request body, the server's HTTP parse: SGLang's clock had not started), which leaves "
-            f"{num(after)} ms for the first chunk's way out and the client's event loop.")
+    reading = (" Most of the gap is on the server's side of the connection: those TTFTs are what a client gets, and "
+               "SGLang's histogram understates them." if headers >= after else
+               " Most of the gap is on the way out: read those TTFTs as an upper bound of what the server gives.")
+    return (f" Of the client's mean, {num(headers)} ms passed before its response headers came back: SGLang's HTTP "
+            "process had not yet handed the request to its tokenizer manager (connection, request body, parse, and "
+            "whatever else held its event loop), time any client pays but SGLang's clock does not count. That leaves "
+            f"{num(after)} ms for the first chunk's way out and the client's event loop." + reading)
+
+
+def way_in_note(rows: list[dict[str, Any]]) -> str:
+    """A paragraph on the points whose steady TTFT p99 was mostly spent before the response headers, or ''."""
+    tail = [r for r in rows if math.isfinite(r.get("client_headers_p99_ms", math.nan))
+            and r["client_headers_p99_ms"] >= WAY_IN_SHARE * r["steady_ttft_p99_ms"]]
+    if not tail:
+        return ""
+    worst = max(tail, key=lambda r: r["client_headers_p99_ms"])
+    return (f"<p class=read>At {len(tail)} point(s) the steady TTFT tail was mostly spent before the response "
+            f"headers came back. Largest: {esc(worst['arm'])} · {esc(worst['workload'])} · {esc(worst['load'])}, "
+            f"headers p99 {num(worst['client_headers_p99_ms'])} ms of a TTFT p99 of "
+            f"{num(worst['steady_ttft_p99_ms'])} ms. That time passes in SGLang's HTTP process before its tokenizer "
+            "manager sees the request. In SGLang 0.5.17 each tokenizer process also encodes prompts on that event "
+            "loop, so a wave of long prompts can hold back the requests behind it; "
+            "<code>--enable-dynamic-batch-tokenizer</code> encodes them in batches on a thread instead (a tuner "
+            "lever: compare it as an arm).</p>")

@@ -74,9 +74,11 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
             self.server_ttft, self.client_cpu_pct = (server, client, n), 30.0 + n / 10
             self.itl = (10.0 + n / 100, 11.0 + n / 100)
             self.client_headers_ms = headers
+            self.steady_headers_ms = np.full(n, headers) if math.isfinite(headers) else np.array([])
     fields = steady._measuring_side_fields([Rep(200.0, 400.0, 100, 40.0), Rep(300.0, 500.0, 300, 80.0),
                                             Rep(math.nan, math.nan, 0)])
     assert math.isclose(fields["client_headers_mean_ms"], 70.0)  # weighted like the TTFT means
+    assert fields["client_headers_p99_ms"] == 80.0  # pooled: 300 of the 400 requests took 80 ms
     assert fields["server_ttft_n"] == 400 and math.isclose(fields["server_ttft_mean_ms"], 275.0)
     assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
     assert (fields["server_itl_mean_ms"], fields["client_itl_mean_ms"]) == (pytest.approx(34 / 3),
@@ -86,12 +88,30 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
     assert "At 1 point(s)" in note and "client 475.0 ms vs SGLang 275.0 ms" in note and "c=64" in note
     assert ("Of the client's mean, 70.0 ms passed before its response headers came back" in note
             and "leaves 130.0 ms for the first chunk's way out" in note)  # 475 - 70 - 275
+    assert "Most of the gap is on the way out: read those TTFTs as an upper bound" in note  # 130 > 70
+    server_side = steady_page.measuring_side_note([{**row, "client_headers_mean_ms": 150.0}])  # leaves 50 ms
+    assert "Most of the gap is on the server's side of the connection: those TTFTs are what a client gets" in \
+        server_side
     assert steady_page.measuring_side_note([{**row, "server_ttft_n": 0}]) == ""
     assert steady_page._server_ttft_cell(row).startswith("475.0 / 275.0 (400) <span class=flag")
-    assert steady_page._server_ttft_cell(row).endswith("; headers 70.0")
-    older = {k: v for k, v in row.items() if k != "client_headers_mean_ms"}  # a run before headers were recorded
+    assert steady_page._server_ttft_cell(row).endswith("; headers 70.0 (p99 80.0)")
+    older = {k: v for k, v in row.items() if not k.startswith("client_headers")}  # before headers were recorded
     assert "headers" not in steady_page._server_ttft_cell(older) and "response headers" not in \
         steady_page.measuring_side_note([older])
+    assert "read those ttfts as an upper bound" in steady_page.measuring_side_note([older]).lower()
+
+
+def test_the_page_says_when_the_ttft_tail_was_mostly_the_way_in():
+    # the H200's defaults at agent c=128 (8 tokenizer processes): headers p99 1,172 ms of a steady TTFT p99 of
+    # 1,438 ms; the article's one process: 202 of 2,806 ms (its tail came after the headers)
+    ours = {"arm": "baseline", "workload": "agent", "load": "c=128", "client_headers_p99_ms": 1171.7,
+            "steady_ttft_p99_ms": 1438.2}
+    theirs = {**ours, "arm": "article", "client_headers_p99_ms": 202.0, "steady_ttft_p99_ms": 2806.0}
+    note = steady_page.way_in_note([ours, theirs])
+    assert "At 1 point(s)" in note and "baseline · agent · c=128, headers p99 1,171.7 ms of a TTFT p99 of " \
+        "1,438.2 ms" in note and "--enable-dynamic-batch-tokenizer" in note
+    assert steady_page.way_in_note([theirs]) == ""
+    assert steady_page.way_in_note([{k: v for k, v in ours.items() if k != "client_headers_p99_ms"}]) == ""
 
 
 def test_the_load_generators_cpu_is_sampled_from_proc_per_tick_and_restarts_with_a_new_process():

@@ -34,7 +34,8 @@ def test_qwen3_4b_at_agent_c64_reads_41_gb_of_kv_a_step_and_that_binds_it() -> N
     assert row["roofline_ms"] == pytest.approx(10.23, abs=0.01)
     assert (row["measured_ms"], row["measured_by"]) == (10.09, "SGLang")
     assert row["kv_share_pct"] == pytest.approx(84.7, abs=0.1)
-    assert row["reading"] == ("KV reads 8.6 of 10.1 ms: fewer KV bytes per step (FP8 KV) would do more here than "
+    assert row["reading"] == ("the step (10.1 ms) beat its byte floor (10.2 ms, 8.6 of it KV): L2 served part of "
+                              "the shared prefix pages: fewer KV bytes per step (FP8 KV) would do more here than "
                               "scheduling")
 
 
@@ -89,8 +90,15 @@ def test_an_unknown_gpu_keeps_the_bytes_and_gives_no_milliseconds() -> None:
     assert row["reading"] == "no peak bandwidth for this GPU"
 
 
+def test_a_step_below_its_byte_floor_says_the_l2_served_part_of_it():
+    # the H200's defaults at agent c=128: 118 running, floor 18.27 ms (16.59 of KV), measured 16.58 ms
+    assert decode_bound.reading(16.59, 1.68, 16.58, kv_bytes_each=2) == (
+        "the step (16.6 ms) beat its byte floor (18.3 ms, 16.6 of it KV): L2 served part of the shared prefix "
+        "pages: fewer KV bytes per step (FP8 KV) would do more here than scheduling")
+
+
 @pytest.mark.parametrize("kv_ms,weights_ms,measured_ms,reading", [
-    (8.55, 1.68, 10.09, "KV reads 8.6 of 10.1 ms: fewer KV bytes per step (FP8 KV) would do more here than "
+    (8.55, 1.68, 10.62, "KV reads 8.6 of 10.6 ms: fewer KV bytes per step (FP8 KV) would do more here than "
                         "scheduling"),
     (0.3, 1.68, 2.5, "weight reads 1.7 of 2.5 ms bound it: a larger batch shares them over more tokens"),
     (0.3, 1.68, 10.0, "the step is 5.1× its byte floor: compute or overhead, not memory, binds"),

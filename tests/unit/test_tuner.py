@@ -22,17 +22,17 @@ ROWS = [("agent", "concurrency", 64, None, 256)]
 
 def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_middle_value():
     names = [t.name for t in space.coarse_trials(space.SPACE)]
-    assert names == ["baseline", "mrr64", "cps2048", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384",
+    assert names == ["baseline", "mrr64", "cps2048", "dbt", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384",
                      "mrr128", "cps4096"]
     assert space.coarse_trials(space.SPACE)[1].flags() == ("--max-running-requests", "64")
-    assert space.coarse_trials(space.SPACE)[4].flags() == ("--enable-mixed-chunk",)  # a switch: the bare flag
+    assert space.coarse_trials(space.SPACE)[3].flags() == ("--enable-dynamic-batch-tokenizer",)  # a switch: bare
 
 
 def test_a_running_request_cap_that_closed_loop_loads_never_reach_is_not_tried():
     levers, idle = space.binding(space.SPACE, ROWS)  # concurrency 64: no more than 64 requests are ever in flight
     assert [lv.flag for lv in levers] == [lv.flag for lv in space.SPACE[1:]]
     assert idle == ["--max-running-requests 64,128,256 (never binds at concurrency 64)"]
-    assert [t.name for t in space.coarse_trials(levers)][:3] == ["baseline", "cps2048", "splpm"]
+    assert [t.name for t in space.coarse_trials(levers)][:3] == ["baseline", "cps2048", "dbt"]
     wider = [("agent", "concurrency", 16, None, 96), ("agent", "concurrency", 128, None, 768)]
     levers, idle = space.binding(space.SPACE, wider)  # the largest load decides: a cap of 64 binds at 128
     assert levers[0].values == ("64",) and idle == ["--max-running-requests 128,256 (never binds at concurrency 128)"]
@@ -79,7 +79,7 @@ def test_fit_takes_trials_in_order_while_they_fit_and_names_the_rest():
     one = plan.trial_s(trials[0], ROWS, 3, model)
     stage = plan.fit(trials, ROWS, 3, model, 2.5 * one)
     assert [t.name for t in stage.trials] == ["baseline", "mrr64"] and [t.name for t in stage.cut] == [
-        "cps2048", "splpm"]
+        "cps2048", "dbt"]
     assert len(stage.points) == 2 * 3 and math.isclose(stage.estimate_s, 2 * one)
     assert {p.repeat for p in stage.points} == {1, 2, 3}
 
@@ -183,12 +183,12 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
     model = CostModel()
     one = plan.trial_s(space.coarse_trials(space.SPACE)[0], ROWS, 3, model)
     tune, _ = driver.new_tune(space.SPACE, ROWS, 3, model, 3.5 * one / plan.COARSE_SHARE)  # 3 coarse trials fit
-    assert [t.name for t in tune.trials] == ["baseline", "mrr64", "cps2048"] and tune.cut[0] == "splpm"
+    assert [t.name for t in tune.trials] == ["baseline", "mrr64", "cps2048"] and tune.cut[0] == "dbt"
     measured = {("baseline", "c64"): _reps(1.0, 1.1), ("mrr64", "c64"): _reps(1.5, 1.6),
                 ("cps2048", "c64"): _reps(0.9, 1.0)}
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
-    assert [t.name for t in refined.trials[3:]] == ["mrr88", "splpm"] and refined.stage == "refine"
-    assert refined.cut == ("mix", "ncds4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
+    assert [t.name for t in refined.trials[3:]] == ["mrr88", "dbt"] and refined.stage == "refine"
+    assert refined.cut == ("splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
 
 
 def test_the_tune_ends_saying_how_much_of_its_budget_it_took():
