@@ -46,8 +46,8 @@ SPACE: tuple[Lever, ...] = (
     Lever("--chunked-prefill-size", "cps", ("2048", "4096", "16384"), "prefill chunk: ITL vs TTFT on long prompts"),
     # Off by default: each tokenizer process encodes a prompt on its own event loop, so a wave of agent prompts that
     # lands on one process waits there before SGLang even answers with response headers (H200, 8 processes, agent
-    # c=64 steady: headers p50/p99 124/457 ms of a 273/542 ms TTFT; with one process 6/81 ms). On, prompts are
-    # encoded in batches on a thread beside the event loop.
+    # c=64, 3 steady windows: headers p99 780 ms of a 1,023 ms TTFT p99). On, prompts are encoded in batches on a
+    # thread beside the event loop.
     Lever("--enable-dynamic-batch-tokenizer", "dbt", (SWITCH,), "prompts tokenized in batches off the event loop"),
     # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
     # agent's shared system prompts are reused before the radix cache evicts them.

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 
 import pytest
 
@@ -195,3 +196,15 @@ def test_the_tune_ends_saying_how_much_of_its_budget_it_took():
     # the H200's --tune --budget-min 15: 12m54s in one sitting
     assert driver.budget_line(774.0, 900.0) == "took 12m54s of its 15m00s budget (86%)"
     assert driver.budget_line(970.0, 900.0) == "took 16m10s, over its 15m00s budget by 1m10s (108%)"
+
+
+def test_every_coarse_trial_parses_against_sglangs_captured_launch_options(monkeypatch, repo):
+    monkeypatch.syspath_prepend(str(repo / "tests" / "standin"))
+    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        monkeypatch.delitem(sys.modules, name)
+    from sglang._standin import args as launch_args  # the stand-in's parser, built from 0.5.17's captured --help
+
+    parser = launch_args.build_parser()
+    for trial in space.coarse_trials(space.SPACE):
+        parsed = vars(parser.parse_args(["--model-path", "m", *trial.flags()]))  # an unknown flag or value exits
+        assert all(parsed[flag.lstrip("-").replace("-", "_")] not in (None, False) for flag, _ in trial.settings)
