@@ -243,7 +243,6 @@ def way_in_note(rows: list[dict[str, Any]]) -> str:
             f"headers came back. Largest: {esc(worst['arm'])} · {esc(worst['workload'])} · {esc(worst['load'])}, "
             f"headers p99 {num(worst['client_headers_p99_ms'])} ms of a TTFT p99 of "
             f"{num(worst['steady_ttft_p99_ms'])} ms. That time passes in SGLang's HTTP process before its tokenizer "
-            "manager sees the request. In SGLang 0.5.17 each tokenizer process also encodes prompts on that event "
-            "loop, so a wave of long prompts can hold back the requests behind it; "
-            "<code>--enable-dynamic-batch-tokenizer</code> encodes them in batches on a thread instead (a tuner "
-            "lever: compare it as an arm).</p>")
+            "manager sees the request, while the process's event loop does other work; SGLang 0.5.17 encodes "
+            "prompts on that loop. <code>--enable-dynamic-batch-tokenizer</code> encodes them in batches on a "
+            "thread instead (a tuner lever: compare it as an arm).</p>")

@@ -44,10 +44,10 @@ SPACE: tuple[Lever, ...] = (
     # 8192 on >= 80 GB GPUs. Smaller chunks interleave decode steps with long prefills (steadier ITL); larger ones
     # finish a long prompt in fewer steps (lower TTFT for agent prompts of several thousand tokens).
     Lever("--chunked-prefill-size", "cps", ("2048", "4096", "16384"), "prefill chunk: ITL vs TTFT on long prompts"),
-    # Off by default: each tokenizer process encodes a prompt on its own event loop, so a wave of agent prompts that
-    # lands on one process waits there before SGLang even answers with response headers (H200, 8 processes, agent
-    # c=64, 3 steady windows: headers p99 780 ms of a 1,023 ms TTFT p99). On, prompts are encoded in batches on a
-    # thread beside the event loop.
+    # Off by default: each tokenizer process encodes prompts on the event loop that also accepts requests. With 8
+    # processes most of the agent TTFT tail came before SGLang answered with response headers (H200, c=64, 3 steady
+    # windows: headers p99 780 ms of a 1,023 ms TTFT p99). On, prompts are encoded in batches on a thread beside
+    # the event loop.
     Lever("--enable-dynamic-batch-tokenizer", "dbt", (SWITCH,), "prompts tokenized in batches off the event loop"),
     # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
     # agent's shared system prompts are reused before the radix cache evicts them.

@@ -97,6 +97,20 @@ def test_a_step_below_its_byte_floor_says_the_l2_served_part_of_it():
         "pages: fewer KV bytes per step (FP8 KV) would do more here than scheduling")
 
 
+@pytest.mark.parametrize("kv_ms,weights_ms,measured_ms,kv_bytes_each,reading", [
+    (8.0, 2.0, 10.0, 2, "KV reads 8.0 of 10.0 ms: fewer KV bytes per step (FP8 KV) would do more here than "
+                        "scheduling"),  # a step exactly at its floor did not beat it
+    (8.0, 2.0, 10.0, 1, "KV reads 8.0 of 10.0 ms: fewer KV bytes per step (shorter contexts or fewer running "
+                        "requests) would do more here than scheduling"),  # FP8 KV already
+    (1.0, 4.0, 10.0, 2, "weight reads 4.0 of 10.0 ms bound it: a larger batch shares them over more tokens"),
+    (4.0, 4.0, 9.0, 2, "weight reads 4.0 of 9.0 ms bound it: a larger batch shares them over more tokens"),
+    (0.3, 0.5, 0.9, 2, "weight reads 0.5 of 0.9 ms bound it: a larger batch shares them over more tokens"),
+    (8.0, 2.0, 0.0, 2, "no step time to compare"),
+])
+def test_the_readings_edges(kv_ms, weights_ms, measured_ms, kv_bytes_each, reading) -> None:
+    assert decode_bound.reading(kv_ms, weights_ms, measured_ms, kv_bytes_each) == reading
+
+
 @pytest.mark.parametrize("kv_ms,weights_ms,measured_ms,reading", [
     (8.55, 1.68, 10.62, "KV reads 8.6 of 10.6 ms: fewer KV bytes per step (FP8 KV) would do more here than "
                         "scheduling"),
@@ -160,3 +174,31 @@ def test_the_page_says_why_it_cannot_tell_for_an_older_run_or_an_unknown_gpu(run
     html = decode_bound_page.section_html(unknown, decode_bound.bound_rows(unknown, rows))
     assert "GPU Mystery X1 has no datasheet bandwidth" in html and "<table>" in html
     assert "is still asked for once per request by the decode kernel" in html
+
+
+def test_each_arm_is_counted_with_its_own_servers_kv_dtype_and_quantization(run: load.Run) -> None:
+    rows = [r for r in _steady_rows(run) if r["pattern"] == "concurrency" and r["repeats_steady"]]
+    arm = rows[0]["arm"]
+    record = next(iter(run.servers.values()))
+    served = {arm: dataclasses.replace(record, arm=arm, server_info={"kv_cache_dtype": "bfloat16",
+                                                                     "quantization": "fp8"})}
+    shaped = dataclasses.replace(_with(run, model_shape=QWEN3_4B), servers=served)
+    mine = [b for b in decode_bound.bound_rows(shaped, rows) if b["arm"] == arm]
+    assert mine and all(b["kv_cache_dtype"] == "bfloat16" and b["kv_bytes_per_token"] == 147_456 for b in mine)
+    assert all(b["quantization"] == "fp8" and b["weight_bytes"] == 4_411_228_160 for b in mine)
+    unrecorded = dataclasses.replace(shaped, servers={})  # no server record: the model's dtype, no quantization
+    assert (decode_bound.kv_dtype(unrecorded, arm), decode_bound.quantization(unrecorded, arm)) == ("auto", None)
+    assert decode_bound.kv_dtype_bytes("float16", QWEN3_4B) == 2 and decode_bound.kv_dtype_bytes("fp4_e2m1",
+                                                                                                   QWEN3_4B) is None
+
+
+def test_the_rows_edges_a_gauge_of_zero_a_server_without_a_kv_dtype_a_step_of_zero(run: load.Run) -> None:
+    assert decode_bound.running_requests({**AGENT_C64, "running_reqs_mean": 0.0}) == (64.0, "c")  # never sampled busy
+    assert decode_bound.running_requests({**AGENT_C64, "running_reqs_mean": 0.5}) == (0.5, "SGLang")
+    row = decode_bound.bound_row({**AGENT_C64, "server_itl_mean_ms": 0.0}, QWEN3_4B, "auto", H200_GB_S)
+    assert row["concurrency"] == 64 and math.isnan(row["kv_share_pct"])
+    fast = decode_bound.bound_row({**AGENT_C64, "server_itl_mean_ms": 0.5}, QWEN3_4B, "auto", H200_GB_S)
+    assert fast["kv_share_pct"] == pytest.approx(100 * fast["kv_ms"] / 0.5)
+    arm = next(iter(run.servers))
+    silent = dataclasses.replace(run, servers={arm: dataclasses.replace(run.servers[arm], server_info={})})
+    assert decode_bound.kv_dtype(silent, arm) == "auto"  # a server that did not say: the model's own dtype
