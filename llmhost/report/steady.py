@@ -42,6 +42,7 @@ class RepeatWindow:
     client_headers_ms: float = math.nan  # the client's mean time to response headers over server_ttft's requests
     # the steady window's successful requests' times to response headers (finite ones; empty: not recorded)
     steady_headers_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.array([]))
+    headers_pace_ms: float = math.nan  # how far apart a steady wave's response headers came back (waves.py)
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -77,11 +78,12 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     done = in_window & ok
     tokens = (_mean_of(r.prompt_tokens[order][done]), _mean_of(r.output_tokens[order][done]))
     steady_headers = r.headers_ms[order][done]
+    pace = waves.headers_pace_ms(start[done], steady_headers)
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
                         waves.find(start[in_window]), itl, tokens,
                         client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers,
-                        steady_headers[np.isfinite(steady_headers)])
+                        steady_headers[np.isfinite(steady_headers)], pace)
 
 
 def _mean_of(values: np.ndarray) -> float:
@@ -108,6 +110,7 @@ def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
             "client_headers_mean_ms": sum(h * c for h, c in heads) / n_heads if n_heads else math.nan,
             # pooled like the steady TTFT p99 it is set against (the way-in share of the tail, steady_page)
             "client_headers_p99_ms": float(np.percentile(pooled, 99)) if pooled.size else math.nan,
+            "headers_pace_ms": _median([r.headers_pace_ms for r in steady]),
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
             "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
             "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}
@@ -178,6 +181,11 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
 def _mean(values: list[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return sum(finite) / len(finite) if finite else math.nan
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.median(finite)) if finite else math.nan
 
 
 def steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]], slo: stats.Slo,

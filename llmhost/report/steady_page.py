@@ -223,12 +223,12 @@ def _headers_split(r: dict[str, Any]) -> str:
     if not math.isfinite(headers):
         return " Read those TTFTs as an upper bound of what the server gives."
     after = r["client_ttft_mean_ms"] - headers - r["server_ttft_mean_ms"]
-    reading = (" Most of the gap is on the server's side of the connection: those TTFTs are what a client gets, and "
-               "SGLang's histogram understates them." if headers >= after else
+    reading = (" Most of the gap came before the headers: the requests waited to be taken up, not for their first "
+               "token's way back, and SGLang's histogram does not see that wait." if headers >= after else
                " Most of the gap is on the way out: read those TTFTs as an upper bound of what the server gives.")
-    return (f" Of the client's mean, {num(headers)} ms passed before its response headers came back: SGLang's HTTP "
-            "process had not yet handed the request to its tokenizer manager (connection, request body, parse, and "
-            "whatever else held its event loop), time any client pays but SGLang's clock does not count. That leaves "
+    return (f" Of the client's mean, {num(headers)} ms passed before its response headers came back: the load "
+            "generator sending the request, SGLang's HTTP process accepting and parsing it, and whatever held either "
+            "event loop meanwhile; SGLang's clock had not started. That leaves "
             f"{num(after)} ms for the first chunk's way out and the client's event loop." + reading)
 
 
@@ -242,7 +242,16 @@ def way_in_note(rows: list[dict[str, Any]]) -> str:
     return (f"<p class=read>At {len(tail)} point(s) the steady TTFT tail was mostly spent before the response "
             f"headers came back. Largest: {esc(worst['arm'])} · {esc(worst['workload'])} · {esc(worst['load'])}, "
             f"headers p99 {num(worst['client_headers_p99_ms'])} ms of a TTFT p99 of "
-            f"{num(worst['steady_ttft_p99_ms'])} ms. That time passes in SGLang's HTTP process before its tokenizer "
-            "manager sees the request, while the process's event loop does other work; SGLang 0.5.17 encodes "
-            "prompts on that loop. <code>--enable-dynamic-batch-tokenizer</code> encodes them in batches on a "
-            "thread instead (a tuner lever: compare it as an arm).</p>")
+            f"{num(worst['steady_ttft_p99_ms'])} ms.{_pace(worst)} That time passes before SGLang's tokenizer manager "
+            "sees the request: the load generator sending it, SGLang's HTTP process accepting and parsing it, while "
+            "either event loop does other work (SGLang 0.5.17 encodes prompts on its loop). "
+            "<code>--enable-dynamic-batch-tokenizer</code> encodes them in batches on a thread instead (a tuner "
+            "lever: compare it as an arm).</p>")
+
+
+def _pace(r: dict[str, Any]) -> str:
+    pace = r.get("headers_pace_ms", math.nan)
+    if not (r.get("in_waves") and math.isfinite(pace)):
+        return ""
+    return (f" Within a wave the headers came back {num(pace, 1)} ms apart (the wave's p10–p90 spread over its "
+            "requests): the wave was taken up one request after another, not at once.")

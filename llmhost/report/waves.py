@@ -37,3 +37,23 @@ def find(start_s: np.ndarray) -> Waves:
     firsts = t[np.concatenate(([True], np.diff(t) > GAP_S))]
     period = float(np.diff(firsts).mean()) if firsts.size > 1 else math.nan
     return Waves(t.size / firsts.size, period, int(firsts.size))
+
+
+MIN_PACED = 8  # a wave needs this many requests with response-header times to say how far apart they came back
+
+
+def headers_pace_ms(start_s: np.ndarray, headers_ms: np.ndarray) -> float:
+    """How far apart the response headers of one wave came back, ms per request: the p10–p90 spread of a wave's
+    header times over the requests between those two, the median over waves of at least MIN_PACED timed requests.
+    A wave taken up one request at a time spreads its headers by that request's time; one taken up at once gives
+    ~0. nan without such a wave."""
+    order = np.argsort(start_s, kind="stable")
+    t, h = start_s[order], headers_ms[order]
+    wave = np.cumsum(np.concatenate(([True], np.diff(t) > GAP_S))) if t.size else np.array([], int)
+    paces = []
+    for w in np.unique(wave):
+        timed = np.sort(h[(wave == w) & np.isfinite(h)])
+        if timed.size >= MIN_PACED:
+            lo, hi = np.percentile(timed, [10, 90])
+            paces.append(float(hi - lo) / (0.8 * (timed.size - 1)))
+    return float(np.median(paces)) if paces else math.nan

@@ -75,10 +75,12 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
             self.itl = (10.0 + n / 100, 11.0 + n / 100)
             self.client_headers_ms = headers
             self.steady_headers_ms = np.full(n, headers) if math.isfinite(headers) else np.array([])
+            self.headers_pace_ms = {100: 3.0, 300: 5.0}.get(n, math.nan)
     fields = steady._measuring_side_fields([Rep(200.0, 400.0, 100, 40.0), Rep(300.0, 500.0, 300, 80.0),
                                             Rep(math.nan, math.nan, 0)])
     assert math.isclose(fields["client_headers_mean_ms"], 70.0)  # weighted like the TTFT means
     assert fields["client_headers_p99_ms"] == 80.0  # pooled: 300 of the 400 requests took 80 ms
+    assert fields["headers_pace_ms"] == 4.0  # the median of the repeats that had a wave to pace
     assert fields["server_ttft_n"] == 400 and math.isclose(fields["server_ttft_mean_ms"], 275.0)
     assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
     assert (fields["server_itl_mean_ms"], fields["client_itl_mean_ms"]) == (pytest.approx(34 / 3),
@@ -90,8 +92,7 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
             and "leaves 130.0 ms for the first chunk's way out" in note)  # 475 - 70 - 275
     assert "Most of the gap is on the way out: read those TTFTs as an upper bound" in note  # 130 > 70
     server_side = steady_page.measuring_side_note([{**row, "client_headers_mean_ms": 150.0}])  # leaves 50 ms
-    assert "Most of the gap is on the server's side of the connection: those TTFTs are what a client gets" in \
-        server_side
+    assert "Most of the gap came before the headers: the requests waited to be taken up" in server_side
     assert steady_page.measuring_side_note([{**row, "server_ttft_n": 0}]) == ""
     assert steady_page._server_ttft_cell(row).startswith("475.0 / 275.0 (400) <span class=flag")
     assert steady_page._server_ttft_cell(row).endswith("; headers 70.0 (p99 80.0)")
@@ -109,7 +110,10 @@ def test_the_page_says_when_the_ttft_tail_was_mostly_the_way_in():
     theirs = {**ours, "arm": "article", "client_headers_p99_ms": 202.0, "steady_ttft_p99_ms": 2806.0}
     note = steady_page.way_in_note([ours, theirs])
     assert "At 1 point(s)" in note and "baseline · agent · c=128, headers p99 1,171.7 ms of a TTFT p99 of " \
-        "1,438.2 ms" in note and "--enable-dynamic-batch-tokenizer" in note
+        "1,438.2 ms. That time" in note and "--enable-dynamic-batch-tokenizer" in note
+    paced = steady_page.way_in_note([{**ours, "in_waves": True, "headers_pace_ms": 4.95}])
+    assert "ms. Within a wave the headers came back 5.0 ms apart" in paced and "one request after another" in paced
+    assert "Within a wave" not in steady_page.way_in_note([{**ours, "in_waves": False, "headers_pace_ms": 4.95}])
     assert steady_page.way_in_note([theirs]) == ""
     assert steady_page.way_in_note([{k: v for k, v in ours.items() if k != "client_headers_p99_ms"}]) == ""
 

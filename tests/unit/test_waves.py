@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from llmhost.report import steady_page, waves
 
@@ -30,3 +31,16 @@ def test_the_page_names_the_points_in_waves_and_says_nothing_otherwise():
     note = steady_page.waves_note([row, {**row, "load": "c=1", "in_waves": False}])
     assert "≋ 1 point(s) ran in lockstep waves (baseline · agent · c=64)" in note and "c=1" not in note
     assert steady_page.waves_note([{**row, "in_waves": False}]) == ""
+
+
+def test_a_wave_taken_up_one_request_at_a_time_spreads_its_headers_by_that_time():
+    # the H200's defaults at agent c=64: 64 sends within ~45 ms, headers from ~25 to ~370 ms, ~5 ms apart
+    start = np.concatenate([1000.0 + np.arange(64) * 0.0007, 1002.6 + np.arange(64) * 0.0007])
+    serial = np.concatenate([20.0 + 5.0 * np.arange(64), 30.0 + 5.0 * np.arange(64)[::-1]])  # any send order
+    assert waves.headers_pace_ms(start, serial) == pytest.approx(5.0, rel=0.02)
+    assert waves.headers_pace_ms(start, np.full(128, 40.0)) == 0.0  # taken up at once
+    assert waves.headers_pace_ms(start, np.where(np.arange(128) % 2 == 0, serial, np.nan)) == pytest.approx(
+        10.0, rel=0.05)  # only the timed requests count: 32 a wave, 10 ms apart
+    spread = 1000.0 + np.arange(64) * 0.3  # sent one by one: no wave holds MIN_PACED requests
+    assert math.isnan(waves.headers_pace_ms(spread, np.full(64, 40.0)))
+    assert math.isnan(waves.headers_pace_ms(np.array([]), np.array([])))
