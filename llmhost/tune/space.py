@@ -49,6 +49,10 @@ SPACE: tuple[Lever, ...] = (
     # windows: headers p99 780 ms of a 1,023 ms TTFT p99). On, prompts are encoded in batches on a thread beside
     # the event loop.
     Lever("--enable-dynamic-batch-tokenizer", "dbt", (SWITCH,), "prompts tokenized in batches off the event loop"),
+    # auto = min(8, cores / 2) processes (TOKENIZER_WORKER_NUM; the trial sets it). One was the bottleneck at agent
+    # c=64 on an H200 but starts ~50 s sooner; with eight the closed loop ran in lockstep waves whose TTFT tail came
+    # before the response headers. Fewer processes trade encoding parallelism for start-up and steadier arrivals.
+    Lever("--tokenizer-worker-num", "tok", ("1", "4"), "tokenizer processes: encoding in parallel vs start-up"),
     # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
     # agent's shared system prompts are reused before the radix cache evicts them.
     Lever("--schedule-policy", "sp", ("lpm",), "longest-prefix-match admission: more prefix-cache hits"),

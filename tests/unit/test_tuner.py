@@ -23,8 +23,8 @@ ROWS = [("agent", "concurrency", 64, None, 256)]
 
 def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_middle_value():
     names = [t.name for t in space.coarse_trials(space.SPACE)]
-    assert names == ["baseline", "mrr64", "cps2048", "dbt", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384",
-                     "mrr128", "cps4096"]
+    assert names == ["baseline", "mrr64", "cps2048", "dbt", "tok1", "splpm", "mix", "ncds4", "ps16", "mrr256",
+                     "cps16384", "tok4", "mrr128", "cps4096"]
     assert space.coarse_trials(space.SPACE)[1].flags() == ("--max-running-requests", "64")
     assert space.coarse_trials(space.SPACE)[3].flags() == ("--enable-dynamic-batch-tokenizer",)  # a switch: bare
 
@@ -189,7 +189,8 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
                 ("cps2048", "c64"): _reps(0.9, 1.0)}
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
     assert [t.name for t in refined.trials[3:]] == ["mrr88", "dbt"] and refined.stage == "refine"
-    assert refined.cut == ("splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
+    assert refined.cut == ("tok1", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384", "tok4", "mrr128",
+                           "cps4096")
 
 
 def test_the_tune_ends_saying_how_much_of_its_budget_it_took():
