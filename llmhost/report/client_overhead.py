@@ -122,6 +122,31 @@ def client_cpu_pct(telemetry: Sequence[TelemetrySample], point_id: str, t_start:
     return sum(values) / len(values) if values else math.nan
 
 
+def client_cpu_at_waves(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float,
+                        t_end: float, wave_starts: np.ndarray) -> tuple[float, float, float]:
+    """The load generator's CPU in the ticks in (t_start, t_end] in which a wave was sent against the other ticks:
+    (mean % of one core at waves, between them, the extra CPU ms a wave cost it), nans for a side without ticks. Each
+    tick's value is its CPU since the tick before (the first tick's span is taken as the next one's). Work the load
+    generator does for each request of a wave shows as that extra."""
+    ticks = sorted(_in_window(telemetry, "client", CLIENT_CPU, point_id, t_start, t_end), key=lambda s: s.t)
+    spans = [b.t - a.t for a, b in zip(ticks, ticks[1:])]
+    at: list[tuple[float, float, int]] = []  # (value, span s, waves sent in it)
+    between: list[float] = []
+    for i, tick in enumerate(ticks):
+        span = spans[i - 1] if i else (spans[0] if spans else math.nan)  # a lone tick: its span, so its waves, unknown
+        sent = int(np.count_nonzero((wave_starts > tick.t - span) & (wave_starts <= tick.t)))
+        if sent:
+            at.append((tick.value, span, sent))
+        else:
+            between.append(tick.value)
+    if not (at and between):
+        return (sum(v for v, _, _ in at) / len(at) if at else math.nan,
+                sum(between) / len(between) if between else math.nan, math.nan)
+    base = sum(between) / len(between)
+    extra = sum((v - base) / 100 * span * 1000 / n for v, span, n in at) / len(at)
+    return sum(v for v, _, _ in at) / len(at), base, extra
+
+
 def _in_window(telemetry: Sequence[TelemetrySample], source: str, name: str, point_id: str, t_start: float,
                t_end: float) -> list[TelemetrySample]:
     """The point's samples of one series in (t_start, t_end]."""

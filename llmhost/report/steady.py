@@ -43,6 +43,9 @@ class RepeatWindow:
     # the steady window's successful requests' times to response headers (finite ones; empty: not recorded)
     steady_headers_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.array([]))
     headers_pace_ms: float = math.nan  # how far apart a steady wave's response headers came back (waves.py)
+    # the load generator's CPU % in the ticks a wave was sent, in the others, and the extra ms a wave cost it
+    # (client_overhead.client_cpu_at_waves)
+    client_cpu_waves: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -79,11 +82,13 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     tokens = (_mean_of(r.prompt_tokens[order][done]), _mean_of(r.output_tokens[order][done]))
     steady_headers = r.headers_ms[order][done]
     pace = waves.headers_pace_ms(start[done], steady_headers)
+    cpu_waves = client_overhead.client_cpu_at_waves(telemetry, point.point_id, w.t_start, w.t_end,
+                                                    waves.starts(start[in_window]))
     return RepeatWindow(point, w, steady, by_phase, prefix, (ok[in_window], ttft[in_window],
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
                         waves.find(start[in_window]), itl, tokens,
                         client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers,
-                        steady_headers[np.isfinite(steady_headers)], pace)
+                        steady_headers[np.isfinite(steady_headers)], pace, cpu_waves)
 
 
 def _mean_of(values: np.ndarray) -> float:
@@ -111,6 +116,9 @@ def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
             # pooled like the steady TTFT p99 it is set against (the way-in share of the tail, steady_page)
             "client_headers_p99_ms": float(np.percentile(pooled, 99)) if pooled.size else math.nan,
             "headers_pace_ms": _median([r.headers_pace_ms for r in steady]),
+            "client_cpu_wave_pct": _mean([r.client_cpu_waves[0] for r in steady]),
+            "client_cpu_between_pct": _mean([r.client_cpu_waves[1] for r in steady]),
+            "client_wave_extra_ms": _mean([r.client_cpu_waves[2] for r in steady]),
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
             "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
             "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}

@@ -253,5 +253,13 @@ def _pace(r: dict[str, Any]) -> str:
     pace = r.get("headers_pace_ms", math.nan)
     if not (r.get("in_waves") and math.isfinite(pace)):
         return ""
-    return (f" Within a wave the headers came back {num(pace, 1)} ms apart (the wave's p10–p90 spread over its "
+    text = (f" Within a wave the headers came back {num(pace, 1)} ms apart (the wave's p10–p90 spread over its "
             "requests): the wave was taken up one request after another, not at once.")
+    at, between = r.get("client_cpu_wave_pct", math.nan), r.get("client_cpu_between_pct", math.nan)
+    extra, size = r.get("client_wave_extra_ms", math.nan), r.get("wave_size", math.nan)
+    if not all(math.isfinite(x) for x in (at, between, extra, size)) or size <= 0:
+        return text
+    own = max(0.0, extra) / size
+    return text + (f" The load generator's CPU was {num(at, 0)}% of a core in the seconds a wave was sent and "
+                   f"{num(between, 0)}% between them: its own work was about {num(own, 1)} ms a request of that "
+                   "spacing" + (", so the rest was the server's side." if own < pace / 2 else "."))

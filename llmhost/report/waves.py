@@ -29,14 +29,19 @@ class Waves:
             and self.mean_size >= 2
 
 
+def starts(start_s: np.ndarray) -> np.ndarray:
+    """Each wave's first send time (ascending)."""
+    t = np.sort(start_s)
+    return t[np.concatenate(([True], np.diff(t) > GAP_S))] if t.size else t
+
+
 def find(start_s: np.ndarray) -> Waves:
     """The waves of these send times (any order)."""
     if start_s.size == 0:
         return Waves(math.nan, math.nan, 0)
-    t = np.sort(start_s)
-    firsts = t[np.concatenate(([True], np.diff(t) > GAP_S))]
+    firsts = starts(start_s)
     period = float(np.diff(firsts).mean()) if firsts.size > 1 else math.nan
-    return Waves(t.size / firsts.size, period, int(firsts.size))
+    return Waves(start_s.size / firsts.size, period, int(firsts.size))
 
 
 MIN_PACED = 8  # a wave needs this many requests with response-header times to say how far apart they came back

@@ -76,11 +76,14 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
             self.client_headers_ms = headers
             self.steady_headers_ms = np.full(n, headers) if math.isfinite(headers) else np.array([])
             self.headers_pace_ms = {100: 3.0, 300: 5.0}.get(n, math.nan)
+            self.client_cpu_waves = (30.0, 20.0, 50.0) if n == 100 else (math.nan, 22.0, math.nan)
     fields = steady._measuring_side_fields([Rep(200.0, 400.0, 100, 40.0), Rep(300.0, 500.0, 300, 80.0),
                                             Rep(math.nan, math.nan, 0)])
     assert math.isclose(fields["client_headers_mean_ms"], 70.0)  # weighted like the TTFT means
     assert fields["client_headers_p99_ms"] == 80.0  # pooled: 300 of the 400 requests took 80 ms
     assert fields["headers_pace_ms"] == 4.0  # the median of the repeats that had a wave to pace
+    assert (fields["client_cpu_wave_pct"], fields["client_cpu_between_pct"], fields["client_wave_extra_ms"]) == (
+        30.0, pytest.approx(64 / 3), 50.0)  # means over the repeats that measured each
     assert fields["server_ttft_n"] == 400 and math.isclose(fields["server_ttft_mean_ms"], 275.0)
     assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
     assert (fields["server_itl_mean_ms"], fields["client_itl_mean_ms"]) == (pytest.approx(34 / 3),
@@ -145,6 +148,43 @@ def test_the_windows_mean_cpu_and_the_page_calls_a_busy_client_out():
     note = steady_page.measuring_side_note([row])
     assert "At 1 point(s) the load generator used ≥ 90%" in note and "set the pace" in note
     assert steady_page.measuring_side_note([{**row, "client_cpu_pct": math.nan}]) == ""
+
+
+def test_the_load_generators_cpu_at_waves_against_between_says_what_a_wave_cost_it():
+    # 1 s ticks at 101..110: waves sent in (102, 103] and (107, 108], where the CPU reads 40% against 20% elsewhere
+    cpu = {103: 40.0, 108: 40.0}
+    samples = [TelemetrySample(100.0 + i, "client", telemetry.CLIENT_CPU, {}, cpu.get(100 + i, 20.0), POINT)
+               for i in range(1, 11)]
+    at, between, extra = client_overhead.client_cpu_at_waves(samples, POINT, 100.0, 110.0, np.array([102.5, 107.2]))
+    assert (at, between) == (40.0, 20.0) and extra == pytest.approx(200.0)  # 20% of a 1 s tick
+    two = client_overhead.client_cpu_at_waves(samples, POINT, 100.0, 110.0, np.array([102.2, 102.8, 107.2]))
+    assert two[2] == pytest.approx((200.0 / 2 + 200.0) / 2)  # a tick with two waves shares its extra
+    none = client_overhead.client_cpu_at_waves(samples, POINT, 100.0, 110.0, np.array([]))
+    assert math.isnan(none[0]) and none[1] == 24.0 and math.isnan(none[2])
+    assert all(math.isnan(x) for x in client_overhead.client_cpu_at_waves(samples, "other", 100.0, 110.0,
+                                                                           np.array([102.5])))
+    # uneven ticks: each covers the time since the tick before (the first: as long as the second); a send at a
+    # tick's own time is in it, at the tick before's time is not
+    uneven = [TelemetrySample(t, "client", telemetry.CLIENT_CPU, {}, v, POINT)
+              for t, v in [(101.0, 60.0), (103.0, 20.0), (104.0, 50.0), (104.5, 20.0), (105.5, 40.0)]]
+    at, between, extra = client_overhead.client_cpu_at_waves(uneven, POINT, 100.0, 106.0,
+                                                              np.array([99.5, 104.0, 105.0]))
+    assert (at, between) == (50.0, 20.0)  # 99.5 in the first tick's 2 s, 104.0 in (103, 104], 105.0 in (104.5, 105.5]
+    assert extra == pytest.approx(((60 - 20) / 100 * 2000 + (50 - 20) / 100 * 1000 + (40 - 20) / 100 * 1000) / 3)
+    every = client_overhead.client_cpu_at_waves(samples[:2], POINT, 100.0, 110.0, np.array([100.5, 101.5]))
+    assert every[0] == 20.0 and math.isnan(every[1]) and math.isnan(every[2])  # nothing to hold the waves against
+    lone = client_overhead.client_cpu_at_waves(samples[:1], POINT, 100.0, 110.0, np.array([100.5]))
+    assert math.isnan(lone[0]) and lone[1] == 20.0 and math.isnan(lone[2])  # one tick: no span to place a wave in
+    # the page: 64-request waves whose headers came 5 ms apart, the load generator 27 ms busier a wave
+    row = {"arm": "baseline", "workload": "agent", "load": "c=64", "client_headers_p99_ms": 780.0,
+           "steady_ttft_p99_ms": 1023.0, "in_waves": True, "headers_pace_ms": 5.0, "wave_size": 50.0,
+           "client_cpu_wave_pct": 26.5, "client_cpu_between_pct": 23.9, "client_wave_extra_ms": 27.4}
+    note = steady_page.way_in_note([row])
+    assert ("The load generator's CPU was 26% of a core in the seconds a wave was sent and 24% between them: its "
+            "own work was about 0.5 ms a request of that spacing, so the rest was the server's side.") in note
+    busy = steady_page.way_in_note([{**row, "client_wave_extra_ms": 200.0}])  # 4 ms of 5: no verdict for the server
+    assert "about 4.0 ms a request of that spacing." in busy and "server's side" not in busy
+    assert "load generator's CPU" not in steady_page.way_in_note([{**row, "client_wave_extra_ms": math.nan}])
 
 
 def test_time_per_token_is_sglangs_itl_counters_beside_the_requests_streamed_wholly_inside_the_window():
