@@ -128,8 +128,8 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
-        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + measuring_side_note(rows) + way_in_note(rows) if rows
-        else page.missing("No point has request data yet."))
+        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + measuring_side_note(rows)
+        + way_in_note(rows) if rows else page.missing("No point has request data yet."))
 
 
 def _unsteady_columns() -> list[tuple[str, page.Cell]]:
@@ -250,14 +250,20 @@ def way_in_note(rows: list[dict[str, Any]]) -> str:
 
 
 def _pace(r: dict[str, Any]) -> str:
-    pace = r.get("headers_pace_ms", math.nan)
-    if not (r.get("in_waves") and math.isfinite(pace)):
+    """How a wave's headers came back, and how much of their spacing the load generator's own work explains ('' for
+    a point not in waves or without header times)."""
+    pace, size = r.get("headers_pace_ms", math.nan), r.get("wave_size", math.nan)
+    if not (r.get("in_waves") and math.isfinite(pace) and math.isfinite(size) and size > 0):
         return ""
+    # taken up one at a time, a wave's mean wait for its headers is half its spread; far less: it waited as a whole
+    if pace * (size - 1) / 2 < WAY_IN_SHARE * r.get("client_headers_mean_ms", math.nan):
+        return (f" Within a wave the headers came back {num(pace, 1)} ms apart (the wave's p10–p90 spread over its "
+                "requests): close together, so the wave waited as a whole.")
     text = (f" Within a wave the headers came back {num(pace, 1)} ms apart (the wave's p10–p90 spread over its "
             "requests): the wave was taken up one request after another, not at once.")
     at, between = r.get("client_cpu_wave_pct", math.nan), r.get("client_cpu_between_pct", math.nan)
-    extra, size = r.get("client_wave_extra_ms", math.nan), r.get("wave_size", math.nan)
-    if not all(math.isfinite(x) for x in (at, between, extra, size)) or size <= 0:
+    extra = r.get("client_wave_extra_ms", math.nan)
+    if not all(math.isfinite(x) for x in (at, between, extra)):
         return text
     own = max(0.0, extra) / size
     return text + (f" The load generator's CPU was {num(at, 0)}% of a core in the seconds a wave was sent and "

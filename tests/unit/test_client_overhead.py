@@ -114,9 +114,13 @@ def test_the_page_says_when_the_ttft_tail_was_mostly_the_way_in():
     note = steady_page.way_in_note([ours, theirs])
     assert "At 1 point(s)" in note and "baseline · agent · c=128, headers p99 1,171.7 ms of a TTFT p99 of " \
         "1,438.2 ms. That time" in note and "--enable-dynamic-batch-tokenizer" in note
-    paced = steady_page.way_in_note([{**ours, "in_waves": True, "headers_pace_ms": 4.95}])
+    waves = {"in_waves": True, "headers_pace_ms": 4.95, "wave_size": 101.0, "client_headers_mean_ms": 262.5}
+    paced = steady_page.way_in_note([{**ours, **waves}])  # spread 495 ms: a mean wait of 248 of the 262.5 ms
     assert "ms. Within a wave the headers came back 5.0 ms apart" in paced and "one request after another" in paced
-    assert "Within a wave" not in steady_page.way_in_note([{**ours, "in_waves": False, "headers_pace_ms": 4.95}])
+    together = steady_page.way_in_note([{**ours, **waves, "headers_pace_ms": 0.4}])  # spread 40 ms of 262.5
+    assert "0.4 ms apart (the wave's p10–p90 spread over its requests): close together, so the wave waited as a " \
+        "whole." in together and "one request after another" not in together
+    assert "Within a wave" not in steady_page.way_in_note([{**ours, **waves, "in_waves": False}])
     assert steady_page.way_in_note([theirs]) == ""
     assert steady_page.way_in_note([{k: v for k, v in ours.items() if k != "client_headers_p99_ms"}]) == ""
 
@@ -178,6 +182,7 @@ def test_the_load_generators_cpu_at_waves_against_between_says_what_a_wave_cost_
     # the page: 64-request waves whose headers came 5 ms apart, the load generator 27 ms busier a wave
     row = {"arm": "baseline", "workload": "agent", "load": "c=64", "client_headers_p99_ms": 780.0,
            "steady_ttft_p99_ms": 1023.0, "in_waves": True, "headers_pace_ms": 5.0, "wave_size": 50.0,
+           "client_headers_mean_ms": 155.0,
            "client_cpu_wave_pct": 26.5, "client_cpu_between_pct": 23.9, "client_wave_extra_ms": 27.4}
     note = steady_page.way_in_note([row])
     assert ("The load generator's CPU was 26% of a core in the seconds a wave was sent and 24% between them: its "
