@@ -76,7 +76,7 @@ def open_run(opts: options.Options, cfg: config.Config, model: costs.CostModel) 
         tune = tune_driver.TuneRun.from_dict(manifest.tune) if manifest.tune else None
         return run, list(manifest.arms), list(manifest.plan), manifest.seed, None, tune
     if opts.tune:
-        tune, arms, plan = tune_cli.open_tune(opts.workloads, opts.loads, opts.repeat, opts.budget_min, model)
+        tune, arms, plan = tune_cli.open_tune(opts.workloads, opts.loads, opts.repeat, opts.budget_min, model, cfg)
         return None, arms, plan, opts.seed, None, tune  # type: ignore[return-value]
     try:
         arms = arms_mod.select(opts.arms, opts.user_arms, arms_mod.config_arm_specs(cfg.bench_user_arms))

@@ -207,6 +207,25 @@ def _configured_extra_args(cfg: Config) -> list[str]:
         raise SpecError(f"SERVER_EXTRA_ARGS cannot be split like a shell line: {exc}") from None
 
 
+def launched_values(cfg: Config, cpu_count: int | None = None) -> dict[str, str]:
+    """What the defaults' launch command gives the flags an arm may move: each SERVER_EXTRA_ARGS flag ("" for a
+    bare one), the tokenizer processes as build resolves them on this host (one with an API key), and a set
+    CHUNKED_PREFILL_SIZE. SpecError (one line) for a setting build would refuse."""
+    values: dict[str, str] = {}
+    args = _configured_extra_args(cfg)
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            flag, eq, value = arg.partition("=")
+            following = args[i + 1] if i + 1 < len(args) else ""
+            values[flag] = value if eq else ("" if not following or following.startswith("--") else following)
+    workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or usable_cpus())
+    keyed = cfg.api_key_file and cfg.tokenizer_worker_num == "auto"  # build drops to one process with a key
+    values["--tokenizer-worker-num"] = "1" if keyed else str(workers)
+    if cfg.chunked_prefill_size != "auto":
+        values["--chunked-prefill-size"] = cfg.chunked_prefill_size
+    return values
+
+
 def with_settings(cfg: Config, settings: Mapping[str, str]) -> Config:
     """cfg with some settings replaced, by their config.env names ({"CHUNKED_PREFILL_SIZE": "4096"}), each checked
     by the same rule config.env's value is (llmhost.settings): an arm cannot smuggle in a value the file would refuse."""

@@ -2,7 +2,7 @@
 that runs its stages in place of a plain run.
 
     add_arguments(parser); problem(args) -> one line or None
-    tune, arms, plan = open_tune(workloads, loads, repeat, budget_min, model)  # BenchError (one line) when it cannot
+    tune, arms, plan = open_tune(workloads, loads, repeat, budget_min, model, cfg)  # BenchError (one line) if not
     stages = stages_hook(tune, model, slo, run, cfg, apply_to, resumed)        # Bench -> (arms, plan, closing JSON)
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from llmhost.bench.costs import CostModel
 from llmhost.bench.records import Point
 from llmhost.bench.eta import fmt_s
 from llmhost.bench.runner import Bench, BenchError
+from llmhost.serve import spec
 from llmhost.tune import driver, plan as plan_mod, space as space_mod
 
 DEFAULT_BUDGET_MIN = 30.0
@@ -74,8 +75,9 @@ def tune_loads(loads: points.Loads) -> points.Loads:
 
 
 def open_tune(workloads: list[str], loads: points.Loads, repeat: int | None, budget_min: float | None,
-              model: CostModel) -> tuple[driver.TuneRun, list[Arm], list[Point]]:
-    """The coarse stage fitted to the budget; BenchError when not even the defaults fit or there is no load."""
+              model: CostModel, cfg: config.Config) -> tuple[driver.TuneRun, list[Arm], list[Point]]:
+    """The coarse stage fitted to the budget, over the levers these loads and cfg's server leave open; BenchError
+    when not even the defaults fit or there is no load."""
     rows = [r for r in points.with_loads(points.FULL_SWEEP, tune_loads(loads)) if r[0] == workloads[0]]
     if not rows:
         raise BenchError(f"--tune: workload {workloads[0]} has no {'/'.join(TUNE_PATTERNS)} point for these loads")
@@ -83,6 +85,9 @@ def open_tune(workloads: list[str], loads: points.Loads, repeat: int | None, bud
     levers, idle = space_mod.binding(space_mod.space_from_env(), rows)
     if idle:
         print(f"[tune] left out at these loads: {'; '.join(idle)}", flush=True)
+    levers, same = space_mod.settled(levers, *settled_by(cfg))
+    if same:
+        print(f"[tune] left out for this server: {'; '.join(same)}", flush=True)
     tune, stage = driver.new_tune(levers, rows, repeat or plan_mod.DEFAULT_REPEATS, model, budget_s)
     if not stage.trials or stage.trials[0].settings:  # the defaults come first: no trial without them
         first = space_mod.coarse_trials(tune.space)[0]
@@ -90,6 +95,18 @@ def open_tune(workloads: list[str], loads: points.Loads, repeat: int | None, bud
         raise BenchError(f"--budget-min {budget_s / 60:g} cannot hold even the defaults' trial: ~{fmt_s(need_s)} "
                          "needed — raise it, or lower --repeat/--duration-s")
     return tune, tune.arms(), tune.points()
+
+
+def settled_by(cfg: config.Config) -> tuple[dict[str, str], dict[str, str]]:
+    """(the values the defaults' server launches with, the levers it would refuse to move: flag -> why)."""
+    try:
+        current = {flag: value or space_mod.SWITCH for flag, value in spec.launched_values(cfg).items()}
+    except spec.SpecError as exc:
+        raise BenchError(str(exc)) from None
+    # SGLang 0.5.17 refuses an API key with several tokenizer processes (serve's spec says so for the setting)
+    refused = {"--tokenizer-worker-num": "an API key holds SGLang to one tokenizer process"} if cfg.api_key_file \
+        else {}
+    return current, refused
 
 
 def print_plan(tune: driver.TuneRun, model: CostModel) -> None:

@@ -124,6 +124,31 @@ def binding(space: Sequence[Lever], rows: Sequence[Row]) -> tuple[tuple[Lever, .
     return tuple(kept), dropped
 
 
+def settled(space: Sequence[Lever], current: Mapping[str, str],
+            refused: Mapping[str, str]) -> tuple[tuple[Lever, ...], list[str]]:
+    """The space without what the defaults' server settles already: a value it launches with (`current`: flag ->
+    value, a bare flag as SWITCH; such a trial would be the defaults again) and a lever it would refuse to move
+    (`refused`: flag -> why). What was left out comes back as one phrase each; a lever left without values goes."""
+    kept: list[Lever] = []
+    dropped: list[str] = []
+    for lv in space:
+        if lv.flag in refused:
+            dropped.append(f"{lv.flag} ({refused[lv.flag]})")
+            continue
+        now = current.get(lv.flag)
+        same = [v for v in lv.values if now is not None and _same_value(v, now)]
+        if same:
+            dropped.append(f"{lv.flag} {same[0]} (the defaults already launch with it)")
+            lv = dataclasses.replace(lv, values=tuple(v for v in lv.values if v not in same))
+        if lv.values:
+            kept.append(lv)
+    return tuple(kept), dropped
+
+
+def _same_value(a: str, b: str) -> bool:
+    return int(a) == int(b) if a.isdigit() and b.isdigit() else a == b
+
+
 def trial_of(settings: Sequence[tuple[str, str]], space: Sequence[Lever], stage: str) -> Trial:
     keys = {lv.flag: lv.key for lv in space}
     order = [lv.flag for lv in space]

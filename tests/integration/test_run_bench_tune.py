@@ -80,6 +80,26 @@ def test_a_tune_dry_run_lists_the_trials_and_what_the_budget_cut_and_writes_noth
     assert not (Path(env["RESULTS_DIR"]) / "bench").exists()
 
 
+def test_a_tune_leaves_out_what_the_defaults_launch_with_and_what_an_api_key_refuses(env, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("k\n")
+    key.chmod(0o600)
+    space = "--max-running-requests=2,8;--tokenizer-worker-num=1,4;--schedule-policy=lpm"
+    proc = bench({**env, "LLMHOST_TUNE_SPACE": space, "SERVER_EXTRA_ARGS": "--max-running-requests 8"}, "--tune",
+                 "--dry-run", "--budget-min", "60")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("[tune] left out for this server: --max-running-requests 8 (the defaults already launch with it)"
+            in proc.stdout)
+    trials = json.loads(proc.stdout.strip().splitlines()[-1])["tune"]["trials"]
+    assert "maxrun8" not in trials and "maxrun2" in trials and "schedulpm" in trials
+    keyed = bench({**env, "LLMHOST_TUNE_SPACE": space, "API_KEY_FILE": str(key)}, "--tune", "--dry-run",
+                  "--budget-min", "60")
+    assert keyed.returncode == 0, keyed.stderr[-2000:]
+    assert ("left out for this server: --tokenizer-worker-num (an API key holds SGLang to one tokenizer process)"
+            in keyed.stdout)
+    assert not any(t.startswith("tokeni") for t in json.loads(keyed.stdout.strip().splitlines()[-1])["tune"]["trials"])
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--apply",), "--apply writes the winner of a tune: add --tune"),
     (("--tune", "--arms", "baseline"), "--tune makes its own trials (arms): drop --arms"),

@@ -222,3 +222,18 @@ def test_a_key_split_across_reads_is_still_redacted_and_progress_lines_pass_at_o
     lines = iter([b"Capturing 3/36\r", b"Capturing 4/36\r", b""])
     serverlog.copy_output(lambda n: next(lines), [copied.append], [])
     assert copied == [b"Capturing 3/36\r", b"Capturing 4/36\r"]  # a bar redraw shows without waiting for \n
+
+
+def test_the_values_the_defaults_launch_with_are_what_build_gives_the_server(cfg):
+    extra = "--schedule-policy lpm --enable-mixed-chunk --page-size=16"
+    values = launch_spec.launched_values(dataclasses.replace(cfg, server_extra_args=extra), cpu_count=8)
+    assert values == {"--schedule-policy": "lpm", "--enable-mixed-chunk": "", "--page-size": "16",
+                      "--tokenizer-worker-num": "4"}  # auto on 8 cores, as build resolves it
+    argv = build_spec(dataclasses.replace(cfg, server_extra_args=extra), cpu_count=8).command
+    assert flag(argv, "--tokenizer-worker-num") == ["4"] and flag(argv, "--schedule-policy") == ["lpm"]
+    chunked = launch_spec.launched_values(dataclasses.replace(cfg, chunked_prefill_size="2048"), cpu_count=2)
+    assert chunked == {"--tokenizer-worker-num": "1", "--chunked-prefill-size": "2048"}
+    keyed = launch_spec.launched_values(dataclasses.replace(cfg, api_key_file="/k"), cpu_count=16)
+    assert keyed["--tokenizer-worker-num"] == "1"  # build drops to one process with a key
+    with pytest.raises(SpecError, match="cannot be split"):
+        launch_spec.launched_values(dataclasses.replace(cfg, server_extra_args="--x 'open"), cpu_count=8)

@@ -209,3 +209,19 @@ def test_every_coarse_trial_parses_against_sglangs_captured_launch_options(monke
     for trial in space.coarse_trials(space.SPACE):
         parsed = vars(parser.parse_args(["--model-path", "m", *trial.flags()]))  # an unknown flag or value exits
         assert all(parsed[flag.lstrip("-").replace("-", "_")] not in (None, False) for flag, _ in trial.settings)
+
+
+def test_what_the_defaults_already_launch_with_or_would_refuse_is_not_a_trial():
+    current = {"--tokenizer-worker-num": "4", "--chunked-prefill-size": "02048", "--enable-dynamic-batch-tokenizer":
+               space.SWITCH, "--schedule-policy": "fcfs"}
+    levers, same = space.settled(space.SPACE, current, {})
+    by_flag = {lv.flag: lv.values for lv in levers}
+    assert by_flag["--tokenizer-worker-num"] == ("1",) and by_flag["--chunked-prefill-size"] == ("4096", "16384")
+    assert "--enable-dynamic-batch-tokenizer" not in by_flag and by_flag["--schedule-policy"] == ("lpm",)
+    assert same == ["--chunked-prefill-size 2048 (the defaults already launch with it)",
+                    "--enable-dynamic-batch-tokenizer on (the defaults already launch with it)",
+                    "--tokenizer-worker-num 4 (the defaults already launch with it)"]
+    keyed, why = space.settled(space.SPACE, {}, {"--tokenizer-worker-num": "an API key holds SGLang to one"})
+    assert "--tokenizer-worker-num" not in {lv.flag for lv in keyed}
+    assert why == ["--tokenizer-worker-num (an API key holds SGLang to one)"]
+    assert space.settled(space.SPACE, {}, {}) == (space.SPACE, [])
