@@ -161,7 +161,7 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
             ("Sent in waves of (every s)", lambda r: f"{num(r['wave_size'], 0)} ({num(r['wave_period_s'])})"
                                                       + (" <span class=flag title='lockstep waves: see the note under "
                                                          "the table'>≋</span>" if r["in_waves"] else "")),
-            ("TTFT mean ms: client / SGLang (n); client to response headers", _server_ttft_cell),
+            ("TTFT mean ms: client / SGLang (n); client to response headers, mean (p99)", _server_ttft_cell),
             ("Time per token after the first, ms: client / SGLang",
              lambda r: f"{num(r['client_itl_mean_ms'], 2)} / {num(r['server_itl_mean_ms'], 2)}"),
             ("Load generator CPU % of a core", lambda r: num(r["client_cpu_pct"], 0) + (
