@@ -29,10 +29,15 @@ class Waves:
             and self.mean_size >= 2
 
 
+def _first_of_wave(sorted_s: np.ndarray) -> np.ndarray:
+    """Which of these ascending send times starts a wave (the first, and each more than GAP_S after the one before)."""
+    return np.concatenate(([True], np.diff(sorted_s) > GAP_S)) if sorted_s.size else np.zeros(0, bool)
+
+
 def starts(start_s: np.ndarray) -> np.ndarray:
     """Each wave's first send time (ascending)."""
     t = np.sort(start_s)
-    return t[np.concatenate(([True], np.diff(t) > GAP_S))] if t.size else t
+    return t[_first_of_wave(t)]
 
 
 def find(start_s: np.ndarray) -> Waves:
@@ -54,7 +59,7 @@ def headers_pace_ms(start_s: np.ndarray, headers_ms: np.ndarray) -> float:
     ~0. nan without such a wave."""
     order = np.argsort(start_s, kind="stable")
     t, h = start_s[order], headers_ms[order]
-    wave = np.cumsum(np.concatenate(([True], np.diff(t) > GAP_S))) if t.size else np.array([], int)
+    wave = np.cumsum(_first_of_wave(t))
     paces = []
     for w in np.unique(wave):
         timed = np.sort(h[(wave == w) & np.isfinite(h)])

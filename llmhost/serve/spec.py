@@ -207,20 +207,30 @@ def _configured_extra_args(cfg: Config) -> list[str]:
         raise SpecError(f"SERVER_EXTRA_ARGS cannot be split like a shell line: {exc}") from None
 
 
+def tokenizer_processes(cfg: Config, cpu_count: int | None = None) -> tuple[int, str | None]:
+    """(the tokenizer processes the server starts with, a note when an API key held them to one); SpecError for a
+    key with a set count above one."""
+    workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or usable_cpus())
+    if not (cfg.api_key_file and workers > 1):
+        return workers, None
+    # SGLang 0.5.17 asserts "API key is not supported in multi-tokenizer mode" (seen on an H200)
+    if cfg.tokenizer_worker_num != "auto":
+        raise SpecError(f"TOKENIZER_WORKER_NUM={workers} with API_KEY_FILE: SGLang refuses an API key with "
+                        "several tokenizer workers — set TOKENIZER_WORKER_NUM=1 or drop the key (the server "
+                        "is loopback-only behind the SSH tunnel)")
+    return 1, ("API key set: 1 tokenizer worker instead of the adaptive count (SGLang refuses a key in "
+               "multi-tokenizer mode); heavy shared-prompt loads become tokenizer-bound")
+
+
 def launched_values(cfg: Config, cpu_count: int | None = None) -> dict[str, str]:
     """What the defaults' launch command gives the flags an arm may move: each SERVER_EXTRA_ARGS flag ("" for a
-    bare one), the tokenizer processes as build resolves them on this host (one with an API key), and a set
+    bare one), the tokenizer processes build starts on this host (tokenizer_processes), and a set
     CHUNKED_PREFILL_SIZE. SpecError (one line) for a setting build would refuse."""
     values: dict[str, str] = {}
-    args = _configured_extra_args(cfg)
-    for i, arg in enumerate(args):
-        if arg.startswith("--"):
-            flag, eq, value = arg.partition("=")
-            following = args[i + 1] if i + 1 < len(args) else ""
-            values[flag] = value if eq else ("" if not following or following.startswith("--") else following)
-    workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or usable_cpus())
-    keyed = cfg.api_key_file and cfg.tokenizer_worker_num == "auto"  # build drops to one process with a key
-    values["--tokenizer-worker-num"] = "1" if keyed else str(workers)
+    for group in _flag_groups(_configured_extra_args(cfg), "SERVER_EXTRA_ARGS"):
+        flag, eq, value = group[0].partition("=")
+        values[flag] = value if eq else " ".join(group[1:])
+    values["--tokenizer-worker-num"] = str(tokenizer_processes(cfg, cpu_count)[0])
     if cfg.chunked_prefill_size != "auto":
         values["--chunked-prefill-size"] = cfg.chunked_prefill_size
     return values
@@ -259,17 +269,7 @@ def build_spec(
     if problem:
         raise SpecError(problem)
     python = cfg.sglang_python if "/" in cfg.sglang_python else (shutil.which(cfg.sglang_python) or cfg.sglang_python)
-    workers = tokenizer_workers(cfg.tokenizer_worker_num, cpu_count or usable_cpus())
-    key_note = None
-    if cfg.api_key_file and workers > 1:
-        # SGLang 0.5.17 asserts "API key is not supported in multi-tokenizer mode" (seen on an H200)
-        if cfg.tokenizer_worker_num != "auto":
-            raise SpecError(f"TOKENIZER_WORKER_NUM={workers} with API_KEY_FILE: SGLang refuses an API key with "
-                            "several tokenizer workers — set TOKENIZER_WORKER_NUM=1 or drop the key (the server "
-                            "is loopback-only behind the SSH tunnel)")
-        workers = 1
-        key_note = ("API key set: 1 tokenizer worker instead of the adaptive count (SGLang refuses a key in "
-                    "multi-tokenizer mode); heavy shared-prompt loads become tokenizer-bound")
+    workers, key_note = tokenizer_processes(cfg, cpu_count)
     fraction, fraction_note = mem_fraction(cfg.mem_fraction_static, gpu_free_total_mib)
     ours = [
         ["--model-path", cfg.model_dir], ["--served-model-name", cfg.served_model_name],
