@@ -29,7 +29,7 @@ from llmhost.bench.workloads import AGENT_GROUPS, REGISTRY as WORKLOADS, Workloa
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}  # checked for support in every point
 # H200 costs for ETAs and --duration-s sizing until llmhost.bench.costs has this host's own (SGLang 0.5.17, Qwen3-4B
-# bf16, FlashInfer, 8 tokenizer workers; measured on one H200 host).
+# bf16, FlashInfer, eight tokenizer processes; measured on one H200 host).
 # Per point: prefix-cache flush, warm-up request, the module's 1 s pause, re-tokenising the outputs, writing the
 # records: chat c=64 took 30.2-30.9 s of wall time for 26.1-27.1 s of load. (An agent point took 10 s more to
 # tokenize its generated prompts at 60 prompts/s; the load generator now builds them while the server boots.)

@@ -244,9 +244,9 @@ def way_in_note(rows: list[dict[str, Any]]) -> str:
             f"headers p99 {num(worst['client_headers_p99_ms'])} ms of a TTFT p99 of "
             f"{num(worst['steady_ttft_p99_ms'])} ms.{_pace(worst)} That time passes before SGLang's tokenizer manager "
             "sees the request: the load generator sending it, SGLang's HTTP process accepting and parsing it, while "
-            "either event loop does other work (SGLang 0.5.17 encodes prompts on its loop). "
-            "<code>--enable-dynamic-batch-tokenizer</code> encodes them in batches on a thread instead (a tuner "
-            "lever: compare it as an arm).</p>")
+            "either event loop does other work (SGLang 0.5.17 encodes prompts on its loop). One tokenizer process "
+            "that encodes them in batches on a thread (<code>--enable-dynamic-batch-tokenizer</code>, what "
+            "TOKENIZER_WORKER_NUM=auto launches) shortens this part: README, \"Where the tail comes from\".</p>")
 
 
 def _pace(r: dict[str, Any]) -> str:

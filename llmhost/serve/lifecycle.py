@@ -28,7 +28,7 @@ from llmhost.serve.lock import ServeLock
 from llmhost.serve.procfs import group_pids, port_holder
 from llmhost.serve.readiness import readiness, wait_ready
 from llmhost.serve import serverlog, startup
-from llmhost.serve.spec import ServerSpec, build_spec, server_env, usable_cpus, with_settings, write_launch_files
+from llmhost.serve.spec import ServerSpec, build_spec, server_env, with_settings, write_launch_files
 
 # The one busy-lock policy: every call waits up to busy_wait_s for another start/stop/restart of this WORK_DIR
 # (a restart's stop + GPU release + launch take ~1-2 min), then raises ServerBusy. The CLI passes 0: exit 75 at
@@ -238,7 +238,7 @@ def launch_plan(cfg: Config, extra_args: Sequence[str] = (), node_rank: int = 0
         return build_spec(cfg, gpu_free_total_mib=free, extra_args=extra_args, node_rank=node_rank), []
     environ = {**os.environ, **dict(server_env(dataclasses.replace(cfg, gpus="")))}
     devices = parallel.visible_devices(cfg.gpus, environ, gpu.devices())
-    members = router.members(cfg, devices, free, usable_cpus(), extra_args)
+    members = router.members(cfg, devices, free, extra_args)
     return members[-1].spec, members
 
 

@@ -88,7 +88,7 @@ def _worker_gpus(cfg: Config, devices: Sequence[str]) -> list[str]:
 
 
 def local_workers(cfg: Config, devices: Sequence[str], gpu_free_total_mib: tuple[float, float] | None,
-                  cpu_count: int, extra_args: Sequence[str] = ()) -> list[Member]:
+                  extra_args: Sequence[str] = ()) -> list[Member]:
     """The DP_SIZE local workers: same flags as the one server, but their own port and GPUs, and no --dp-size."""
     gpus = _worker_gpus(cfg, devices)
     sharers = Counter(gpus)
@@ -103,7 +103,7 @@ def local_workers(cfg: Config, devices: Sequence[str], gpu_free_total_mib: tuple
             changes["mem_fraction_static"] = str(fractions[devs][seen[devs]])
         previous = [m.name for m, g in zip(members, gpus) if g == devs and devs]
         seen[devs] += 1
-        spec = build_spec(dataclasses.replace(cfg, **changes), cpu_count=max(1, cpu_count // cfg.dp_size),
+        spec = build_spec(dataclasses.replace(cfg, **changes),
                           gpu_free_total_mib=None if devs in fractions else gpu_free_total_mib, extra_args=extra_args)
         members.append(Member(f"worker{i}", spec, port, tuple(previous[-1:]),
                               pools[devs] if devs in pools and previous else None))
@@ -124,9 +124,9 @@ def router_member(cfg: Config, urls: Sequence[str], after: Sequence[str]) -> Mem
 
 
 def members(cfg: Config, devices: Sequence[str], gpu_free_total_mib: tuple[float, float] | None,
-            cpu_count: int, extra_args: Sequence[str] = ()) -> list[Member]:
+            extra_args: Sequence[str] = ()) -> list[Member]:
     """Every process of the ROUTER=on service, in launch order (router last); extra_args (an arm's) go to workers."""
     if cfg.nnodes > 1:
         raise SpecError("ROUTER=on with NNODES > 1: run each host's server on its own and list them in WORKER_URLS")
-    workers = [] if cfg.worker_urls else local_workers(cfg, devices, gpu_free_total_mib, cpu_count, extra_args)
+    workers = [] if cfg.worker_urls else local_workers(cfg, devices, gpu_free_total_mib, extra_args)
     return [*workers, router_member(cfg, worker_url_list(cfg), [w.name for w in workers])]

@@ -44,15 +44,14 @@ SPACE: tuple[Lever, ...] = (
     # 8192 on >= 80 GB GPUs. Smaller chunks interleave decode steps with long prefills (steadier ITL); larger ones
     # finish a long prompt in fewer steps (lower TTFT for agent prompts of several thousand tokens).
     Lever("--chunked-prefill-size", "cps", ("2048", "4096", "16384"), "prefill chunk: ITL vs TTFT on long prompts"),
-    # Off by default: each tokenizer process encodes prompts on the event loop that also accepts requests. With 8
-    # processes most of the agent TTFT tail came before SGLang answered with response headers (H200, c=64, 3 steady
-    # windows: headers p99 780 ms of a 1,023 ms TTFT p99). On, prompts are encoded in batches on a thread beside
-    # the event loop.
+    # On by default (TOKENIZER_WORKER_NUM=auto: one process batching prompts on a thread beside its event loop), so
+    # this lever is a trial only when TOKENIZER_WORKER_NUM sets a count: with eight plain processes most of the agent
+    # TTFT tail came before SGLang answered with response headers (H200, c=64: headers p99 780 of a 1,023 ms TTFT p99).
     Lever("--enable-dynamic-batch-tokenizer", "dbt", (SWITCH,), "prompts tokenized in batches off the event loop"),
-    # auto = min(8, cores / 2) processes (TOKENIZER_WORKER_NUM; the trial sets it). One was the bottleneck at agent
-    # c=64 on an H200 but starts ~50 s sooner; with eight the closed loop ran in lockstep waves whose TTFT tail came
-    # before the response headers. Fewer processes trade encoding parallelism for start-up and steadier arrivals.
-    Lever("--tokenizer-worker-num", "tok", ("1", "4"), "tokenizer processes: encoding in parallel vs start-up"),
+    # Eight processes, each encoding on its own event loop (the trial sets TOKENIZER_WORKER_NUM, so no batching): the
+    # former default. On an H200 they lost to one batching process (agent c=64: TTFT p99 688 vs 330 ms, throughput
+    # within noise) and start ~23 s later, but a host with slower cores may need the parallel encoding.
+    Lever("--tokenizer-worker-num", "tok", ("8",), "tokenizer processes: encoding in parallel vs start-up"),
     # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
     # agent's shared system prompts are reused before the radix cache evicts them.
     Lever("--schedule-policy", "sp", ("lpm",), "longest-prefix-match admission: more prefix-cache hits"),

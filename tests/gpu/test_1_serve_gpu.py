@@ -60,11 +60,14 @@ def test_start_serves_the_real_model_with_the_articles_features(gpu_env, record)
     assert reply.ok, reply.text
     info = reply.json()
     features = {k: info.get(k) for k in ("attention_backend", "disable_radix_cache", "chunked_prefill_size",
-                                         "tokenizer_worker_num", "enable_metrics", "enable_cache_report",
-                                         "mem_fraction_static", "tool_call_parser", "reasoning_parser")}
+                                         "tokenizer_worker_num", "enable_dynamic_batch_tokenizer", "enable_metrics",
+                                         "enable_cache_report", "mem_fraction_static", "tool_call_parser",
+                                         "reasoning_parser")}
     record.step("start", server_info=features, version=info.get("version"))
     assert features["attention_backend"] == "flashinfer" and features["disable_radix_cache"] is False
     assert features["enable_metrics"] is True and features["enable_cache_report"] is True
+    if cfg.tokenizer_worker_num == "auto":  # one tokenizer process encoding prompts in batches
+        assert features["tokenizer_worker_num"] == 1 and features["enable_dynamic_batch_tokenizer"] is True
     assert (cfg.state_dir / "launch_command.txt").read_text().strip() == json.loads(
         (cfg.state_dir / "launch_command.json").read_text())["command"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench import points
+from llmhost.bench import costs, points
 from llmhost.bench.records import PointRecord
 
 from benchrun import BENCH, REPO, bench, isolated_env, kill_mid_point
@@ -328,7 +328,8 @@ def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
     for rec in starts:  # the stand-in logs SGLang's server_args and Uvicorn lines: launcher ... first generation
         assert rec["restart_s"] + 1 >= rec["ready_s"] > 0 and "launcher" in rec["phases"]  # launch: to the second
         assert sum(rec["phases"].values()) == pytest.approx(rec["ready_s"])
-    assert "--tokenizer-worker-num 1" in starts[-1]["launch_command"]
+    tok1 = starts[-1]["launch_command"]  # a set count: that many plain processes, no batching (auto's)
+    assert "--tokenizer-worker-num 1" in tok1 and "--enable-dynamic-batch-tokenizer" not in tok1
     for name, arm in final["arms"].items():
         ready = sorted(r["ready_s"] for r in starts if r["arm"] == name)
         assert arm["starts_ok"] == 2 and arm["ready_s_median"] == pytest.approx(sum(ready) / 2, abs=0.01)
@@ -342,8 +343,8 @@ def test_startup_dry_run_lists_the_arms_and_prices_their_restarts_without_starti
     proc = bench(env, "--startup", "--arm", "nopcg=--disable-piecewise-cuda-graph", "--dry-run", timeout=60)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert plan == {"dry_run": True, "startup_restarts": 3, "arms": ["baseline", "nopcg"], "estimate_s": 960,
-                    "calibrated": False}  # 2 arms x 3 restarts x the uncalibrated 160 s restart
+    assert plan == {"dry_run": True, "startup_restarts": 3, "arms": ["baseline", "nopcg"],
+                    "estimate_s": round(6 * costs.RESTART_EST_S), "calibrated": False}  # 2 arms x 3 restarts
     assert "--disable-piecewise-cuda-graph" in proc.stdout and not (Path(env["RESULTS_DIR"]) / "bench").exists()
 
 

@@ -49,7 +49,7 @@ def test_without_a_run_the_model_is_the_h200_defaults_and_says_uncalibrated(tmp_
     model = costs.fit(tmp_path / "bench")
     p = points.make_point("baseline", "chat", "concurrency", 16, None, 64, 1)
     assert not model.is_calibrated and model.label.startswith("uncalibrated")
-    assert model.point_s(p) == points.estimate_s(p) and model.boot_s(quick=True) == pytest.approx(160.0)
+    assert model.point_s(p) == points.estimate_s(p) and model.boot_s(quick=True) == pytest.approx(costs.RESTART_EST_S)
 
 
 def test_a_finished_run_prices_its_kinds_per_request_and_others_by_its_bias(tmp_path):
@@ -539,8 +539,8 @@ def test_the_dry_run_estimate_says_whether_this_hosts_last_run_calibrated_it(tmp
     assert run_bench.main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert next(line for line in out if line.startswith("[bench] estimate:")).endswith(
-        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: boot 167 s, "
-        f"unseen points x{60 / points.estimate_s(head):.2f})")
+        f"calibrated on this host's last 1 run(s), newest {run.run_id} (1 points, 0 boots: "
+        f"boot {costs.RESTART_EST_S + costs.WARM_ARM_EST_S:.0f} s, unseen points x{60 / points.estimate_s(head):.2f})")
     assert json.loads(out[-1])["calibrated"]
     assert "calls for" not in next(line for line in out if line.startswith("[bench] budget"))
     # a run that repeated chat c=64 on these flags: its spread is said, and what it calls for

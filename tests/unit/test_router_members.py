@@ -31,20 +31,20 @@ def env(member: router.Member) -> dict[str, str]:
 
 def test_local_workers_are_whole_servers_on_loopback_ports_after_port_and_the_router_comes_last(cfg):
     cfg = dataclasses.replace(cfg, tp_size=2, gpus="0,1,2,3", host="0.0.0.0")
-    workers = router.members(cfg, ["0", "1", "2", "3"], H200, cpu_count=16)
+    workers = router.members(cfg, ["0", "1", "2", "3"], H200)
     assert [m.name for m in workers] == ["worker0", "worker1", "router"]
     for i, worker in enumerate(workers[:2]):
         argv = worker.spec.argv
         assert flag(argv, "--host") == "127.0.0.1" and flag(argv, "--port") == str(30001 + i)
         assert flag(argv, "--tp-size") == "2" and "--dp-size" not in argv  # data parallel: the router's job
-        assert flag(argv, "--tokenizer-worker-num") == "4"  # the cores split between the two
+        assert flag(argv, "--tokenizer-worker-num") == "1" and "--enable-dynamic-batch-tokenizer" in argv
         assert worker.after == ()  # own GPUs: both start at once
     assert env(workers[0])["CUDA_VISIBLE_DEVICES"] == "0,1" and env(workers[1])["CUDA_VISIBLE_DEVICES"] == "2,3"
 
 
 def test_the_router_listens_on_host_port_keeps_its_metrics_on_loopback_and_waits_for_every_worker(cfg):
     cfg = dataclasses.replace(cfg, host="0.0.0.0", router_metrics_port=29100, router_policy="round_robin")
-    front = router.members(cfg, ["0", "1"], H200, cpu_count=16)[-1]
+    front = router.members(cfg, ["0", "1"], H200)[-1]
     argv = list(front.spec.argv)
     assert argv[:2] == ["/opt/venv/bin/python", str(router.ROUTER_MAIN)]
     assert flag(argv, "--host") == "0.0.0.0" and flag(argv, "--port") == "30000"
@@ -57,7 +57,7 @@ def test_the_router_listens_on_host_port_keeps_its_metrics_on_loopback_and_waits
 
 def test_with_a_key_the_router_reads_it_from_the_workers_yaml_never_from_its_command_line(cfg, tmp_path):
     cfg = dataclasses.replace(cfg, api_key_file=str(tmp_path / "key"), tokenizer_worker_num="auto")
-    *workers, front = router.members(cfg, ["0", "1"], H200, cpu_count=16)
+    *workers, front = router.members(cfg, ["0", "1"], H200)
     yaml = str(cfg.state_dir / "sglang_config.yaml")
     assert flag(front.spec.argv, "--api-key-from") == yaml and "--api-key" not in front.spec.argv
     assert all(flag(w.spec.argv, "--config") == yaml for w in workers)
@@ -65,7 +65,7 @@ def test_with_a_key_the_router_reads_it_from_the_workers_yaml_never_from_its_com
 
 def test_two_workers_on_one_gpu_start_one_after_the_other_with_equal_pools(cfg):
     cfg = dataclasses.replace(cfg, gpus="0,0")
-    first, second, _ = router.members(cfg, ["0", "0"], H200, cpu_count=16)
+    first, second, _ = router.members(cfg, ["0", "0"], H200)
     assert (first.after, second.after) == ((), ("worker0",))
     assert flag(first.spec.argv, "--mem-fraction-static") == "0.403"
     assert flag(second.spec.argv, "--mem-fraction-static") == "0.806"
@@ -88,7 +88,7 @@ def test_a_later_sharers_fraction_is_refit_to_what_the_earlier_one_really_holds(
     not plus its 13,946 MiB reserve, so the planned 0.806 gave worker1 a KV pool of 415,389 tokens against 352,876.
     Re-fit to the memory free at its launch, its static pool is worker0's."""
     cfg = dataclasses.replace(cfg, gpus="0,0")
-    first, second, front = router.members(cfg, ["0", "0"], H200, cpu_count=16)
+    first, second, front = router.members(cfg, ["0", "0"], H200)
     pool = router.shared_pool_mib(2, *H200)
     assert (first.pool_mib, second.pool_mib, front.pool_mib) == (None, pool, None)  # only a later sharer
     free_now = H200[0] - pool - 5 * 1024
@@ -114,18 +114,18 @@ def test_a_later_sharers_fraction_is_refit_to_what_the_earlier_one_really_holds(
 
 def test_an_explicit_memory_fraction_is_each_workers_own(cfg):
     cfg = dataclasses.replace(cfg, gpus="0,0", mem_fraction_static="0.4")
-    assert [flag(m.spec.argv, "--mem-fraction-static") for m in router.members(cfg, ["0", "0"], H200, 16)[:2]] == [
+    assert [flag(m.spec.argv, "--mem-fraction-static") for m in router.members(cfg, ["0", "0"], H200)[:2]] == [
         "0.4", "0.4"]
 
 
 def test_an_arms_flags_go_to_the_workers_not_the_router(cfg):
-    *workers, front = router.members(cfg, ["0", "1"], H200, 16, extra_args=["--page-size", "16"])
+    *workers, front = router.members(cfg, ["0", "1"], H200, extra_args=["--page-size", "16"])
     assert all(flag(w.spec.argv, "--page-size") == "16" for w in workers) and "--page-size" not in front.spec.argv
 
 
 def test_servers_elsewhere_get_only_a_router_and_no_gpu_of_this_host(cfg):
     cfg = dataclasses.replace(cfg, worker_urls="http://10.0.0.2:30000 http://10.0.0.3:30000")
-    (front,) = router.members(cfg, [], None, cpu_count=16)
+    (front,) = router.members(cfg, [], None)
     assert front.after == () and router.worker_ports(cfg) == []
     assert flag(front.spec.argv, "--worker-urls") == "http://10.0.0.2:30000"
     assert parallel.gpus_per_node(cfg) == 0 and parallel.gpu_problem(cfg, {}, [], []) is None
@@ -134,7 +134,7 @@ def test_servers_elsewhere_get_only_a_router_and_no_gpu_of_this_host(cfg):
 def test_the_router_does_not_span_hosts_itself(cfg):
     cfg = dataclasses.replace(cfg, nnodes=2, tp_size=2, dist_init_addr="10.0.0.1:25000")
     with pytest.raises(SpecError, match="ROUTER=on with NNODES > 1"):
-        router.members(cfg, ["0", "1"], H200, cpu_count=16)
+        router.members(cfg, ["0", "1"], H200)
 
 
 def test_only_the_routers_local_workers_may_share_a_gpu(cfg):
@@ -155,7 +155,7 @@ def test_the_standin_router_takes_exactly_the_captured_options(repo):
 def test_the_layout_says_which_processes_served_on_which_gpus_and_ranks(cfg, tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    service.write_members(router.members(dataclasses.replace(cfg, tp_size=2), ["0", "1", "2", "3"], H200, 16), state)
+    service.write_members(router.members(dataclasses.replace(cfg, tp_size=2), ["0", "1", "2", "3"], H200), state)
     assert service.layout(state) == [
         {"name": "worker0", "port": 30001, "gpus": "0,1", "tp_size": 2, "dp_size": 1},
         {"name": "worker1", "port": 30002, "gpus": "2,3", "tp_size": 2, "dp_size": 1},
@@ -164,6 +164,6 @@ def test_the_layout_says_which_processes_served_on_which_gpus_and_ranks(cfg, tmp
 
 def test_one_servers_layout_comes_from_its_recorded_command(cfg, tmp_path):
     one = dataclasses.replace(cfg, router="off", dp_size=2, gpus="4,5")
-    write_launch_files(build_spec(one, cpu_count=16), tmp_path, None)
+    write_launch_files(build_spec(one), tmp_path, None)
     assert service.layout(tmp_path) == [{"name": "server", "port": 30000, "gpus": "4,5", "tp_size": 1, "dp_size": 2}]
     assert service.layout(tmp_path / "nothing") == []

@@ -38,13 +38,13 @@ def after(argv, flag):
 
 
 def test_one_gpu_on_one_host_keeps_the_command_it_always_had(cfg):
-    spec = build_spec(cfg, cpu_count=16)
+    spec = build_spec(cfg)
     assert not {"--tp-size", "--dp-size", "--nnodes", "--node-rank"} & set(spec.argv)
     assert "CUDA_VISIBLE_DEVICES" not in dict(spec.env)
 
 
 def test_tp_and_dp_reach_the_command_and_gpus_become_cuda_visible_devices_in_nvidia_smi_order(cfg):
-    spec = build_spec(layout(cfg, tp_size=2, dp_size=2, gpus="2,3,4,5"), cpu_count=16)
+    spec = build_spec(layout(cfg, tp_size=2, dp_size=2, gpus="2,3,4,5"))
     assert after(spec.argv, "--tp-size") == "2" and after(spec.argv, "--dp-size") == "2"
     assert dict(spec.env)["CUDA_VISIBLE_DEVICES"] == "2,3,4,5"
     assert dict(spec.env)["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -52,7 +52,7 @@ def test_tp_and_dp_reach_the_command_and_gpus_become_cuda_visible_devices_in_nvi
 
 def test_each_node_gets_the_same_command_but_its_rank(cfg):
     cfg = layout(cfg, tp_size=4, nnodes=2, dist_init_addr="10.0.0.1:25000")
-    node0, node1 = (build_spec(cfg, cpu_count=16, node_rank=r).argv for r in (0, 1))
+    node0, node1 = (build_spec(cfg, node_rank=r).argv for r in (0, 1))
     assert after(node0, "--node-rank") == "0" and after(node1, "--node-rank") == "1"
     assert after(node1, "--nnodes") == "2" and after(node1, "--dist-init-addr") == "10.0.0.1:25000"
     assert [a for a in node0 if a not in ("0", "1")] == [a for a in node1 if a not in ("0", "1")]
@@ -60,8 +60,8 @@ def test_each_node_gets_the_same_command_but_its_rank(cfg):
 
 def test_only_node_0_gets_the_api_key_file_it_serves_http_with(cfg, tmp_path):
     cfg = layout(cfg, tp_size=2, nnodes=2, dist_init_addr="10.0.0.1:25000", api_key_file=str(tmp_path / "key"))
-    assert "--config" in build_spec(cfg, cpu_count=1).argv
-    assert "--config" not in build_spec(cfg, cpu_count=1, node_rank=1).argv
+    assert "--config" in build_spec(cfg).argv
+    assert "--config" not in build_spec(cfg, node_rank=1).argv
 
 
 @pytest.mark.parametrize("changes, expected", [
@@ -71,7 +71,7 @@ def test_only_node_0_gets_the_api_key_file_it_serves_http_with(cfg, tmp_path):
 def test_a_multi_node_layout_that_cannot_start_is_refused_when_the_command_is_built(cfg, changes, expected):
     cfg = layout(cfg, **{"tp_size": 2, "nnodes": 2, "dist_init_addr": "10.0.0.1:25000", **changes})
     with pytest.raises(SpecError, match=expected):
-        build_spec(cfg, cpu_count=16)
+        build_spec(cfg)
 
 
 def test_a_node_rank_outside_the_nodes_is_refused(cfg):
@@ -137,11 +137,11 @@ def test_the_kv_pool_is_sized_on_the_first_gpu_given(cfg):
 
 def test_gpus_and_a_cuda_visible_devices_in_server_env_are_refused_together(cfg):
     with pytest.raises(SpecError, match="SERVER_ENV sets CUDA_VISIBLE_DEVICES and GPUS=0 sets it too"):
-        build_spec(layout(cfg, gpus="0", server_env="CUDA_VISIBLE_DEVICES=1"), cpu_count=16)
+        build_spec(layout(cfg, gpus="0", server_env="CUDA_VISIBLE_DEVICES=1"))
 
 
 @pytest.mark.parametrize("flag, setting", [("--tp-size", "TP_SIZE"), ("--dp-size", "DP_SIZE"),
                                            ("--nnodes", "NNODES"), ("--dist-init-addr", "DIST_INIT_ADDR")])
 def test_parallel_flags_in_server_extra_args_point_at_their_setting(cfg, flag, setting):
     with pytest.raises(SpecError, match=f"SERVER_EXTRA_ARGS sets {flag}: set {setting}"):
-        build_spec(layout(cfg, server_extra_args=f"{flag} 2"), cpu_count=16)
+        build_spec(layout(cfg, server_extra_args=f"{flag} 2"))

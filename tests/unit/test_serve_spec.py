@@ -35,7 +35,7 @@ def flag(argv, name):
 
 
 def test_the_articles_features_are_all_on(cfg):
-    argv = build_spec(cfg, cpu_count=16).argv
+    argv = build_spec(cfg).argv
     assert argv[:3] == ("/opt/venv/bin/python", "-m", "sglang.launch_server")
     assert flag(argv, "--attention-backend") == ["flashinfer"]
     assert flag(argv, "--enable-metrics") == [] and flag(argv, "--enable-cache-report") == []
@@ -45,15 +45,20 @@ def test_the_articles_features_are_all_on(cfg):
     assert "--disable-radix-cache" not in argv  # prefix cache stays on
 
 
-@pytest.mark.parametrize("cores, workers", [(1, 1), (2, 1), (6, 3), (16, 8), (128, 8)])
-def test_auto_tokenizer_workers_is_half_the_cores_capped_at_8(cfg, cores, workers):
-    assert flag(build_spec(cfg, cpu_count=cores).argv, "--tokenizer-worker-num") == [str(workers)]
+def test_auto_tokenizer_is_one_process_batching_prompts_and_a_count_is_that_many_plain_processes(cfg):
+    argv = build_spec(cfg).argv
+    assert flag(argv, "--tokenizer-worker-num") == ["1"] and flag(argv, "--enable-dynamic-batch-tokenizer") == []
+    eight = build_spec(dataclasses.replace(cfg, tokenizer_worker_num="8")).argv
+    assert flag(eight, "--tokenizer-worker-num") == ["8"] and "--enable-dynamic-batch-tokenizer" not in eight
+    both = build_spec(dataclasses.replace(cfg, tokenizer_worker_num="4",
+                                          server_extra_args="--enable-dynamic-batch-tokenizer")).argv
+    assert flag(both, "--tokenizer-worker-num") == ["4"] and both.count("--enable-dynamic-batch-tokenizer") == 1
 
 
 def test_explicit_settings_reach_the_command(cfg):
     cfg = dataclasses.replace(cfg, tokenizer_worker_num="3", mem_fraction_static="0.8", chunked_prefill_size="4096",
                               load_format="dummy", port=30123)
-    argv = build_spec(cfg, cpu_count=16).argv
+    argv = build_spec(cfg).argv
     assert flag(argv, "--tokenizer-worker-num") == ["3"] and flag(argv, "--mem-fraction-static") == ["0.8"]
     assert flag(argv, "--chunked-prefill-size") == ["4096"] and flag(argv, "--load-format") == ["dummy"]
     assert flag(argv, "--port") == ["30123"]
@@ -61,15 +66,15 @@ def test_explicit_settings_reach_the_command(cfg):
 
 def test_auto_leaves_sizing_to_sglang_on_an_empty_gpu_and_shrinks_it_on_a_busy_one(cfg):
     total = 143771.0  # H200 MiB
-    assert flag(build_spec(cfg, 16, (total - 500, total)).argv, "--mem-fraction-static") is None
-    assert flag(build_spec(cfg, 16, None).argv, "--mem-fraction-static") is None
+    assert flag(build_spec(cfg, (total - 500, total)).argv, "--mem-fraction-static") is None
+    assert flag(build_spec(cfg, None).argv, "--mem-fraction-static") is None
     free = total - 40 * 1024  # 40 GiB held by someone else
-    spec = build_spec(cfg, 16, (free, total))
+    spec = build_spec(cfg, (free, total))
     fraction = float(flag(spec.argv, "--mem-fraction-static")[0])
     # SGLang keeps free x (1 - fraction) outside its pool: the same 9.7% of the GPU it keeps on an empty one
     assert abs(free * (1 - fraction) - 0.097 * total) < 0.001 * free
     assert "40.0 GiB" in spec.notes[0]
-    nearly_full = build_spec(cfg, 16, (2048.0, total))  # print-command still works (our own server may hold it)
+    nearly_full = build_spec(cfg, (2048.0, total))  # print-command still works (our own server may hold it)
     assert flag(nearly_full.argv, "--mem-fraction-static") is None and "start refuses" in nearly_full.notes[0]
     assert "MEM_FRACTION_STATIC" in launch_spec.gpu_room_problem((2048.0, total))
     assert launch_spec.gpu_room_problem((free, total)) is None and launch_spec.gpu_room_problem(None) is None
@@ -77,19 +82,7 @@ def test_auto_leaves_sizing_to_sglang_on_an_empty_gpu_and_shrinks_it_on_a_busy_o
 
 def test_a_bad_server_env_is_one_line_not_a_traceback(cfg):
     with pytest.raises(SpecError, match="SERVER_ENV cannot be split"):
-        build_spec(dataclasses.replace(cfg, server_env="A='b"), cpu_count=4)
-
-
-@pytest.mark.parametrize("cpu_max, expected", [("400000 100000", 4), ("max 100000", 16), ("50000 100000", 1),
-                                                ("garbage", 16), (None, 16)])
-def test_usable_cpus_follow_the_affinity_mask_and_the_container_quota(monkeypatch, tmp_path, cpu_max, expected):
-    """A 4-CPU container quota on a 16-CPU host: 4, so auto picks 2 tokenizer workers, not 8."""
-    monkeypatch.setattr(launch_spec.os, "sched_getaffinity", lambda pid: set(range(16)))
-    quota = tmp_path / "cpu.max"
-    if cpu_max is not None:
-        quota.write_text(cpu_max + "\n")
-    monkeypatch.setattr(launch_spec, "CGROUP_CPU_MAX", quota)
-    assert launch_spec.usable_cpus() == expected
+        build_spec(dataclasses.replace(cfg, server_env="A='b"))
 
 
 @pytest.mark.parametrize("key, value", [("TOKENIZER_WORKER_NUM", "0"), ("TOKENIZER_WORKER_NUM", "many"),
@@ -97,13 +90,13 @@ def test_usable_cpus_follow_the_affinity_mask_and_the_container_quota(monkeypatc
                                         ("SERVER_ENV", "NOEQUALS"), ("SERVER_EXTRA_ARGS", "stray --x")])
 def test_bad_settings_are_one_line_errors_naming_the_key(cfg, key, value):
     with pytest.raises(SpecError) as err:
-        build_spec(dataclasses.replace(cfg, **{key.lower(): value}), cpu_count=4)
+        build_spec(dataclasses.replace(cfg, **{key.lower(): value}))
     assert key in str(err.value) and "\n" not in str(err.value)
 
 
 def test_an_extra_flag_replaces_ours_and_new_flags_are_appended(cfg):
     cfg = dataclasses.replace(cfg, server_extra_args="--attention-backend triton --kv-cache-dtype fp8_e5m2 --disable-radix-cache")
-    spec = build_spec(cfg, cpu_count=4)
+    spec = build_spec(cfg)
     assert flag(spec.argv, "--attention-backend") == ["triton"]
     assert spec.argv.count("--attention-backend") == 1
     assert spec.argv[-3:] == ("--kv-cache-dtype", "fp8_e5m2", "--disable-radix-cache")
@@ -114,12 +107,12 @@ def test_an_extra_flag_replaces_ours_and_new_flags_are_appended(cfg):
                                         ("--model=/m", "MODEL_DIR"), ("--config x.yaml", "API_KEY_FILE")])
 def test_extra_flags_that_have_a_setting_are_refused(cfg, extra, key):
     with pytest.raises(SpecError, match=f"set {key} instead"):
-        build_spec(dataclasses.replace(cfg, server_extra_args=extra), cpu_count=4)
+        build_spec(dataclasses.replace(cfg, server_extra_args=extra))
 
 
 def test_an_arms_flags_go_after_the_configured_extra_args_and_win(cfg):
     cfg = dataclasses.replace(cfg, server_extra_args="--kv-cache-dtype fp8_e5m2 --page-size 16")
-    argv = build_spec(cfg, cpu_count=4, extra_args=["--attention-backend", "triton", "--page-size", "32"]).argv
+    argv = build_spec(cfg, extra_args=["--attention-backend", "triton", "--page-size", "32"]).argv
     assert flag(argv, "--attention-backend") == ["triton"] and flag(argv, "--kv-cache-dtype") == ["fp8_e5m2"]
     assert argv[-2:] == ("--page-size", "32")  # the last one given wins in launch_server's parser
 
@@ -134,7 +127,7 @@ def test_settings_override_by_their_config_names_with_their_types(cfg):
 
 
 def test_server_env_adds_the_flashinfer_cache_and_server_env_pairs(cfg):
-    spec = build_spec(dataclasses.replace(cfg, server_env="PYTHONPATH=/x 'A=b c'"), cpu_count=4)
+    spec = build_spec(dataclasses.replace(cfg, server_env="PYTHONPATH=/x 'A=b c'"))
     assert dict(spec.env) == {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base, "PYTHONPATH": "/x", "A": "b c"}
     assert spec.command[:4] == ["env", f"FLASHINFER_WORKSPACE_BASE={cfg.flashinfer_workspace_base}",
                                 "PYTHONPATH=/x", "A=b c"]
@@ -146,7 +139,7 @@ def test_api_key_travels_only_in_the_0600_yaml(cfg, tmp_path):
     key_file.write_text(key + "\n")
     key_file.chmod(0o600)  # a key file others may read is refused (llmhost.config.read_secret)
     cfg = dataclasses.replace(cfg, api_key_file=str(key_file))
-    spec = build_spec(cfg, cpu_count=4)
+    spec = build_spec(cfg)
     state = cfg.state_dir
     launch_spec.write_launch_files(spec, state, cfg.api_key())
     yaml_file = state / launch_spec.CONFIG_FILE_NAME
@@ -160,7 +153,7 @@ def test_api_key_travels_only_in_the_0600_yaml(cfg, tmp_path):
 
 
 def test_launch_files_record_the_exact_command(cfg):
-    spec = build_spec(dataclasses.replace(cfg, server_env="A='x y'"), cpu_count=4)
+    spec = build_spec(dataclasses.replace(cfg, server_env="A='x y'"))
     launch_spec.write_launch_files(spec, cfg.state_dir, None)
     record = json.loads((cfg.state_dir / "launch_command.json").read_text())
     assert record["argv"] == list(spec.argv) and record["env"] == dict(spec.env)
@@ -173,8 +166,8 @@ def test_a_key_removed_from_the_config_does_not_linger_on_disk(cfg, tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text("sk-1\n")
     with_key = dataclasses.replace(cfg, api_key_file=str(key_file))
-    launch_spec.write_launch_files(build_spec(with_key, cpu_count=4), cfg.state_dir, "sk-1")
-    launch_spec.write_launch_files(build_spec(cfg, cpu_count=4), cfg.state_dir, None)
+    launch_spec.write_launch_files(build_spec(with_key), cfg.state_dir, "sk-1")
+    launch_spec.write_launch_files(build_spec(cfg), cfg.state_dir, None)
     assert not (cfg.state_dir / launch_spec.CONFIG_FILE_NAME).exists()
 
 
@@ -185,14 +178,13 @@ def test_redactor_replaces_the_key_in_the_server_output(tmp_path):
         b"server_args=ServerArgs(api_key='***', port=1)\nok\n"
 
 
-def test_an_api_key_forces_one_tokenizer_worker_because_sglang_refuses_it_otherwise(cfg, tmp_path):
+def test_an_api_key_is_refused_only_with_several_tokenizer_processes_as_sglang_refuses_it(cfg, tmp_path):
     keyed = dataclasses.replace(cfg, api_key_file=str(tmp_path / "key"))
-    spec = build_spec(keyed, cpu_count=16)
-    assert flag(spec.argv, "--tokenizer-worker-num") == ["1"]
-    assert any("multi-tokenizer" in note for note in spec.notes)
-    assert flag(build_spec(cfg, cpu_count=16).argv, "--tokenizer-worker-num") == ["8"]
+    spec = build_spec(keyed)
+    assert flag(spec.argv, "--tokenizer-worker-num") == ["1"] and spec.notes == ()
+    assert flag(build_spec(dataclasses.replace(keyed, tokenizer_worker_num="1")).argv, "--tokenizer-worker-num") == ["1"]
     with pytest.raises(SpecError, match="TOKENIZER_WORKER_NUM=4 with API_KEY_FILE"):
-        build_spec(dataclasses.replace(keyed, tokenizer_worker_num="4"), cpu_count=16)
+        build_spec(dataclasses.replace(keyed, tokenizer_worker_num="4"))
 
 
 def test_redactor_also_catches_the_key_as_repr_escapes_it_in_server_args(tmp_path):
@@ -226,14 +218,14 @@ def test_a_key_split_across_reads_is_still_redacted_and_progress_lines_pass_at_o
 
 def test_the_values_the_defaults_launch_with_are_what_build_gives_the_server(cfg):
     extra = "--schedule-policy lpm --enable-mixed-chunk --page-size=16"
-    values = launch_spec.launched_values(dataclasses.replace(cfg, server_extra_args=extra), cpu_count=8)
+    values = launch_spec.launched_values(dataclasses.replace(cfg, server_extra_args=extra))
     assert values == {"--schedule-policy": "lpm", "--enable-mixed-chunk": "", "--page-size": "16",
-                      "--tokenizer-worker-num": "4"}  # auto on 8 cores, as build resolves it
-    argv = build_spec(dataclasses.replace(cfg, server_extra_args=extra), cpu_count=8).command
-    assert flag(argv, "--tokenizer-worker-num") == ["4"] and flag(argv, "--schedule-policy") == ["lpm"]
-    chunked = launch_spec.launched_values(dataclasses.replace(cfg, chunked_prefill_size="2048"), cpu_count=2)
-    assert chunked == {"--tokenizer-worker-num": "1", "--chunked-prefill-size": "2048"}
-    keyed = launch_spec.launched_values(dataclasses.replace(cfg, api_key_file="/k"), cpu_count=16)
-    assert keyed["--tokenizer-worker-num"] == "1"  # build drops to one process with a key
+                      "--tokenizer-worker-num": "1", "--enable-dynamic-batch-tokenizer": ""}  # auto, as build has it
+    argv = build_spec(dataclasses.replace(cfg, server_extra_args=extra)).command
+    assert flag(argv, "--tokenizer-worker-num") == ["1"] and flag(argv, "--schedule-policy") == ["lpm"]
+    chunked = launch_spec.launched_values(dataclasses.replace(cfg, chunked_prefill_size="2048", tokenizer_worker_num="8"))
+    assert chunked == {"--tokenizer-worker-num": "8", "--chunked-prefill-size": "2048"}
+    with pytest.raises(SpecError, match="with API_KEY_FILE"):
+        launch_spec.launched_values(dataclasses.replace(cfg, api_key_file="/k", tokenizer_worker_num="2"))
     with pytest.raises(SpecError, match="cannot be split"):
-        launch_spec.launched_values(dataclasses.replace(cfg, server_extra_args="--x 'open"), cpu_count=8)
+        launch_spec.launched_values(dataclasses.replace(cfg, server_extra_args="--x 'open"))

@@ -23,8 +23,8 @@ ROWS = [("agent", "concurrency", 64, None, 256)]
 
 def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_middle_value():
     names = [t.name for t in space.coarse_trials(space.SPACE)]
-    assert names == ["baseline", "mrr64", "cps2048", "dbt", "tok1", "splpm", "mix", "ncds4", "ps16", "mrr256",
-                     "cps16384", "tok4", "mrr128", "cps4096"]
+    assert names == ["baseline", "mrr64", "cps2048", "dbt", "tok8", "splpm", "mix", "ncds4", "ps16", "mrr256",
+                     "cps16384", "mrr128", "cps4096"]
     assert space.coarse_trials(space.SPACE)[1].flags() == ("--max-running-requests", "64")
     assert space.coarse_trials(space.SPACE)[3].flags() == ("--enable-dynamic-batch-tokenizer",)  # a switch: bare
 
@@ -189,8 +189,7 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
                 ("cps2048", "c64"): _reps(0.9, 1.0)}
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
     assert [t.name for t in refined.trials[3:]] == ["mrr88", "dbt"] and refined.stage == "refine"
-    assert refined.cut == ("tok1", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384", "tok4", "mrr128",
-                           "cps4096")
+    assert refined.cut == ("tok8", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
 
 
 def test_the_tune_ends_saying_how_much_of_its_budget_it_took():
@@ -212,15 +211,17 @@ def test_every_coarse_trial_parses_against_sglangs_captured_launch_options(monke
 
 
 def test_what_the_defaults_already_launch_with_or_would_refuse_is_not_a_trial():
-    current = {"--tokenizer-worker-num": "4", "--chunked-prefill-size": "02048", "--enable-dynamic-batch-tokenizer":
-               space.SWITCH, "--schedule-policy": "fcfs"}
+    current = {"--tokenizer-worker-num": "1", "--chunked-prefill-size": "02048", "--enable-dynamic-batch-tokenizer":
+               space.SWITCH, "--schedule-policy": "fcfs"}  # TOKENIZER_WORKER_NUM=auto, CHUNKED_PREFILL_SIZE=2048
     levers, same = space.settled(space.SPACE, current, {})
     by_flag = {lv.flag: lv.values for lv in levers}
-    assert by_flag["--tokenizer-worker-num"] == ("1",) and by_flag["--chunked-prefill-size"] == ("4096", "16384")
+    assert by_flag["--tokenizer-worker-num"] == ("8",) and by_flag["--chunked-prefill-size"] == ("4096", "16384")
     assert "--enable-dynamic-batch-tokenizer" not in by_flag and by_flag["--schedule-policy"] == ("lpm",)
     assert same == ["--chunked-prefill-size 2048 (the defaults already launch with it)",
-                    "--enable-dynamic-batch-tokenizer on (the defaults already launch with it)",
-                    "--tokenizer-worker-num 4 (the defaults already launch with it)"]
+                    "--enable-dynamic-batch-tokenizer on (the defaults already launch with it)"]
+    eight, same = space.settled(space.SPACE, {"--tokenizer-worker-num": "8"}, {})  # TOKENIZER_WORKER_NUM=8
+    assert "--tokenizer-worker-num" not in {lv.flag for lv in eight} and "--enable-dynamic-batch-tokenizer" in \
+        {lv.flag for lv in eight} and same == ["--tokenizer-worker-num 8 (the defaults already launch with it)"]
     keyed, why = space.settled(space.SPACE, {}, {"--tokenizer-worker-num": "an API key holds SGLang to one"})
     assert "--tokenizer-worker-num" not in {lv.flag for lv in keyed}
     assert why == ["--tokenizer-worker-num (an API key holds SGLang to one)"]
