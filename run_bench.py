@@ -23,6 +23,8 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
                                              # the winner to config.local.env
     ./run_bench.py --startup 3 --arm tok1="--tokenizer-worker-num 1"   # start-up only: ready time and phase
                                              # medians per arm over 3 restarts each (llmhost.bench.startup_bench)
+    ./run_bench.py --startup 2 --import-profile   # + per arm, the import seconds of the server's processes by
+                                             # package (llmhost.serve.import_profile)
     ./run_bench.py --single-stream 3 --arm nooverlap="--disable-overlap-schedule"   # one stream only: per arm,
                                              # ms per output token split into weight-read floor, GPU above it,
                                              # CPU gap between forwards and streaming (llmhost.bench.single_stream;
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         model = costs.fit(cfg.results_path / "bench")  # this host's last runs, else the H200 defaults
         if opts.startup:  # start-up only: restarts, no load points, its own run directory
             return startup_bench.main(cfg, model, opts.startup, opts.arms, opts.user_arms, opts.tag, opts.dry_run,
-                                      opts.argv)
+                                      opts.argv, opts.import_profile)
         if opts.single_stream:  # one stream only: per arm where its time per output token goes
             return single_stream.main(cfg, opts.single_stream, opts.arms, opts.user_arms, opts.tag, opts.dry_run,
                                       opts.argv)

@@ -40,6 +40,7 @@ class Options:
     apply: bool = False
     startup: int | None = None  # --startup N: restarts per arm, no load points
     single_stream: int | None = None  # --single-stream N: measured requests per arm, no load points
+    import_profile: bool = False  # --import-profile (with --startup): the server's processes profile their imports
 
 
 def parse_args(argv: list[str], doc: str) -> Options:
@@ -103,7 +104,7 @@ def parse_args(argv: list[str], doc: str) -> Options:
         if args.budget_min is None else args.budget_min
     return Options(names, args.arm, workloads, args.quick, args.repeat, budget_min, loads, args.seed, args.tag,
                    args.resume, args.only_missing, args.dry_run, slo, list(argv), args.tune, args.apply, args.startup,
-                   args.single_stream)
+                   args.single_stream, args.import_profile)
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:

@@ -295,6 +295,9 @@ class StartupRecord(Record):
     phases: dict[str, float]  # phase -> seconds in log order (llmhost.serve.startup); {} when the log told none
     launch_command: str | None = None
     error: str = ""
+    # with --import-profile: package -> import self seconds over the start's processes (llmhost.serve.import_profile)
+    imports_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    import_processes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

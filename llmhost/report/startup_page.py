@@ -1,7 +1,8 @@
 """The page of a `run_bench.py --startup` run: where each arm's restart spends its time.
 
     build(run) -> the HTML: environment, the median phases per arm, every restart on its own, the table of
-                  medians (llmhost.bench.startup_bench.summarize, the terminal table's numbers) and the failures
+                  medians (llmhost.bench.startup_bench.summarize, the terminal table's numbers), the import
+                  profile's medians when the run took one (--import-profile) and the failures
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from llmhost.bench.startup_bench import ArmStartup, summarize
 from llmhost.report import environment, page
 from llmhost.report.figures import Chart, _go, _layout, legend_on_top
 from llmhost.report.page import esc, num
+from llmhost.serve.import_profile import TOP
 from llmhost.serve.startup import MARKERS
 
 if TYPE_CHECKING:
@@ -102,6 +104,27 @@ def medians_table(run: SideRun, arms: list[ArmStartup], phases: list[str]) -> st
     return page.table(columns, rows, left=2)
 
 
+def imports_html(run: SideRun, arms: list[ArmStartup]) -> str:
+    """Per arm, the median import seconds of the packages that took the most (any arm's top TOP), the rest and the
+    sum; '' when no restart was profiled."""
+    profiled = [a for a in arms if a.imports]
+    if not profiled:
+        return ""
+    top = list(dict.fromkeys(n for a in profiled for n in list(a.imports.packages_s)[:TOP]))
+    rows = [{"arm": run.arm_label(a.arm), "starts": a.imports_starts, "processes": a.imports.processes,
+             **{n: a.imports.packages_s.get(n, 0.0) for n in top},
+             "the rest": a.imports.total_s - sum(a.imports.packages_s.get(n, 0.0) for n in top),
+             "sum": a.imports.total_s} for a in profiled]
+    columns: list[tuple[str, page.Cell]] = [
+        ("Arm", lambda r: esc(r["arm"])), ("Starts", lambda r: num(r["starts"], 0)),
+        ("Processes", lambda r: num(r["processes"], 0)),
+        *((f"{n} s", lambda r, n=n: num(r[n], 1)) for n in [*top, "the rest", "sum"])]
+    return ("<p class=read>CPython's import profile (PYTHONPROFILEIMPORTTIME=1) of every process the server started: "
+            "per top-level package, the seconds its modules took to import (their own time, not what they imported "
+            "in turn), summed over the processes, median over the profiled starts. Processes that import side by "
+            "side overlap, so the sum is import work, not seconds of the start.</p>" + page.table(columns, rows))
+
+
 def failures_html(run: SideRun) -> str:
     failed = [r.to_dict() for r in run.records if r.status != "ok"]
     if not failed:
@@ -126,6 +149,7 @@ def build(run: SideRun) -> str:
                 ("phases", "Phases", page.chart(median_phases(run, arms, phases))
                  + page.chart(every_restart(run, phases))),
                 ("table", "Per arm", medians_table(run, arms, phases)),
+                *([("imports", "Imports", imports_html(run, arms))] if any(a.imports for a in arms) else []),
                 ("failed", f"Failed restarts ({sum(r.status != 'ok' for r in records)})", failures_html(run))]
     header = (f"<h1>Server start-up — {esc(run.run_id)}</h1>"
               f"<p class=read>{esc(environment.subtitle(run.manifest))} · built from {esc(run.path.name)}</p>")

@@ -305,6 +305,7 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
      "--single-stream measures one stream only, no load points: drop --concurrency"),
     (["--startup", "--single-stream"], 2, "--startup measures restarts only, no load points: drop --single-stream"),
     (["--single-stream", "--arms", "nope"], 2, "unknown arm nope"),
+    (["--import-profile"], 2, "--import-profile profiles the server's start: give it with --startup N"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
     proc = bench(env, *args, timeout=60)
@@ -330,6 +331,7 @@ def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
         assert sum(rec["phases"].values()) == pytest.approx(rec["ready_s"])
     tok1 = starts[-1]["launch_command"]  # a set count: that many plain processes, no batching (auto's)
     assert "--tokenizer-worker-num 1" in tok1 and "--enable-dynamic-batch-tokenizer" not in tok1
+    assert all(rec["imports_s"] == {} and rec["import_processes"] == 0 for rec in starts)  # not asked for
     for name, arm in final["arms"].items():
         ready = sorted(r["ready_s"] for r in starts if r["arm"] == name)
         assert arm["starts_ok"] == 2 and arm["ready_s_median"] == pytest.approx(sum(ready) / 2, abs=0.01)
@@ -337,6 +339,20 @@ def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
         assert "launcher" in arm["phases_s_median"]
     table = [line for line in proc.stdout.splitlines() if line.startswith("[bench] ")][-3:]
     assert "ready s (min-max)" in table[0] and table[1].split()[1] == "baseline" and table[2].split()[1] == "tok1"
+
+
+def test_an_import_profile_names_the_packages_the_servers_processes_spent_their_imports_in(env):
+    proc = bench(env, "--startup", "1", "--import-profile")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    closing = json.loads(proc.stdout.strip().splitlines()[-1])
+    final, (start,) = closing["arms"]["baseline"], _rows(Path(closing["run_dir"]) / "startups.jsonl")
+    assert "PYTHONPROFILEIMPORTTIME=1" in start["launch_command"]
+    # the stand-in is a Python server too: its own imports (http.server, json, ...) come back from its log
+    assert start["import_processes"] >= 1 and {"http", "json"} <= set(start["imports_s"])
+    assert final["import_processes"] == start["import_processes"] and len(final["imports_s_median"]) <= 8
+    assert final["imports_s_medians_sum"] == pytest.approx(sum(start["imports_s"].values()), abs=0.02)
+    assert any(line.startswith("[bench] baseline (median of 1 starts): imports ") for line in proc.stdout.splitlines())
+    assert "import profile on" in proc.stdout
 
 
 def test_startup_dry_run_lists_the_arms_and_prices_their_restarts_without_starting_anything(env):

@@ -3,6 +3,7 @@ a --single-stream run's time-per-token bar and table, the run's kind read from i
 (a torn last line named, no readable record refused)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,26 @@ def test_the_table_gives_flags_starts_and_medians_and_lists_each_failure_with_it
     assert rows[0]["Restart s, median"] == "34.0"
     html = startup_page.build(run)
     assert "Failed restarts (1)" in html and "exited 1: unknown flag" in html and html.count("plotly.js v") == 1
+
+
+def test_an_import_profile_gets_its_table_of_package_medians_and_a_run_without_one_no_section(tmp_path):
+    def profiled(arm: str, repeat: int, imports: dict[str, float]):
+        return dataclasses.replace(startup(arm, repeat, 60.0), imports_s=imports, import_processes=3)
+
+    records = [profiled("baseline", 1, {"sglang": 12.0, "torch": 9.0, "json": 0.5}),
+               profiled("baseline", 2, {"sglang": 14.0, "torch": 11.0, "json": 0.5}),
+               profiled("no-prefix-cache", 1, {"torch": 8.0, "sglang": 7.0})]
+    run = side_run(tmp_path / "p", "startup", records)
+    html = startup_page.imports_html(run, summarize(list(run.records)))
+    head = [h.split("<")[0] for h in html.split("<th class=")[1:]]
+    assert head == ["l>Arm", "r>Starts", "r>Processes", "r>sglang s", "r>torch s", "r>json s", "r>the rest s",
+                    "r>sum s"]
+    assert "<td>13.0</td><td>10.0</td><td>0.5</td><td>0.0</td><td>23.5</td>" in html  # baseline's medians
+    assert "<td>7.0</td><td>8.0</td><td>0.0</td><td>0.0</td><td>15.0</td>" in html
+    assert "CPython's import profile" in startup_page.build(run)
+    plain = side_run(tmp_path / "q", "startup", STARTS)
+    assert startup_page.imports_html(plain, summarize(list(plain.records))) == ""
+    assert "CPython's import profile" not in startup_page.build(plain)
 
 
 def test_a_run_where_no_restart_got_ready_says_so_instead_of_an_empty_chart(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,30 @@ def test_startup_refuses_options_that_plan_load_points(given, needle):
 def test_startup_alone_is_fine():
     args = argparse.Namespace(**{name: None for name in restart_runs.LOAD_OPTIONS}, startup=3)
     assert startup_bench.problem(args) is None
+
+
+def test_an_arms_import_profile_is_the_median_per_package_over_its_profiled_starts(tmp_path: Path):
+    def profiled(repeat: int, imports: dict[str, float]) -> StartupRecord:
+        return dataclasses.replace(start("baseline", repeat, 60, {"launcher": 20}), imports_s=imports,
+                                   import_processes=3)
+
+    rows = [profiled(1, {"torch": 9.0, "sglang": 12.0}), profiled(2, {"torch": 11.0, "sglang": 10.0, "jinja2": 1.0}),
+            profiled(3, {"torch": 10.0, "sglang": 14.0})]
+    (arm,) = startup_bench.summarize(rows)
+    assert arm.imports_starts == 3 and arm.imports.processes == 3
+    assert arm.imports.packages_s == {"sglang": 12.0, "torch": 10.0, "jinja2": 0.0}  # not imported: 0 in that start
+    assert startup_bench.table_lines([arm])[-1] == \
+        "baseline (median of 3 starts): imports 22.0 s of CPU over 3 processes: sglang 12.0 s, torch 10.0 s, " \
+        "jinja2 0.0 s"
+    doc = startup_bench.closing(RunStore(tmp_path / "r"), [arm], 3)["arms"]["baseline"]
+    assert doc["imports_s_median"] == {"sglang": 12.0, "torch": 10.0, "jinja2": 0.0}
+    assert doc["imports_s_medians_sum"] == 22.0 and doc["import_processes"] == 3
+    assert StartupRecord.from_dict(rows[1].to_dict()) == rows[1]
+    (plain,) = startup_bench.summarize([start("a", 1, 60, {})])
+    assert plain.imports is None and "imports_s_median" not in startup_bench.closing(
+        RunStore(tmp_path / "p"), [plain], 1)["arms"]["a"]
+
+
+def test_an_import_profile_without_startup_is_refused():
+    args = argparse.Namespace(**{name: None for name in restart_runs.LOAD_OPTIONS}, startup=None, import_profile=True)
+    assert "give it with --startup N" in startup_bench.problem(args)
