@@ -8,7 +8,7 @@ module it imports to stderr, which serve.sh keeps in server.log:
     import time:      1708 |      40648 | site
 
     profile = read(state_dir / "server.log")  # None when the log holds no such lines
-    profile.line()  # 'imports T s of CPU over N processes: PACKAGE S s, ... , K more R s'
+    profile.line()  # 'imports T s summed over N processes: PACKAGE S s, ... , K more R s'
 
 Self times are summed per top-level package over all processes: processes that import side by side overlap in
 wall time, so the total is import work, not seconds of the start. Lines of processes writing at once stay whole
@@ -37,13 +37,13 @@ class ImportProfile:
         return sum(self.packages_s.values())
 
     def line(self, top: int = TOP) -> str:
-        """'imports T s of CPU over N processes: PACKAGE S s, ..., K more R s': the `top` largest packages."""
+        """'imports T s summed over N processes: PACKAGE S s, ..., K more R s': the `top` largest packages."""
         shown = list(self.packages_s.items())[:top]
         rest = self.total_s - sum(s for _, s in shown)
         more = len(self.packages_s) - len(shown)
         tail = f", {more} more {rest:.1f} s" if more else ""
         body = ", ".join(f"{name} {s:.1f} s" for name, s in shown)
-        return f"imports {self.total_s:.1f} s of CPU over {self.processes} processes: {body}{tail}"
+        return f"imports {self.total_s:.1f} s summed over {self.processes} processes: {body}{tail}"
 
 
 def parse(lines: Iterable[str]) -> ImportProfile | None:

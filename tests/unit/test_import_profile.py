@@ -25,7 +25,7 @@ def test_self_times_add_up_per_top_level_package_over_processes_and_other_lines_
     assert profile.processes == 2 and profile.packages_s == {"sglang": 2.75, "torch": 1.5, "json": 0.25}
     assert list(profile.packages_s) == ["sglang", "torch", "json"]  # largest first
     assert profile.total_s == pytest.approx(4.5)
-    assert profile.line(top=2) == ("imports 4.5 s of CPU over 2 processes: sglang 2.8 s, torch 1.5 s, "
+    assert profile.line(top=2) == ("imports 4.5 s summed over 2 processes: sglang 2.8 s, torch 1.5 s, "
                                    "1 more 0.2 s")
 
 
@@ -52,7 +52,7 @@ def test_it_reads_what_cpython_itself_writes_for_a_process_and_its_spawned_child
 def test_ties_go_by_name_a_cut_header_still_counts_one_process_and_a_short_list_has_no_tail():
     profile = import_profile.parse([row(100_000, "b"), row(100_000, "a"), row(300_000, "c.x")])
     assert list(profile.packages_s) == ["c", "a", "b"] and profile.processes == 1
-    assert profile.line() == "imports 0.5 s of CPU over 1 processes: c 0.3 s, a 0.1 s, b 0.1 s"
+    assert profile.line() == "imports 0.5 s summed over 1 processes: c 0.3 s, a 0.1 s, b 0.1 s"
 
 
 def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tmp_path):

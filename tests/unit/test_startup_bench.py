@@ -92,7 +92,7 @@ def test_an_arms_import_profile_is_the_median_per_package_over_its_profiled_star
     assert arm.imports_starts == 3 and arm.imports.processes == 3
     assert arm.imports.packages_s == {"sglang": 12.0, "torch": 10.0, "jinja2": 0.0}  # not imported: 0 in that start
     assert startup_bench.table_lines([arm])[-1] == \
-        "baseline (median of 3 starts): imports 22.0 s of CPU over 3 processes: sglang 12.0 s, torch 10.0 s, " \
+        "baseline (median of 3 starts): imports 22.0 s summed over 3 processes: sglang 12.0 s, torch 10.0 s, " \
         "jinja2 0.0 s"
     doc = startup_bench.closing(RunStore(tmp_path / "r"), [arm], 3)["arms"]["baseline"]
     assert doc["imports_s_median"] == {"sglang": 12.0, "torch": 10.0, "jinja2": 0.0}
