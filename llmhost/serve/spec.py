@@ -72,6 +72,12 @@ _MIN_USABLE_MIB = 2 * 1024  # below this, weights + a KV pool cannot fit: refuse
 AUTO_TOKENIZER_FLAGS = (("--tokenizer-worker-num", "1"), ("--enable-dynamic-batch-tokenizer",))
 
 
+def several_tokenizers_problem(cfg: Config) -> str | None:
+    """Why this server cannot run more than one tokenizer process, or None: SGLang 0.5.17 asserts "API key is not
+    supported in multi-tokenizer mode" (seen on an H200)."""
+    return "an API key holds SGLang to one tokenizer process" if cfg.api_key_file else None
+
+
 def tokenizer_flags(cfg: Config) -> list[list[str]]:
     """The tokenizer's flag groups: auto = AUTO_TOKENIZER_FLAGS; N = N processes, each encoding on its own event loop
     (add --enable-dynamic-batch-tokenizer to SERVER_EXTRA_ARGS to batch in them too). SpecError (one line) for a
@@ -81,8 +87,7 @@ def tokenizer_flags(cfg: Config) -> list[list[str]]:
         return [list(group) for group in AUTO_TOKENIZER_FLAGS]
     if not setting.isdigit() or int(setting) < 1:
         raise SpecError(f"TOKENIZER_WORKER_NUM={setting!r} must be auto or a positive integer")
-    if cfg.api_key_file and int(setting) > 1:
-        # SGLang 0.5.17 asserts "API key is not supported in multi-tokenizer mode" (seen on an H200)
+    if int(setting) > 1 and several_tokenizers_problem(cfg):
         raise SpecError(f"TOKENIZER_WORKER_NUM={setting} with API_KEY_FILE: SGLang refuses an API key with several "
                         "tokenizer processes — set TOKENIZER_WORKER_NUM=auto or 1, or drop the key (the server is "
                         "loopback-only behind the SSH tunnel)")

@@ -103,10 +103,8 @@ def settled_by(cfg: config.Config) -> tuple[dict[str, str], dict[str, str]]:
         current = {flag: value or space_mod.SWITCH for flag, value in spec.launched_values(cfg).items()}
     except spec.SpecError as exc:
         raise BenchError(str(exc)) from None
-    # SGLang 0.5.17 refuses an API key with several tokenizer processes (serve's spec says so for the setting)
-    refused = {"--tokenizer-worker-num": "an API key holds SGLang to one tokenizer process"} if cfg.api_key_file \
-        else {}
-    return current, refused
+    why = spec.several_tokenizers_problem(cfg)
+    return current, {"--tokenizer-worker-num": why} if why else {}
 
 
 def print_plan(tune: driver.TuneRun, model: CostModel) -> None:

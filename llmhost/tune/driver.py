@@ -91,7 +91,8 @@ def run_stages(b: runner.Bench, tune: TuneRun, model: CostModel, slo: stats.Slo,
                on_tune: Callable[[TuneRun], None],
                finish: Callable[[TuneRun, rank.Ranking, float], dict[str, Any]]) -> tuple[list[Arm], list[Point], dict]:
     """Coarse (or what is left of it), then refine within left_s(); on_tune(tune) records a re-planned tune (the
-    manifest), finish(tune, ranking, seconds the run took) reports and applies. Returns the final arms, plan and the closing JSON's part."""
+    manifest), finish(tune, ranking, seconds the run took) reports and applies. Returns the final arms, plan and
+    the closing JSON's part."""
     b.check_tool_calls = False  # 40 prompts per boot, unpriced by the budget: the levers do not change answers
     runner.run_arms(b, tune.arms(), tune.points(), False)
     price = b.cfg.gpu_hourly_usd
