@@ -467,7 +467,7 @@ phase_flashinfer() {
   done
   # FlashInfer works without its add-ons: it JIT-compiles what they would have brought, and the kernel check below
   # proves that it does
-  ((${#skips[@]} == 0)) || warn "flashinfer: going on without ${skips[*]} — $(printf '%s; ' "${reasons[@]}")FlashInfer JIT-compiles their kernels on first use instead: a first server start without them took ~7 min on an H200 (1.5-3 min once FLASHINFER_WORKSPACE_BASE holds the kernels)"
+  ((${#skips[@]} == 0)) || warn "flashinfer: going on without ${skips[*]} — $(printf '%s; ' "${reasons[@]}")FlashInfer JIT-compiles their kernels on first use instead: a first server start without them took ~7 min on an H200 (~1 min once FLASHINFER_WORKSPACE_BASE holds the kernels)"
   is_dry && return 0
   plan=$(toolkit llmhost.setup.versions flashinfer-plan --python "$SGLANG_PYTHON") || fail "could not re-read the FlashInfer packages"
   while read -r kind name _; do
