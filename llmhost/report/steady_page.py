@@ -128,8 +128,8 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
         body += (f"<details><summary>All {len(paired)} paired comparisons</summary>"
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
-        page.table(_steady_columns(), rows, left=4) + waves_note(rows) + measuring_side_note(rows)
-        + way_in_note(rows) if rows else page.missing("No point has request data yet."))
+        page.table(_steady_columns(), rows, left=4) + tail_trade_note(rows, paired, slo) + waves_note(rows)
+        + measuring_side_note(rows) + way_in_note(rows) if rows else page.missing("No point has request data yet."))
 
 
 def _unsteady_columns() -> list[tuple[str, page.Cell]]:
@@ -180,6 +180,35 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
     return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}" + (
         f"; headers {num(headers)}" if math.isfinite(headers) else "") + (
         f" (p99 {num(tail)})" if math.isfinite(headers) and math.isfinite(tail) else "")
+
+
+def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], slo: stats.Slo) -> str:
+    """Per load that several arms ran: which arms' steady TTFT p99 met the SLO, and what the arm with the lowest p99
+    traded for it against the baseline (paired output throughput, goodput); '' when no load has two arms."""
+    loads: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        loads.setdefault((r["workload"], r["pattern"], r["load"]), []).append(r)
+    trades = {(p["arm"], p["workload"], p["pattern"], p["load"]): p for p in paired}
+    items = []
+    for key, arms in loads.items():
+        measured = [r for r in arms if math.isfinite(r["steady_ttft_p99_ms"])]
+        if len(arms) < 2 or not measured:
+            continue
+        met = [esc(r["arm"]) for r in arms if r["steady_ttft_p99_slo"] == "met"]
+        best = min(measured, key=lambda r: r["steady_ttft_p99_ms"])
+        trade = trades.get((best["arm"], *key))
+        cost = "" if trade is None or math.isnan(trade["output_throughput_delta_pct"]) else (
+            f", output throughput {trade['output_throughput_delta_pct']:+.1f}% "
+            f"[{trade['output_throughput_lo_pct']:+.1f}, {trade['output_throughput_hi_pct']:+.1f}] against "
+            f"{esc(trade['baseline'])} ({esc(trade['output_throughput_verdict'])})")
+        p99 = with_ci(best["steady_ttft_p99_ms"], best["steady_ttft_p99_ms_lo"], best["steady_ttft_p99_ms_hi"], 0)
+        items.append(f"<li>{esc(key[0])} · {esc(key[2])}: {'met by ' + ', '.join(met) if met else 'no arm met it'}; "
+                     f"lowest p99 {esc(best['arm'])}, {p99} ms, goodput {num(best['steady_goodput_pct'])}%{cost}</li>")
+    if not items:
+        return ""
+    return (f"<p class=read>Steady TTFT p99 against the SLO's {slo.ttft_ms:g} ms, per load (met: the CI's upper "
+            "bound is within it), and what the arm with the lowest p99 gave for it:</p><ul>" + "".join(items)
+            + "</ul>")
 
 
 def waves_note(rows: list[dict[str, Any]]) -> str:

@@ -81,3 +81,34 @@ def test_the_dashboard_shows_the_steady_section_and_summary_json_carries_its_row
     assert "Steady state and repeats" in dash.html and "Repeats that were not steady" in dash.html
     assert "chart-steady" in dash.html and "chart-paired" in dash.html
     assert dash.meta["steady"] and dash.meta["paired"] and "not_steady" in dash.meta
+
+
+def test_the_page_says_per_load_which_arm_met_the_ttft_p99_slo_and_what_it_traded_for_it() -> None:
+    from llmhost.report import steady_page
+
+    def row(arm: str, load_: str, p99: float, lo: float, hi: float, verdict: str, good: float) -> dict:
+        return {"arm": arm, "workload": "agent", "pattern": "concurrency", "load": load_, "steady_ttft_p99_ms": p99,
+                "steady_ttft_p99_ms_lo": lo, "steady_ttft_p99_ms_hi": hi, "steady_ttft_p99_slo": verdict,
+                "steady_goodput_pct": good}
+    # c=64 as the H200 measured the defaults against the article's flags; at c=128 a made-up arm meets the SLO
+    rows = [row("baseline", "c=64", 661.2, 0.0, 1560.9, "undecided", 95.2),
+            row("article", "c=64", 742.0, 0.0, 3959.0, "undecided", 92.1),
+            row("baseline", "c=128", 772.2, 402.6, 1142.0, "missed", 88.1),
+            row("cps2048", "c=128", 410.0, 350.0, 470.0, "met", 99.0),
+            row("baseline", "c=256", 900.0, 800.0, 1000.0, "missed", 50.0)]
+    paired = [{"arm": "article", "baseline": "baseline", "workload": "agent", "pattern": "concurrency",
+               "load": "c=64", "output_throughput_delta_pct": -20.56, "output_throughput_lo_pct": -24.31,
+               "output_throughput_hi_pct": -16.81, "output_throughput_verdict": "worse"},
+              {"arm": "cps2048", "baseline": "baseline", "workload": "agent", "pattern": "concurrency",
+               "load": "c=128", "output_throughput_delta_pct": -7.04, "output_throughput_lo_pct": -9.5,
+               "output_throughput_hi_pct": -4.6, "output_throughput_verdict": "worse"}]
+    note = steady_page.tail_trade_note(rows, paired, SLO)
+    assert note.startswith("<p class=read>Steady TTFT p99 against the SLO's 500 ms")
+    assert "<li>agent · c=64: no arm met it; lowest p99 baseline, 661 <span class=noise>[0, 1,561]</span> ms, " \
+        "goodput 95.2%</li>" in note  # the baseline itself: nothing traded
+    assert "<li>agent · c=128: met by cps2048; lowest p99 cps2048, 410 <span class=noise>[350, 470]</span> ms, " \
+        "goodput 99.0%, output throughput -7.0% [-9.5, -4.6] against baseline (worse)</li>" in note
+    assert "c=256" not in note  # one arm there: nothing to compare
+    assert steady_page.tail_trade_note(rows[-1:], [], SLO) == ""
+    assert "lowest p99 article" in steady_page.tail_trade_note(
+        [{**rows[0], "steady_ttft_p99_ms": float("nan")}, rows[1]], paired, SLO)  # an arm without a p99 is skipped
