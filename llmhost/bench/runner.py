@@ -68,7 +68,7 @@ class Bench:
         left_s = self.clock.seconds_left() if self.clock else None
         print(f"[bench {self.done}/{self.total}] {text}  ETA {'?' if left_s is None else fmt_s(left_s)}", flush=True)
         if self.sitting and self.clock and left_s is not None:
-            self.sitting.eta_shown(self.done, left_s, self.clock)
+            self.sitting.eta_shown(self.done, left_s, self.clock.anchor, self.clock.added_s)
 
     def boot_paid(self, lead: str, arms: Iterable[str], started_at: float, error: str = "",
                   is_fault: bool = False) -> None:

@@ -2,7 +2,7 @@
 
     sitting = Sitting.begin(run, began_at, remaining_s)  # SittingBegan; its number = earlier sittings + 1
     sitting.boot(lead, arm_names, started_at, boot_s)    # BootPaid: a server boot, and why it was paid
-    sitting.eta_shown(done, eta_s, eta)                  # EtaShown: an ETA a progress line printed
+    sitting.eta_shown(done, eta_s, anchor, added_s)      # EtaShown: an ETA a progress line printed
     sitting.end()                                        # SittingEnded
     history = read(run_dir)                              # every record, each sitting's span, the run's time
 
@@ -23,13 +23,10 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from llmhost.bench import records, store
 from llmhost.bench.records import PointRecord, Record, RecordError
-
-if TYPE_CHECKING:  # eta imports costs, which reads sittings
-    from llmhost.bench.eta import Eta
 
 Cause = Literal["plan", "resume", "fault"]
 
@@ -179,11 +176,10 @@ class Sitting:
         self.append(row)
         return row
 
-    def eta_shown(self, done: int, eta_s: float, eta: Eta) -> None:
-        """Record an ETA as a progress line printed it (the Eta for its anchor and added work)."""
+    def eta_shown(self, done: int, eta_s: float, anchor: str | None, added_s: float) -> None:
+        """Record an ETA as a progress line printed it, with the Eta's anchor and added work (EtaShown)."""
         now = self.clock()
-        self.append(EtaShown(self.number, now, done, self.earlier_s + now - self.began_at, eta_s, eta.anchor,
-                             eta.added_s))
+        self.append(EtaShown(self.number, now, done, self.earlier_s + now - self.began_at, eta_s, anchor, added_s))
 
     def end(self) -> None:
         """Record its end. A failed write (a full disk) is not raised: the run is ending anyway (maybe for that

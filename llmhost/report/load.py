@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -97,6 +98,23 @@ class Run:
             if arm.name == name:
                 return arm
         return Arm(name, name, "#7f7f7f", (), "(not in manifest)", False)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SideRun:
+    """A run of run_bench.py without load points (--startup, --single-stream): llmhost.report.side_runs."""
+
+    path: Path
+    manifest: Manifest
+    records: tuple[Any, ...]  # StartupRecord or StreamArmRecord, in the order they were written
+    warnings: tuple[str, ...]  # lines skipped on reading
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id or self.path.name
+
+    def arm_label(self, name: str) -> str:
+        return next((a.label for a in self.manifest.arms if a.name == name), name)
 
 
 def _tpot(r: RequestRecord) -> float:

@@ -15,22 +15,7 @@ from typing import Any, Callable
 from llmhost.bench.records import Manifest, StartupRecord, read_records
 from llmhost.bench.stream_records import StreamArmRecord
 from llmhost.report import startup_page, stream_page
-from llmhost.report.load import LoadError, run_manifest
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SideRun:
-    path: Path
-    manifest: Manifest
-    records: tuple[Any, ...]  # StartupRecord or StreamArmRecord, in the order they were written
-    warnings: tuple[str, ...]  # lines skipped on reading
-
-    @property
-    def run_id(self) -> str:
-        return self.manifest.run_id or self.path.name
-
-    def arm_label(self, name: str) -> str:
-        return next((a.label for a in self.manifest.arms if a.name == name), name)
+from llmhost.report.load import LoadError, SideRun, run_manifest
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

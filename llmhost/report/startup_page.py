@@ -7,18 +7,16 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmhost.bench.records import StartupRecord
 from llmhost.bench.startup_bench import ArmStartup, summarize
 from llmhost.report import environment, page
 from llmhost.report.figures import Chart, _go, _layout, legend_on_top
+from llmhost.report.load import SideRun
 from llmhost.report.page import esc, num
 from llmhost.serve.import_profile import TOP
 from llmhost.serve.startup import MARKERS
-
-if TYPE_CHECKING:
-    from llmhost.report.side_runs import SideRun
 
 # One colour per phase, the same on every page; phases SGLang may log one day get the rest of the palette.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",

@@ -6,17 +6,15 @@
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from llmhost.bench.stream_breakdown import COLUMNS, Breakdown, breakdown, missing_notes, table_cells
 from llmhost.bench import store
 from llmhost.bench.stream_records import StreamArmRecord
 from llmhost.report import environment, page
 from llmhost.report.figures import Chart, _go, _layout, legend_on_top
+from llmhost.report.load import SideRun
 from llmhost.report.page import esc
-
-if TYPE_CHECKING:
-    from llmhost.report.side_runs import SideRun
 
 # The parts of the client's mean gap, left to right. A part an instrument could not split is drawn whole under a
 # name that says so, never split by a guess; a part with no number at all is left out (the notes say why).

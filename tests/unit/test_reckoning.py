@@ -65,7 +65,7 @@ def test_a_resume_numbers_its_sitting_and_pays_a_resume_boot_only_for_an_arm_boo
     assert second.boot("fp8-kv", ["fp8-kv"], 5700.0, 90.0, is_fault=True).cause == "fault"
     clock.now = 5100.0
     model_eta = Eta(CostModel(), [POINT], boots=0, quick=False)
-    second.eta_shown(3, 420.0, model_eta)
+    second.eta_shown(3, 420.0, model_eta.anchor, model_eta.added_s)
     second.end()
     history = sittings.read(run.root)
     assert [type(r).__name__ for r in history.rows] == ["SittingBegan", "BootPaid", "SittingBegan", "BootPaid",

@@ -17,7 +17,7 @@ STARTS = [startup("baseline", 1, 40.0), startup("baseline", 2, 30.0), startup("b
           startup("no-prefix-cache", 1, 0, error="exited 1: unknown flag"), startup("no-prefix-cache", 2, 50.0)]
 
 
-def side_run(tmp_path: Path, kind: str, records: list, torn: bool = False) -> side_runs.SideRun:
+def side_run(tmp_path: Path, kind: str, records: list, torn: bool = False) -> load.SideRun:
     path = write_side_run(tmp_path, kind, records, torn=torn)
     found = side_runs.kind_of(path)
     assert found is side_runs.KINDS["start-up" if kind == "startup" else "single-stream"]
