@@ -143,11 +143,12 @@ def build(run: SideRun) -> str:
     intro = ("<p class=read>Each arm's server restarted as ./serve.sh restart does, with the arm's flags; ready = "
              "launch to the first generation answered, phases read from SGLang's log (llmhost.serve.startup). "
              "Medians over the restarts that reached ready.</p>")
+    imports = imports_html(run, arms)
     sections = [("overview", "Overview", environment.card(facts, run.warnings) + intro),
                 ("phases", "Phases", page.chart(median_phases(run, arms, phases))
                  + page.chart(every_restart(run, phases))),
                 ("table", "Per arm", medians_table(run, arms, phases)),
-                *([("imports", "Imports", imports_html(run, arms))] if any(a.imports for a in arms) else []),
+                *([("imports", "Imports", imports)] if imports else []),
                 ("failed", f"Failed restarts ({sum(r.status != 'ok' for r in records)})", failures_html(run))]
     header = (f"<h1>Server start-up — {esc(run.run_id)}</h1>"
               f"<p class=read>{esc(environment.subtitle(run.manifest))} · built from {esc(run.path.name)}</p>")

@@ -65,10 +65,7 @@ _MIN_USABLE_MIB = 2 * 1024  # below this, weights + a KV pool cannot fit: refuse
 
 
 # TOKENIZER_WORKER_NUM=auto: one tokenizer process that encodes prompts in batches on a thread beside its event loop
-# (SGLang's dynamic batch tokenizer). On an H200 (agent workload, same run, 3 paired repeats) it beat eight plain
-# processes: steady TTFT p99 at c=64 330 ms against 688 (-55% [-98, -12]), output throughput +4% (within noise), and
-# ready 60 s after a restart instead of 83 s (eight processes start one by one). One plain process (the article's)
-# was the bottleneck: eight had beaten it by 44% in throughput.
+# (SGLang's dynamic batch tokenizer); config.env's comment has the H200 measurement that made it the default.
 AUTO_TOKENIZER_FLAGS = (("--tokenizer-worker-num", "1"), ("--enable-dynamic-batch-tokenizer",))
 
 
