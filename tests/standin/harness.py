@@ -26,14 +26,36 @@ STANDIN_HOME = Path(tempfile.gettempdir()) / f"llmhost-standin-home-{os.environ.
 
 
 def free_port(block: int = 1) -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it), with the `block - 1` ports after it free too
-    (ROUTER=on puts its workers on PORT+1, PORT+2: tests running side by side must not meet there)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port + block <= 65536 and all(_bindable(p) for p in range(port + 1, port + block)):
+    """A TCP port free on 127.0.0.1 right now, with the `block - 1` ports after it free too (ROUTER=on puts its
+    workers on PORT+1, PORT+2: tests running side by side must not meet there).
+
+    Ports come from below the kernel's ephemeral range, in a slice of their own per pytest-xdist worker, handed out in
+    turn: a port the OS picked (bind to 0) lies in the range every outgoing connection takes its source port from, so
+    a test's own HTTP clients could take it between the pick and the server's bind."""
+    global _handed
+    lo, hi = _port_slice()
+    for _ in range(hi - lo):
+        port = lo + _handed % (hi - lo - block + 1)
+        _handed += block
+        if all(_bindable(p) for p in range(port, port + block)):
             return port
+    raise RuntimeError(f"no {block} free ports in a row between {lo} and {hi}")
+
+
+def _port_slice() -> tuple[int, int]:
+    """This process's ports: the span below the ephemeral range (from 10000) split evenly over the xdist workers."""
+    try:
+        ephemeral_lo = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_lo = 32768  # Linux's default
+    lo, hi = 10000, max(ephemeral_lo, 12000)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    width = (hi - lo) // max(workers, 1)
+    return lo + index * width, lo + (index + 1) * width
+
+
+_handed = 0  # ports handed out (or skipped) so far in this process's slice
 
 
 def _bindable(port: int) -> bool:
