@@ -184,7 +184,8 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
 
 def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], slo: stats.Slo) -> str:
     """Per load that several arms ran: which arms' steady TTFT p99 met the SLO, and what the arm with the lowest p99
-    traded for it against the baseline (paired output throughput, goodput); '' when no load has two arms."""
+    traded for it against the baseline (paired output throughput and TTFT p50, goodput); '' when no load has two
+    arms."""
     loads: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
         loads.setdefault((r["workload"], r["pattern"], r["load"]), []).append(r)
@@ -197,10 +198,9 @@ def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], sl
         met = [esc(r["arm"]) for r in arms if r["steady_ttft_p99_slo"] == "met"]
         best = min(measured, key=lambda r: r["steady_ttft_p99_ms"])
         trade = trades.get((best["arm"], *key))
-        cost = "" if trade is None or math.isnan(trade["output_throughput_delta_pct"]) else (
-            f", output throughput {trade['output_throughput_delta_pct']:+.1f}% "
-            f"[{trade['output_throughput_lo_pct']:+.1f}, {trade['output_throughput_hi_pct']:+.1f}] against "
-            f"{esc(trade['baseline'])} ({esc(trade['output_throughput_verdict'])})")
+        changes = [] if trade is None else [c for c in (_paired_change(trade, "output_throughput", "output throughput"),
+                                                        _paired_change(trade, "ttft_p50", "TTFT p50")) if c]
+        cost = f", {', '.join(changes)} against {esc(trade['baseline'])}" if changes else ""
         p99 = with_ci(best["steady_ttft_p99_ms"], best["steady_ttft_p99_ms_lo"], best["steady_ttft_p99_ms_hi"], 0)
         items.append(f"<li>{esc(key[0])} · {esc(key[2])}: {'met by ' + ', '.join(met) if met else 'no arm met it'}; "
                      f"lowest p99 {esc(best['arm'])}, {p99} ms, goodput {num(best['steady_goodput_pct'])}%{cost}</li>")
@@ -209,6 +209,15 @@ def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], sl
     return (f"<p class=read>Steady TTFT p99 against the SLO's {slo.ttft_ms:g} ms, per load (met: the CI's upper "
             "bound is within it), and what the arm with the lowest p99 gave for it:</p><ul>" + "".join(items)
             + "</ul>")
+
+
+def _paired_change(trade: dict[str, Any], metric: str, label: str) -> str:
+    """'LABEL +4.0% [+1.0, +7.0] (verdict)' from a paired comparison's record, or '' when it lacks the metric."""
+    delta = trade.get(f"{metric}_delta_pct", math.nan)
+    if not math.isfinite(delta):
+        return ""
+    return (f"{label} {delta:+.1f}% [{trade[f'{metric}_lo_pct']:+.1f}, {trade[f'{metric}_hi_pct']:+.1f}] "
+            f"({esc(trade[f'{metric}_verdict'])})")
 
 
 def waves_note(rows: list[dict[str, Any]]) -> str:

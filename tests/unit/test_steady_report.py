@@ -101,13 +101,15 @@ def test_the_page_says_per_load_which_arm_met_the_ttft_p99_slo_and_what_it_trade
                "output_throughput_hi_pct": -16.81, "output_throughput_verdict": "worse"},
               {"arm": "cps2048", "baseline": "baseline", "workload": "agent", "pattern": "concurrency",
                "load": "c=128", "output_throughput_delta_pct": -7.04, "output_throughput_lo_pct": -9.5,
-               "output_throughput_hi_pct": -4.6, "output_throughput_verdict": "worse"}]
+               "output_throughput_hi_pct": -4.6, "output_throughput_verdict": "worse", "ttft_p50_delta_pct": 23.8,
+               "ttft_p50_lo_pct": 18.9, "ttft_p50_hi_pct": 27.1, "ttft_p50_verdict": "worse"}]
     note = steady_page.tail_trade_note(rows, paired, SLO)
     assert note.startswith("<p class=read>Steady TTFT p99 against the SLO's 500 ms")
     assert "<li>agent · c=64: no arm met it; lowest p99 baseline, 661 <span class=noise>[0, 1,561]</span> ms, " \
         "goodput 95.2%</li>" in note  # the baseline itself: nothing traded
     assert "<li>agent · c=128: met by cps2048; lowest p99 cps2048, 410 <span class=noise>[350, 470]</span> ms, " \
-        "goodput 99.0%, output throughput -7.0% [-9.5, -4.6] against baseline (worse)</li>" in note
+        "goodput 99.0%, output throughput -7.0% [-9.5, -4.6] (worse), TTFT p50 +23.8% [+18.9, +27.1] (worse) " \
+        "against baseline</li>" in note  # what the lower tail cost: throughput and the median TTFT, paired
     assert "c=256" not in note  # one arm there: nothing to compare
     assert steady_page.tail_trade_note(rows[-1:], [], SLO) == ""
     assert "lowest p99 article" in steady_page.tail_trade_note(
