@@ -201,8 +201,8 @@ def test_json_mode_prints_a_summary_line_on_every_early_failure(tmp_path, capsys
 
 
 def _request_to(listening: socket.socket, path: bytes) -> socket.socket:
-    """The first connection whose request names `path`: a port just bound can also be one another test's client
-    still tries (a server it stopped), and its connection must not count as ours."""
+    """The first connection whose request names `path`: a port can also be one another test's client still tries
+    (a server it stopped), and its connection must not count as ours, so `path` carries a prefix of this test's own."""
     while True:
         conn, _ = listening.accept()
         conn.settimeout(60)
@@ -214,13 +214,14 @@ def _request_to(listening: socket.socket, path: bytes) -> socket.socket:
 def test_ctrl_c_against_a_hung_server_exits_130_with_one_line_and_the_json(repo):
     """A tunnel that accepts but never answers is when users press Ctrl-C: no traceback, a JSON line still."""
     with socket.socket() as hung:
-        hung.bind(("127.0.0.1", 0))
+        hung.bind(("127.0.0.1", free_port()))  # below the ephemeral range: no other test's client comes here by chance
         hung.listen()
-        url = f"http://127.0.0.1:{hung.getsockname()[1]}/v1"
+        prefix = f"/hung{os.getpid()}"  # and if one did, its request would not carry this path
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}{prefix}/v1"
         hung.settimeout(60)
         proc = subprocess.Popen([sys.executable, str(repo / "smoke_test.py"), "--base-url", url, "--model", "m",
                                  "--json"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        conn = _request_to(hung, b"/v1/models")  # the client asked and now waits for an answer that never comes
+        conn = _request_to(hung, f"{prefix}/v1/models".encode())  # ours asked and now waits for an answer never sent
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         conn.close()
