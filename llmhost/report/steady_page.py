@@ -212,12 +212,14 @@ def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], sl
 
 
 def _paired_change(trade: dict[str, Any], metric: str, label: str) -> str:
-    """'LABEL +4.0% [+1.0, +7.0] (verdict)' from a paired comparison's record, or '' when it lacks the metric."""
+    """'LABEL +4.0% [+1.0, +7.0] (verdict)' from a paired comparison's record (no CI from a single pair, as in the
+    paired table's cells), or '' when it lacks the metric."""
     delta = trade.get(f"{metric}_delta_pct", math.nan)
     if not math.isfinite(delta):
         return ""
-    return (f"{label} {delta:+.1f}% [{trade[f'{metric}_lo_pct']:+.1f}, {trade[f'{metric}_hi_pct']:+.1f}] "
-            f"({esc(trade[f'{metric}_verdict'])})")
+    lo, hi = trade[f"{metric}_lo_pct"], trade[f"{metric}_hi_pct"]
+    ci = f" [{lo:+.1f}, {hi:+.1f}]" if not math.isnan(lo) else ""
+    return f"{label} {delta:+.1f}%{ci} ({esc(trade[f'{metric}_verdict'])})"
 
 
 def waves_note(rows: list[dict[str, Any]]) -> str:

@@ -110,6 +110,8 @@ def test_the_page_says_per_load_which_arm_met_the_ttft_p99_slo_and_what_it_trade
     assert "<li>agent · c=128: met by cps2048; lowest p99 cps2048, 410 <span class=noise>[350, 470]</span> ms, " \
         "goodput 99.0%, output throughput -7.0% [-9.5, -4.6] (worse), TTFT p50 +23.8% [+18.9, +27.1] (worse) " \
         "against baseline</li>" in note  # what the lower tail cost: throughput and the median TTFT, paired
+    one_pair = {**paired[1], "ttft_p50_lo_pct": float("nan"), "ttft_p50_hi_pct": float("nan")}
+    assert "TTFT p50 +23.8% (worse) against" in steady_page.tail_trade_note(rows, [paired[0], one_pair], SLO)
     assert "c=256" not in note  # one arm there: nothing to compare
     assert steady_page.tail_trade_note(rows[-1:], [], SLO) == ""
     assert "lowest p99 article" in steady_page.tail_trade_note(
