@@ -55,6 +55,7 @@ class Config:
     reasoning_parser: str
     server_extra_args: str
     server_env: str
+    freeze_gc: str
     ready_timeout_s: int
     tmux_session: str
     bench_user_arms: str

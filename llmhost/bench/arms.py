@@ -2,7 +2,8 @@
 
 The registry is data (order = display order, baseline first); run_bench.py, the plan and the dashboard read names,
 labels and colours from here. User arms come from `run_bench.py --arm NAME="flags"` or the BENCH_USER_ARMS setting
-(`NAME=flags;NAME2=flags`) and are appended after the built-in ones.
+(`NAME=flags;NAME2=flags`) and are appended after the built-in ones. Flags may include a lifecycle setting as
+KEY=value (`--arm gc-live="FREEZE_GC=off"`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import shlex
 from collections.abc import Sequence
 
 from llmhost.serve.spec import SETTING_FLAGS
+from llmhost.settings import CHECKS
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # Colours for user arms, in order (the built-ins carry their own).
@@ -21,6 +23,9 @@ _USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 # not server configurations to compare and are refused in an arm.
 ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num", "--tp-size",
                 "--tensor-parallel-size", "--dp-size", "--data-parallel-size")
+# Settings of the lifecycle itself, not of SGLang's command line: an arm gives them as KEY=value (FREEZE_GC=off).
+ARM_LIFECYCLE_SETTINGS = ("FREEZE_GC",)
+_SETTING_WORD = re.compile(r"([A-Z][A-Z0-9_]*)=(.*)")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,8 +69,9 @@ def parse_user_arm(spec: str, index: int = 0) -> Arm:
         flags = tuple(shlex.split(flags_text))
     except ValueError as exc:
         raise ArmError(f"arm {name}: cannot split flags {flags_text!r} ({exc})") from None
-    if not flags or not flags[0].startswith("--"):
-        raise ArmError(f"arm {name}: flags must start with a launch_server option such as --page-size")
+    if not flags or not (flags[0].startswith("--") or _SETTING_WORD.fullmatch(flags[0])):
+        raise ArmError(f"arm {name}: flags must start with a launch_server option such as --page-size, or a "
+                       f"setting: {', '.join(f'{key}=...' for key in ARM_LIFECYCLE_SETTINGS)}")
     _split_settings(name, flags)  # validates
     color = _USER_COLORS[index % len(_USER_COLORS)]
     return Arm(name, name, color, flags, f"User arm: baseline + {' '.join(flags)}")
@@ -100,6 +106,18 @@ def _split_settings(name: str, flags: tuple[str, ...]) -> tuple[list[str], dict[
     settings: dict[str, str] = {}
     i = 0
     while i < len(flags):
+        word = _SETTING_WORD.fullmatch(flags[i])
+        if word:
+            if word[1] not in ARM_LIFECYCLE_SETTINGS:
+                raise ArmError(f"arm {name}: {word[1]} is not a setting an arm can change (arm settings: "
+                               f"{', '.join(ARM_LIFECYCLE_SETTINGS)})")
+            try:
+                CHECKS[word[1]](word[2])
+            except ValueError as exc:
+                raise ArmError(f"arm {name}: {flags[i]} {exc}") from None
+            settings[word[1]] = word[2]
+            i += 1
+            continue
         flag, eq, value = flags[i].partition("=")
         if flag not in SETTING_FLAGS:
             plain.append(flags[i])

@@ -1,5 +1,5 @@
 """SGLang's plain HTTP endpoints through one small client: health, health_generate, metrics, flush_cache,
-server_info, model_info (model calls go through the `openai` SDK instead: llmhost/client.py).
+freeze_gc, server_info, model_info (model calls go through the `openai` SDK instead: llmhost/client.py).
 
 `requests` does the work where it is installed; the host's python3 runs serve.sh before any venv exists, so the
 same client falls back to urllib there. Failures are data: a Reply with status 0 and the reason, never a raise.
@@ -86,6 +86,10 @@ class ServerClient:
 
     def model_info(self, timeout: float = 10.0) -> Reply:
         return self.get("/model_info", timeout)
+
+    def freeze_gc(self, timeout: float = 30.0) -> Reply:
+        """gc.freeze() in the server's processes (SGLang 0.5.17: POST /freeze_gc, 200 'Garbage collection frozen.')."""
+        return self.post("/freeze_gc", None, timeout)
 
     def flush_cache(self, wait_s: float = 30.0, timeout: float = 10.0) -> "Flush":
         """Empty SGLang's prefix (radix) cache; the Flush says flushed, busy, down or failed (truthy once flushed).

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llmhost import files
 from llmhost.config import REPO_ROOT, Config
-from llmhost.serve import gpu, parallel, process, router, service, tmux
+from llmhost.serve import gcfreeze, gpu, parallel, process, router, service, tmux
 from llmhost.serve.checks import check_launch, check_settings
 from llmhost.serve.console import EXIT_INTERRUPTED, Console, ServeError
 from llmhost.serve.lock import ServeLock
@@ -256,6 +256,7 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
         timeline = startup.read_timeline(log, process.read_state(cfg.state_dir).get("started_at"), time.time())
         if timeline and timeline.line():
             console.info(timeline.line())
+        gcfreeze.freeze(cfg, console)
         return _ready_info(cfg, pgid, time.monotonic() - started, already_running=False, timeline=timeline)
     console.report(f"last lines of {log}:\n{serverlog.tail(log)}")
     _clean_up_failed_start(cfg, pgid, console)

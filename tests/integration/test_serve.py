@@ -116,6 +116,8 @@ def test_start_waits_for_a_generation_then_prints_a_test_reply_and_the_tunnel(ru
     s, result = running
     assert result.returncode == 0, result.stderr
     assert "ready after" in result.stdout and "a generation succeeded" in result.stdout
+    assert "garbage collector frozen after start-up (FREEZE_GC=on, 1 server)" in result.stdout
+    assert (s.state / "server.log").read_text().count("Freezing GC in Scheduler process") == 1  # once, when ready
     assert "test reply in " in result.stdout and "tokens):" in result.stdout
     assert f"ssh -N -L {s.port}:127.0.0.1:{s.port}" in result.stdout and "@198.51.100.7" in result.stdout
     assert procfs.group_alive(s.pgid())
@@ -312,7 +314,7 @@ def test_api_key_works_end_to_end_and_never_leaks(serve, tmp_path):
     s = serve(API_KEY_FILE=str(write_key(tmp_path / "key", key)))
     result = s("start")
     assert result.returncode == 0, result.stderr
-    assert "test reply in" in result.stdout
+    assert "test reply in" in result.stdout and "garbage collector frozen" in result.stdout  # /freeze_gc is keyed
     url = f"http://127.0.0.1:{s.port}/v1/models"
     assert get(url)[0] == 401 and get(url, key)[0] == 200
     assert s("status").returncode == 0

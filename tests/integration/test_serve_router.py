@@ -73,6 +73,7 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
     assert started.returncode == 0, started.stderr
     assert "ready after" in started.stdout and "through the router and on each of 2 workers" in started.stdout
     assert "launching worker1 once worker0 serve" in started.stdout  # one GPU: the second sizes its pool after
+    assert "garbage collector frozen after start-up (FREEZE_GC=on, 2 servers)" in started.stdout
     commands = (s.state / "launch_command.txt").read_text().splitlines()
     assert [c.split("--mem-fraction-static ")[1].split()[0] for c in commands[:2]] == ["0.403", "0.806"]
     assert "--worker-urls" in commands[2] and f"--port {s.port}" in commands[2]

@@ -81,6 +81,19 @@ def test_tensor_and_data_parallel_arms_travel_as_tp_size_and_dp_size():
     assert arms.server_overrides(arms.parse_user_arm("dp2=--dp-size=2")) == ([], {"DP_SIZE": "2"})
 
 
+def test_an_arm_may_change_a_lifecycle_setting_as_key_value():
+    """FREEZE_GC is not a launch flag: `gc-live=FREEZE_GC=off` compares the defaults with an unfrozen collector."""
+    live = arms.parse_user_arm("gc-live=FREEZE_GC=off")
+    assert arms.server_overrides(live) == ([], {"FREEZE_GC": "off"})
+    mixed = arms.parse_user_arm("article=--tokenizer-worker-num 1 --context-length 32768 FREEZE_GC=off")
+    assert arms.server_overrides(mixed) == (["--context-length", "32768"], {"TOKENIZER_WORKER_NUM": "1",
+                                                                           "FREEZE_GC": "off"})
+    with pytest.raises(arms.ArmError, match="PORT is not a setting an arm can change"):
+        arms.parse_user_arm("p=PORT=31000")
+    with pytest.raises(arms.ArmError, match="FREEZE_GC=maybe must be on or off"):
+        arms.parse_user_arm("g=FREEZE_GC=maybe")
+
+
 def _metrics_body(captures) -> str:
     return (captures / "GET_metrics.txt").read_text().replace("\r\n", "\n").split("\n\n", 1)[1]
 

@@ -75,6 +75,13 @@ def test_each_endpoint_is_its_route_and_method(transport, recorder):
     assert all("Authorization" not in h for _, _, h, _ in server.seen)  # no key, no header
 
 
+def test_freeze_gc_posts_with_the_key(transport, recorder):
+    server = recorder()
+    assert ServerClient(server.url, "k3y").freeze_gc() == Reply(200, "POST /freeze_gc")
+    method, path, headers, body = server.seen[-1]
+    assert (method, path, headers.get("Authorization"), body) == ("POST", "/freeze_gc", "Bearer k3y", b"")
+
+
 def test_server_info_behind_the_router_falls_back_to_the_older_route(transport, recorder):
     server = recorder(status=404)
     assert ServerClient(server.url).server_info() == Reply(404, "GET /get_server_info")
