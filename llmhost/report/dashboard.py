@@ -46,7 +46,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
     colors = {a.name: (a.label, a.color) for a in run.arms}
     windows = steady.window_groups(run, groups, seed)
     steady_rows = steady.steady_rows(groups, windows, slo, seed)
-    paired, unsteady = steady.paired_rows(run, groups, windows), steady.not_steady_rows(groups, windows)
+    paired, unsteady = steady.paired_rows(run, groups, windows, slo), steady.not_steady_rows(groups, windows)
     bound = decode_bound.bound_rows(run, steady_rows)
     headline = kpis.steady_view(rows, steady_rows, slo.pct)  # the cards' numbers: steady windows where there are
     cards = kpis.build_cards(run, headline, slo, price)

@@ -212,27 +212,34 @@ def not_steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]
             if not r.is_steady and g.pattern not in window.TRANSIENT_PATTERNS]
 
 
-# Paired metrics: per steady repeat -> one number; is a higher value better?
-PAIRED: dict[str, tuple[str, bool, Callable[[RepeatWindow], float]]] = {
-    "output_throughput": ("Window output tok/s", True, lambda r: r.window.output_throughput),
-    "ttft_p50": ("Steady TTFT p50", False, lambda r: stats.percentile(r.ttft_ms["steady"], 50)),
-    "ttft_p99": ("Steady TTFT p99", False, lambda r: stats.percentile(r.ttft_ms["steady"], 99)),
+def goodput_rps(r: RepeatWindow, slo: stats.Slo) -> float:
+    """Requests of the steady window that met the SLO, per second of it (the steady share times its request rate)."""
+    return r.good_sent(slo)[0] / r.window.duration_s if r.window.duration_s > 0 else math.nan
+
+
+# Paired metrics: per steady repeat (and the SLO) -> one number; is a higher value better?
+PAIRED: dict[str, tuple[str, bool, Callable[[RepeatWindow, stats.Slo], float]]] = {
+    "output_throughput": ("Window output tok/s", True, lambda r, _: r.window.output_throughput),
+    "ttft_p50": ("Steady TTFT p50", False, lambda r, _: stats.percentile(r.ttft_ms["steady"], 50)),
+    "ttft_p99": ("Steady TTFT p99", False, lambda r, _: stats.percentile(r.ttft_ms["steady"], 99)),
+    "goodput": ("Steady goodput req/s", True, goodput_rps),
 }
 
 
-def paired_row(base: list[RepeatWindow], arm: list[RepeatWindow]) -> dict[str, Any]:
+def paired_row(base: list[RepeatWindow], arm: list[RepeatWindow], slo: stats.Slo) -> dict[str, Any]:
     """Each PAIRED metric of `arm` minus `base`, paired by repeat index over repeats steady on both sides."""
     row: dict[str, Any] = {}
     for name, (_, higher_better, fn) in PAIRED.items():
-        a = {r.repeat: v for r in base if r.is_steady and math.isfinite(v := fn(r))}
-        b = {r.repeat: v for r in arm if r.is_steady and math.isfinite(v := fn(r))}
+        a = {r.repeat: v for r in base if r.is_steady and math.isfinite(v := fn(r, slo))}
+        b = {r.repeat: v for r in arm if r.is_steady and math.isfinite(v := fn(r, slo))}
         d = repeats.paired_diff(a, b)
         row.update({f"{name}_delta_pct": d.rel_pct, f"{name}_lo_pct": d.rel_lo, f"{name}_hi_pct": d.rel_hi,
                     f"{name}_pairs": len(set(a) & set(b)), f"{name}_verdict": repeats.verdict(d, higher_better)})
     return row
 
 
-def paired_rows(run: Run, groups: list[Group], windows: dict[tuple, list[RepeatWindow]]) -> list[dict[str, Any]]:
+def paired_rows(run: Run, groups: list[Group], windows: dict[tuple, list[RepeatWindow]],
+                slo: stats.Slo) -> list[dict[str, Any]]:
     """Each non-baseline arm against the baseline at every point both ran (same workload, pattern, load)."""
     base = next((a.name for a in run.arms if a.is_baseline), run.arms[0].name if run.arms else None)
     by_key = {g.key[1:]: g for g in groups if g.arm == base}
@@ -243,5 +250,5 @@ def paired_rows(run: Run, groups: list[Group], windows: dict[tuple, list[RepeatW
             continue
         rows.append({"arm": g.arm, "baseline": base, "workload": g.workload, "pattern": g.pattern,
                      "load": load_label(g.pattern, g.concurrency, g.request_rate, g.num_prompts),
-                     **paired_row(windows[other.key], windows[g.key])})
+                     **paired_row(windows[other.key], windows[g.key], slo)})
     return rows

@@ -53,9 +53,27 @@ def test_prefix_hits_are_faster_than_misses_and_chat_has_no_hits(built: tuple) -
 
 
 def test_disabling_the_prefix_cache_is_a_paired_worse_ttft(run: load.Run, built: tuple) -> None:
-    paired = steady.paired_rows(run, *built)
+    paired = steady.paired_rows(run, *built, SLO)
     r = row_of(paired, "no-prefix-cache", "agent", "concurrency", "c=4")
     assert r["ttft_p50_pairs"] == 3 and r["ttft_p50_verdict"] == "worse" and r["ttft_p50_lo_pct"] > 0
+
+
+def test_paired_goodput_is_the_steady_windows_requests_within_the_slo_per_second(run: load.Run,
+                                                                                 built: tuple) -> None:
+    """The done-when's goodput (requests/s meeting TTFT and TPOT), paired: without the prefix cache fewer requests
+    meet a 500 ms TTFT, in a window that also takes longer; with no SLO to miss it is each window's request rate."""
+    groups, windows = built
+    r = row_of(steady.paired_rows(run, groups, windows, SLO), "no-prefix-cache", "agent", "concurrency", "c=4")
+    assert r["goodput_pairs"] == 3 and r["goodput_verdict"] == "worse" and r["goodput_hi_pct"] < -50
+    loose = stats.Slo(1e9, 1e9, 99.0)
+    for w in windows[row_of_group(groups, "baseline").key]:
+        sent = w.steady_sent[0].size
+        assert steady.goodput_rps(w, loose) == pytest.approx(sent / w.window.duration_s)
+        assert 0 < steady.goodput_rps(w, SLO) <= steady.goodput_rps(w, loose)
+
+
+def row_of_group(groups: list[tables.Group], arm: str) -> tables.Group:
+    return next(g for g in groups if (g.arm, g.workload, g.pattern, g.concurrency) == (arm, "agent", "concurrency", 4))
 
 
 def test_an_overloaded_repeat_is_listed_as_not_steady_and_kept_out_of_the_means(run: load.Run,
