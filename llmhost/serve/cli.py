@@ -1,7 +1,8 @@
 """Run SGLang (Qwen3-4B, FlashInfer attention, prefix cache, chunked prefill, metrics) in tmux and manage it.
 
   ./serve.sh start            launch in tmux session $TMUX_SESSION, wait until OUR process serves a generation,
-                              send one test chat, print the laptop tunnel command (idempotent)
+                              freeze its garbage collector (FREEZE_GC), send one test chat, print the laptop
+                              tunnel command (idempotent)
   ./serve.sh stop             stop only what start launched (recorded process group, our tagged tmux session)
   ./serve.sh restart          stop, wait for the GPU memory of the old PIDs to be freed, start
   ./serve.sh status           health, model, KV pool, requests, cache hits, uptime, GPU memory (exit 1 = down);
