@@ -1,6 +1,8 @@
 """FREEZE_GC=on: once a start is ready, SGLang's POST /freeze_gc has its HTTP/tokenizer process, scheduler and
 detokenizer call gc.freeze(). What start-up created (torch, the model, the tokenizer: over a million objects per
 process) leaves Python's garbage collector, so a full collection no longer walks all of it while requests wait.
+One POST reaches every scheduler of a server: SGLang 0.5.17's data-parallel controller forwards it to each DP rank,
+and each TP rank receives what its rank 0 does.
 
 Only servers this start launched are frozen: the one server, or the local workers behind ROUTER=on (the router
 itself is Rust); never the servers WORKER_URLS names, which another host runs. A refused freeze is a warning:
