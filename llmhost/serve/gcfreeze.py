@@ -1,6 +1,6 @@
 """FREEZE_GC=on: once a start is ready, SGLang's POST /freeze_gc has its HTTP/tokenizer process, scheduler and
-detokenizer call gc.freeze(). What start-up created (torch, the model, the tokenizer: over a million objects per
-process) leaves Python's garbage collector, so a full collection no longer walks all of it while requests wait.
+detokenizer call gc.freeze(). What start-up created (torch, the model, the tokenizer: 0.7-1.1 million objects per
+process on the H200) leaves the garbage collector, so a full collection no longer walks all of it while requests wait.
 One POST reaches every scheduler of a server: SGLang 0.5.17's data-parallel controller forwards it to each DP rank,
 and each TP rank receives what its rank 0 does.
 
