@@ -160,6 +160,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
     (warm_p50, warm_n), (drain_p50, drain_n) = _phase_p50(reps, "warmup"), _phase_p50(reps, "drain")
     share = repeats.goodput_ci({r.repeat: r.good_sent(slo) for r in steady})
     good = stats.Interval(100 * share.value, 100 * share.lo, 100 * share.hi, share.n)
+    good_rps = repeats.across_repeats({r.repeat: goodput_rps(r, slo) for r in steady})
     return {
         "arm": g.arm, "workload": g.workload, "pattern": g.pattern, "concurrency": g.concurrency,
         "request_rate": g.request_rate, "num_prompts": g.num_prompts,
@@ -173,7 +174,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         "steady_ttft_p99_sufficient": stats.is_sufficient(int(sum(x.size for x in ttft)), 99.0),
         **_ci_fields("steady_ttft_p999_ms", p999),
         "steady_ttft_p999_sufficient": stats.is_sufficient(int(sum(x.size for x in ttft)), 99.9),
-        **_ci_fields("steady_goodput_pct", good),
+        **_ci_fields("steady_goodput_pct", good), **_ci_fields("steady_goodput_rps", good_rps),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
         **_measuring_side_fields(steady), **_wave_fields(g, steady), **_token_fields(steady),
@@ -213,8 +214,11 @@ def not_steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]
 
 
 def goodput_rps(r: RepeatWindow, slo: stats.Slo) -> float:
-    """Requests of the steady window that met the SLO, per second of it (the steady share times its request rate)."""
-    return r.good_sent(slo)[0] / r.window.duration_s if r.window.duration_s > 0 else math.nan
+    """Requests per second that met the SLO: the share of the steady requests within it times the window's request
+    rate (requests completed per second). Counting only the steady requests per second would undercount: those sent
+    late in the window finish after it (the drain), and more of them the longer a request takes."""
+    good, sent = r.good_sent(slo)
+    return r.window.request_throughput * good / sent if sent else math.nan
 
 
 # Paired metrics: per steady repeat (and the SLO) -> one number; is a higher value better?

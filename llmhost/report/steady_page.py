@@ -154,6 +154,7 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
              + ("" if r["steady_ttft_p99_sufficient"] else " <span class=flag title='too few samples'>⚠</span>")),
             ("p99 ≤ SLO TTFT", lambda r: esc(r["steady_ttft_p99_slo"])),
             ("Goodput % [CI]", ci("steady_goodput_pct")), ("SLO", lambda r: esc(r["steady_slo"])),
+            ("Goodput req/s [CI]", ci("steady_goodput_rps")),
             ("Warm-up TTFT p50 ms (n)", lambda r: f"{num(r['warmup_ttft_p50_ms'])} ({r['warmup_n']})"),
             ("Drain TTFT p50 ms (n)", lambda r: f"{num(r['drain_ttft_p50_ms'])} ({r['drain_n']})"),
             ("Prefix hit / miss TTFT p50 ms (n)", lambda r: f"{num(r['hit_ttft_p50_ms'])} ({r['hit_n']}) / "

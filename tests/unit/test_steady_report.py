@@ -43,6 +43,9 @@ def test_every_repeat_is_windowed_and_its_transients_are_counted_not_dropped(run
     expected = "met" if r["steady_goodput_pct_lo"] >= SLO.pct else "missed" if r["steady_goodput_pct_hi"] < SLO.pct \
         else "undecided"
     assert r["steady_slo"] == expected
+    per_repeat = [steady.goodput_rps(w, SLO) for w in built[1][row_of_group(groups, "baseline").key] if w.is_steady]
+    assert r["steady_goodput_rps"] == pytest.approx(np.mean(per_repeat))
+    assert r["steady_goodput_rps_lo"] < r["steady_goodput_rps"] < r["steady_goodput_rps_hi"]
 
 
 def test_prefix_hits_are_faster_than_misses_and_chat_has_no_hits(built: tuple) -> None:
@@ -67,8 +70,11 @@ def test_paired_goodput_is_the_steady_windows_requests_within_the_slo_per_second
     assert r["goodput_pairs"] == 3 and r["goodput_verdict"] == "worse" and r["goodput_hi_pct"] < -50
     loose = stats.Slo(1e9, 1e9, 99.0)
     for w in windows[row_of_group(groups, "baseline").key]:
-        sent = w.steady_sent[0].size
-        assert steady.goodput_rps(w, loose) == pytest.approx(sent / w.window.duration_s)
+        steady_per_s = w.steady_sent[0].size / w.window.duration_s  # the drain's requests finish after the window
+        assert steady.goodput_rps(w, loose) == pytest.approx(w.window.request_throughput)
+        assert w.window.request_throughput > steady_per_s
+        good, sent = w.good_sent(SLO)
+        assert steady.goodput_rps(w, SLO) == pytest.approx(w.window.request_throughput * good / sent)
         assert 0 < steady.goodput_rps(w, SLO) <= steady.goodput_rps(w, loose)
 
 
