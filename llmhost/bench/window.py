@@ -107,6 +107,13 @@ class Window:
         """Output tokens per second of the requests completed inside the window (nan without a window)."""
         return self.completed_output_tokens / self.duration_s if self.has_window else math.nan
 
+    def goodput_rps(self, good: int, steady: int) -> float:
+        """Requests per second within an SLO: the share of the `steady` requests that met it (`good` of them) times
+        the window's request rate. The good steady requests per second alone would undercount (those sent late in
+        the window finish after it, the drain: the more, the slower a request), and the good completions in the
+        window would count the warm-up's, whose TTFT the start-up wave set."""
+        return self.request_throughput * good / steady if steady else math.nan
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Steadiness:

@@ -214,11 +214,8 @@ def not_steady_rows(groups: list[Group], windows: dict[tuple, list[RepeatWindow]
 
 
 def goodput_rps(r: RepeatWindow, slo: stats.Slo) -> float:
-    """Requests per second that met the SLO: the share of the steady requests within it times the window's request
-    rate (requests completed per second). Counting only the steady requests per second would undercount: those sent
-    late in the window finish after it (the drain), and more of them the longer a request takes."""
-    good, sent = r.good_sent(slo)
-    return r.window.request_throughput * good / sent if sent else math.nan
+    """Requests per second that met the SLO (window.Window.goodput_rps: the steady requests' share times the rate)."""
+    return r.window.goodput_rps(*r.good_sent(slo))
 
 
 # Paired metrics: per steady repeat (and the SLO) -> one number; is a higher value better?

@@ -51,8 +51,9 @@ def section(run: Run, slo: stats.Slo, price: cost.GpuPrice | None) -> tuple[str 
     table = page.table(columns, [_cells(r, flags, stage) for r in ranking.rows], left=3)
     space = "; ".join(f"{lv['flag']} {', '.join(lv['values'])} — {lv['why']}" for lv in tune.get("space", []))
     chosen = _chosen(run)
-    body = (f"<p class=read>Goodput = requests completed inside the steady window that met the SLO (TTFT ≤ "
-            f"{slo.ttft_ms:g} ms, mean ITL ≤ {slo.itl_ms:g} ms) per second; mean of {tune.get('repeats')} paired "
+    body = (f"<p class=read>Goodput = requests per second within the SLO (TTFT ≤ {slo.ttft_ms:g} ms, mean ITL ≤ "
+            f"{slo.itl_ms:g} ms) in the steady window: its steady requests' share within it × its completions per "
+            f"second; mean of {tune.get('repeats')} paired "
             "repeats with a Student-t 95% CI. A trial wins only when its paired difference to the defaults is "
             "above 0 by its CI.</p>"
             f"<p><b>Winner under this page's SLO:</b> {esc(ranking.winner or '—')} — {esc(ranking.reason)}</p>"

@@ -4,9 +4,9 @@ difference to the defaults, and the winner.
     measured = goodput_by_repeat(run_root, latest_attempts, slo)   # (trial, load) -> {repeat: RepeatGoodput}
     ranking = rank(measured, price)                                # rows best first, .winner, .reason
 
-Goodput of one repeat: the requests that completed inside the point's steady window (llmhost.bench.window: the
-warm-up and the drain left out) and met the SLO (llmhost.stats.good_mask: TTFT and mean ITL within their limits),
-divided by the window's length. A trial's score is its best load's mean over repeats with the Student-t 95% CI
+Goodput of one repeat: requests per second within the SLO (llmhost.stats.good_mask: TTFT and mean ITL within their
+limits) in the point's steady window, the share of its steady requests that met it times the window's request rate
+(llmhost.bench.window.Window.goodput_rps, the dashboard's steady goodput too). A trial's score is its best load's mean over repeats with the Student-t 95% CI
 (llmhost.repeats); at that load it is compared with the defaults *paired* (repeat k of both ran with the same
 seed). The winner is the best-ranked trial whose paired difference is "better" (its CI above 0), so it is at least
 as good as the defaults by its CI; when none is, the defaults stay and the winner is the defaults.
@@ -33,10 +33,10 @@ NO_DIFF = stats.Difference(*([math.nan] * 6))
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RepeatGoodput:
-    goodput_rps: float  # good requests completed per second of the steady window
+    goodput_rps: float  # requests per second within the SLO in the steady window
     good_tok_s: float  # their output tokens per second
-    good: int  # requests completed in the window that met the SLO
-    completed: int  # requests completed in the window
+    good: int  # steady requests that met the SLO
+    steady: int  # steady requests (sent in the window and finished in it)
     is_steady: bool
 
 
@@ -69,16 +69,16 @@ def repeat_goodput(point: PointRecord, rows: list[RequestRecord], slo: stats.Slo
     w, steadiness = window.measure(point, rows)
     if not w.has_window:
         return RepeatGoodput(math.nan, math.nan, 0, 0, False)
-    ends = np.array([r.start_s + r.e2e_ms / 1000 for r in rows])
     ttft = np.array([math.nan if r.ttft_ms is None else r.ttft_ms for r in rows])
     out = np.array([r.output_tokens for r in rows], float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (np.array([r.e2e_ms for r in rows]) - ttft) / (out - 1), math.nan)
-    good = stats.good_mask(np.array([r.ok for r in rows]), ttft, tpot, slo)
-    inside = (ends >= w.t_start) & (ends <= w.t_end)
-    n_good = int((good & inside).sum())
-    return RepeatGoodput(n_good / w.duration_s, float(out[good & inside].sum()) / w.duration_s, n_good,
-                         int(inside.sum()), steadiness.is_steady)
+    steady = w.mask("steady")
+    good = stats.good_mask(np.array([r.ok for r in rows]), ttft, tpot, slo) & steady
+    n_good, n_steady = int(good.sum()), int(steady.sum())
+    rate = w.goodput_rps(n_good, n_steady)
+    tokens = float(out[good].sum()) / n_good if n_good else 0.0  # a good request's output tokens, on average
+    return RepeatGoodput(rate, rate * tokens, n_good, n_steady, steadiness.is_steady)
 
 
 def goodput_by_repeat(root: Path, latest: Mapping[str, PointRecord],
@@ -114,7 +114,7 @@ def trial_row(trial: str, load: str, measured: Mapping[tuple[str, str], dict[int
     is_defaults = trial == DEFAULTS_NAME
     diff = NO_DIFF if is_defaults else repeats.paired_diff(
         _field(measured.get((DEFAULTS_NAME, load), {}), "goodput_rps"), mine)
-    share = repeats.goodput_ci({k: (v.good, v.completed) for k, v in reps.items()})
+    share = repeats.goodput_ci({k: (v.good, v.steady) for k, v in reps.items()})
     return TrialRow(trial, load, repeats.across_repeats(mine), share, diff,
                     "reference" if is_defaults else paired_verdict(diff),
                     cost.usd_per_million_tokens(gpu_hourly_usd, repeats.across_repeats(_field(reps, "good_tok_s"))),
