@@ -137,7 +137,8 @@ def _capacity(rows: list[dict], arm: str, pattern: str, slo_pct: float = 99.0) -
                 details[-1] += " (a higher load passed again: noisy)"
         edges = {x for x in (cap.load, cap.first_failing) if x is not None}
         undecided = [r for r in mine if float(r[key]) in edges and r["requests"] and not r["points_failed"]
-                     and not r.get("slo_decided", True) and abs(r["goodput_pct"] - slo_pct) < 1.0]
+                     and not r.get("slo_decided", True) and abs(r["goodput_pct"] - slo_pct) < 1.0
+                     and r["goodput_pct"] < 100.0]  # every request good: no coin flip, whatever the SLO
         for r in undecided:
             notes.append(f"at {float(r[key]):g}{unit} goodput {fmt(r['goodput_pct'], 1)}% "
                          f"[{fmt(r['goodput_lo_pct'], 1)}, {fmt(r['goodput_hi_pct'], 1)}] straddles the SLO: "
@@ -206,11 +207,12 @@ def reference_point(rows: list[dict]) -> tuple[str, int] | None:
     """(workload, concurrency) every arm with data ran successfully: the first workload in run order, highest
     common concurrency — so the arms' tail cards compare like with like."""
     sweep = [r for r in rows if r["pattern"] == "concurrency" and r["points_ok"] and r["concurrency"] is not None]
+    arms = {r["arm"] for r in sweep}
     for wl in dict.fromkeys(r["workload"] for r in sweep):
-        by_arm: dict[str, set[int]] = {}
+        by_arm: dict[str, set[int]] = {a: set() for a in arms}  # an arm without the workload leaves none common
         for r in sweep:
             if r["workload"] == wl:
-                by_arm.setdefault(r["arm"], set()).add(r["concurrency"])
+                by_arm[r["arm"]].add(r["concurrency"])
         common = set.intersection(*by_arm.values())
         if common:
             return wl, max(common)
