@@ -121,14 +121,19 @@ def trial_row(trial: str, load: str, measured: Mapping[tuple[str, str], dict[int
                     sum(not v.is_steady for v in reps.values()))
 
 
+def _load_score(reps: Mapping[int, RepeatGoodput]) -> float:
+    """Mean goodput over repeats; -inf for a load without one (nan), so a measured load is always preferred."""
+    value = repeats.across_repeats(_field(reps, "goodput_rps")).value
+    return -math.inf if math.isnan(value) else value
+
+
 def rank(measured: Mapping[tuple[str, str], dict[int, RepeatGoodput]],
          gpu_hourly_usd: float | None = None) -> Ranking:
     """One row per trial at its best load, best first; the winner by the rule in the module docstring."""
     best: dict[str, str] = {}
     for trial, load in measured:
-        value = repeats.across_repeats(_field(measured[(trial, load)], "goodput_rps")).value
         held = best.get(trial)
-        if held is None or value > repeats.across_repeats(_field(measured[(trial, held)], "goodput_rps")).value:
+        if held is None or _load_score(measured[(trial, load)]) > _load_score(measured[(trial, held)]):
             best[trial] = load
     rows = sorted((trial_row(t, load, measured, gpu_hourly_usd) for t, load in best.items()),
                   key=lambda r: -r.goodput.value if not math.isnan(r.goodput.value) else math.inf)
@@ -136,7 +141,7 @@ def rank(measured: Mapping[tuple[str, str], dict[int, RepeatGoodput]],
 
 
 def winner(rows: list[TrialRow]) -> tuple[str | None, str]:
-    if not any(r.trial == DEFAULTS_NAME for r in rows):
+    if not any(r.trial == DEFAULTS_NAME and not math.isnan(r.goodput.value) for r in rows):
         return None, "the defaults have no measured goodput: nothing to compare with"
     for r in rows:
         if r.trial != DEFAULTS_NAME and r.verdict == "better":

@@ -97,7 +97,9 @@ def space_from_env(env: Mapping[str, str] | None = None) -> tuple[Lever, ...]:
         vals = tuple(v.strip() for v in values.split(",") if v.strip())
         if not flag.startswith("--") or not vals:
             raise ValueError(f"{SPACE_ENV}: {part!r} is not FLAG=v1,v2 (e.g. --max-running-requests=8,32)")
-        levers.append(Lever(flag, flag.strip("-").replace("-", "")[:6], vals, f"from {SPACE_ENV}"))
+        lever = Lever(flag, flag.strip("-").replace("-", "")[:6], vals, f"from {SPACE_ENV}")
+        # numeric values ascending, as probe_order and midpoints read them (extremes, neighbours by size)
+        levers.append(dataclasses.replace(lever, values=tuple(sorted(vals, key=int))) if lever.is_numeric else lever)
     return tuple(levers)
 
 
