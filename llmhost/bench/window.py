@@ -18,7 +18,9 @@ Closed loop (c requests in flight, each completion sends the next request):
   length-biased (long requests are more likely to be in flight at any instant), so steady e2e latency is slightly
   optimistic; TTFT, decided early in a request's life, is not affected much.
 * Window throughput counts what *completed* in the window (requests and output tokens) over its length: in a
-  steady state that equals the rate of work done, with no edge effect from requests sent before it.
+  steady state that equals the rate of work done, with no edge effect from requests sent before it. It counts
+  completions in (t_start, t_end]: the c-th completion opens the window and a closed loop's last send is itself
+  triggered by one, so counting both edges would count one completion per window too many (a lockstep wave of c).
 
 Open loop (Poisson arrivals at rate λ): arrivals do not wait for completions, so there is no wave to wait out,
 only a queue to fill. Warm-up ends at t_start = first arrival + the p90 end-to-end latency of the point: in an
@@ -144,7 +146,7 @@ def _split(start: np.ndarray, end: np.ndarray, out_tokens: np.ndarray, t_start: 
     phases: list[Phase] = []
     for s, e in zip(start, end):
         phases.append("warmup" if not s >= t_start else "drain" if e > t_end else "steady")
-    done = (end >= t_start) & (end <= t_end)
+    done = (end > t_start) & (end <= t_end)  # (t_start, t_end]: see the module docstring
     return Window(t_start, t_end, tuple(phases), int(done.sum()), int(np.asarray(out_tokens)[done].sum()))
 
 
@@ -280,7 +282,7 @@ def check_steady(window: Window, start_s: np.ndarray, ttft_ms: np.ndarray, ok: n
     elif abs(drift) > 100 * TTFT_DRIFT_TOL and not (lo <= 0.0 <= hi):
         reasons.append(f"TTFT p50 drifted {drift:+.0f}% [{lo:+.0f}, {hi:+.0f}] from the window's first half to its "
                        f"second (tolerance ±{100 * TTFT_DRIFT_TOL:.0f}%)")
-    arrived = int(((start >= window.t_start) & (start <= window.t_end)).sum())
+    arrived = int(((start > window.t_start) & (start <= window.t_end)).sum())  # half-open, as completions
     keep_up = window.completed / arrived if arrived else math.nan
     if concurrency is None and not keep_up >= KEEP_UP:
         reasons.append(f"completions kept up with {100 * keep_up:.0f}% of arrivals in the window "

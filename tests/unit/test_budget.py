@@ -328,12 +328,12 @@ def test_the_h200_chat_c64_repeats_have_a_5_5_pct_ci_and_their_steady_windows_on
 def test_the_runner_records_a_closed_loop_points_steady_window_in_its_summary():
     point = points.make_point("baseline", "chat", "concurrency", 4, None, 40, 1)
     # 10 waves of 4 requests, 1 s each, 100 tokens: the window runs from the 4th completion (1001) to the last send
-    # (1009) and counts the requests that end in it, both ends included: 9 waves x 400 tokens / 8 s
+    # (1009) and counts the requests that end in (1001, 1009]: 8 waves x 400 tokens / 8 s, the rate of work done
     rows = [RequestRecord(start_s=1000.0 + i // 4, ok=True, error="", prompt_tokens=10, output_tokens=100,
                           ttft_ms=50.0, itl_ms=(9.5,) * 99, e2e_ms=1000.0, end_s=1001.0 + i // 4)
             for i in range(40)]
     out = runner.with_window(point, summary(), rows)
-    assert out.steady_window_s == pytest.approx(8.0) and out.steady_output_throughput == pytest.approx(450.0)
+    assert out.steady_window_s == pytest.approx(8.0) and out.steady_output_throughput == pytest.approx(400.0)
     burst = points.make_point("baseline", "chat", "burst", None, None, 40, 1)
     assert runner.with_window(burst, summary(), rows) == summary()  # no window: nothing recorded
 
