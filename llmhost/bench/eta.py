@@ -5,13 +5,15 @@
 
 The remaining time is the cost model's estimate of every point left (llmhost.bench.costs) times a correction per
 kind of point (workload, pattern), plus the boots left. A correction is the mean of observed/estimated over the
-finished points of its kind with the model's own estimate counted as one more observation of 1.0 (damping: one
-slow point moves its kind halfway, not all the way); kinds not seen yet take the same mean over all finished
-points. After each update the new remaining time is held within ±SWING of what the previous ETA, counted down
-since, says is left — except at the first finished point of each arm, the one moment a new server's speed is
-first seen. So a user sees a countdown that bends, never one that jumps from 12 to 34 minutes mid-arm.
-`anchor` (the arm whose first point gave the last free re-fit) and `added_s` (work added by `add`) let the run's
-end tell how far the projected finish moved after each arm's first point (llmhost.bench.reckoning).
+finished points of its kind with the model's own estimate counted as one more observation of 1.0 (damping: one slow
+point moves its kind halfway, not all the way); kinds not seen yet take the same mean over all finished points. A
+boot left is the mean of the boots seen with the model's estimate counted as one more; before any, the model's
+estimate times the points' correction (a slow host is slow at both). After each update the new remaining time is
+held within ±SWING of what the previous ETA, counted down since, says is left — except at the first finished point
+of each arm, the one moment a new server's speed is first seen. So a user sees a countdown that bends, never one
+that jumps from 12 to 34 minutes mid-arm. `anchor` (the arm whose first point gave the last free re-fit) and
+`added_s` (work added by `add`) let the run's end tell how far the projected finish moved after each arm's first
+point (llmhost.bench.reckoning).
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ class Eta:
         self.model, self.clock = model, clock
         self.left: dict[str, Point] = {p.point_id: p for p in todo}
         self.boots_left = boots
-        self.boot_s = model.boot_s(quick)
+        self.boot_model_s = model.boot_s(quick)
+        self.boots_seen: list[float] = []
         self.ratios: dict[tuple[str, str], list[float]] = {}
         self.arms_seen: set[str] = set()
         self.anchor: str | None = None  # the arm whose first finished point re-fit the ETA freely, latest first
@@ -53,7 +56,13 @@ class Eta:
 
     def refit(self) -> float:
         points_s = sum(self.model.point_s(p) * self.ratio((p.workload, p.pattern)) for p in self.left.values())
-        return points_s + self.boots_left * self.boot_s * self.ratio(None)
+        return points_s + self.boots_left * self.boot_left_s()
+
+    def boot_left_s(self) -> float:
+        """One boot still to run (see the module docstring): a boot seen is not scaled by the points again."""
+        if not self.boots_seen:
+            return self.boot_model_s * self.ratio(None)
+        return (PRIOR_WEIGHT * self.boot_model_s + sum(self.boots_seen)) / (PRIOR_WEIGHT + len(self.boots_seen))
 
     def update(self, is_free: bool) -> None:
         """Re-fit; held within ±SWING of the counted-down previous ETA unless `is_free`."""
@@ -79,7 +88,7 @@ class Eta:
     def boot_done(self, wall_s: float) -> None:
         """A server boot (restart, load generator, warm pass) took wall_s seconds."""
         self.boots_left = max(0, self.boots_left - 1)
-        self.boot_s = (PRIOR_WEIGHT * self.boot_s + wall_s) / (PRIOR_WEIGHT + 1)
+        self.boots_seen.append(wall_s)
         self.update(is_free=not self.arms_seen)
 
     def add(self, extra: Iterable[Point], boots: int = 0) -> None:
@@ -89,7 +98,7 @@ class Eta:
         self.left.update({p.point_id: p for p in added})
         self.boots_left += boots
         added_s = sum(self.model.point_s(p) * self.ratio((p.workload, p.pattern)) for p in added) \
-            + boots * self.boot_s * self.ratio(None)
+            + boots * self.boot_left_s()
         self.fit_s += added_s
         self.added_s += added_s
 

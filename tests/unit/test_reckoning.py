@@ -187,8 +187,24 @@ def test_the_eta_names_the_arm_whose_first_point_anchors_it_and_counts_added_wor
     e.add([trial], boots=1)
     assert e.boots_left == boots + 1
     assert e.seconds_left() == pytest.approx(left + model.point_s(trial) * e.ratio(("chat", "concurrency"))
-                                             + e.boot_s * e.ratio(None))
+                                             + e.boot_left_s())
     assert e.added_s - added == pytest.approx(e.seconds_left() - left)  # planned work, not a swing
+
+
+def test_a_boot_left_is_the_boots_seen_damped_by_the_model_and_not_scaled_by_the_points_again():
+    """Points ran at half their estimate and a boot took 60 s: the next boot is (model + 60) / 2, not that times 0.5
+    (the boot seen already says how fast this host boots); before any boot, the points' correction scales it."""
+    clock = Clock(0.0)
+    model = CostModel()
+    plan = [POINT, dataclasses.replace(POINT, point_id="b2", repeat=2)]
+    e = Eta(model, plan, boots=2, quick=False, clock=clock)
+    e.point_done(plan[0], 0.5 * model.point_s(POINT))
+    assert e.ratio(None) == pytest.approx(0.75)  # half the estimate, damped by the model's own 1.0
+    assert e.boot_left_s() == pytest.approx(model.boot_s(False) * 0.75)
+    e.boot_done(60.0)
+    assert e.boot_left_s() == pytest.approx((model.boot_s(False) + 60.0) / 2)
+    e.boot_done(80.0)
+    assert e.boot_left_s() == pytest.approx((model.boot_s(False) + 60.0 + 80.0) / 3)
 
 
 def test_the_closing_json_is_complete_and_rounded():
