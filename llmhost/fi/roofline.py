@@ -63,10 +63,16 @@ def per_element_evidence(cases: Iterable[dict]) -> dict[str, dict]:
         bytes_ratio = statistics.median(p["fp8"]["kv_bytes"] / p["bf16"]["kv_bytes"] for p in pairs)
         out[path] = {"pairs": len(pairs), "bytes_ratio": bytes_ratio, "time_ratio": time_ratio,
                      "element_rate_ratio": 1 / time_ratio, "speedup": 1 / time_ratio,
-                     "fp8_pct_peak_median": statistics.median(p["fp8"].get("pct_peak") or 0 for p in pairs),
-                     "bf16_pct_peak_median": statistics.median(p["bf16"].get("pct_peak") or 0 for p in pairs),
+                     "fp8_pct_peak_median": _median_known(p["fp8"].get("pct_peak") for p in pairs),
+                     "bf16_pct_peak_median": _median_known(p["bf16"].get("pct_peak") for p in pairs),
                      "verdict": verdict(bytes_ratio, time_ratio)}
     return out
+
+
+def _median_known(values: Iterable[float | None]) -> float | None:
+    """Median of the values that exist; None when none does (no datasheet peak: no % of peak, not 0%)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def verdict(bytes_ratio: float, time_ratio: float) -> str:
