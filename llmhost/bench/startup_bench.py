@@ -27,10 +27,11 @@ from llmhost.bench import arms as arms_mod
 from llmhost.bench import costs, restart_runs, runner, store
 from llmhost.bench.records import StartupRecord
 from llmhost.bench.eta import fmt_s
-from llmhost.serve import import_profile
+from llmhost.serve import import_profile, startup
 from llmhost.serve.console import ServeError
 
 DEFAULT_RESTARTS = 3  # the issue's acceptance: the median of 3 restarts
+LOG_ORDER = (*(name for name, _, _ in startup.MARKERS), "first generation")  # llmhost.serve.startup's phases
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,13 +116,18 @@ def median_imports(rows: list[StartupRecord]) -> import_profile.ImportProfile | 
                                         dict(sorted(medians.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
+def in_log_order(names: list[str]) -> list[str]:
+    """The phase names in the order SGLang logs them, whichever start logged them first; unknown ones after."""
+    return [n for n in LOG_ORDER if n in names] + [n for n in names if n not in LOG_ORDER]
+
+
 def summarize(rows: list[StartupRecord]) -> list[ArmStartup]:
     """Per arm, in the order the arms first appear."""
     out = []
     for arm in dict.fromkeys(r.arm for r in rows):
         ok = [r for r in rows if r.arm == arm and r.status == "ok" and r.ready_s is not None]
         ready = [r.ready_s for r in ok if r.ready_s is not None]
-        names = dict.fromkeys(name for r in ok for name in r.phases)
+        names = in_log_order(list(dict.fromkeys(name for r in ok for name in r.phases)))
         phases = {n: statistics.median(r.phases[n] for r in ok if n in r.phases) for n in names}
         out.append(ArmStartup(arm, len(ok), sum(1 for r in rows if r.arm == arm) - len(ok),
                               statistics.median(ready) if ready else None, min(ready, default=None),
@@ -134,7 +140,7 @@ def summarize(rows: list[StartupRecord]) -> list[ArmStartup]:
 def table_lines(arms: list[ArmStartup]) -> list[str]:
     """A fixed-width table: arm, starts, median ready s (min-max), median whole restart, then one column per phase;
     then, for the arms whose starts were profiled, a line of their median import seconds per package."""
-    names = list(dict.fromkeys(n for a in arms for n in a.phases))
+    names = in_log_order(list(dict.fromkeys(n for a in arms for n in a.phases)))
     head = ["arm", "starts", "ready s (min-max)", "restart s", *names]
     body = [[a.arm, f"{a.ok}" + (f" +{a.failed} failed" if a.failed else ""),
              f"{a.ready_s:.0f} ({a.ready_min_s:.0f}-{a.ready_max_s:.0f})" if a.ready_s is not None else "-",

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] (.*)")
+# SGLang's stamp; a scheduler of several ranks adds its ranks (" TP0", " DP0 TP1"), SGLANG_LOG_MS milliseconds
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [^\]]*)?\] (.*)")
 
 # (phase, the log line that ends it, whether the LAST such line counts: the tokenizer workers start one by one)
 MARKERS: tuple[tuple[str, str, bool], ...] = (
