@@ -119,6 +119,10 @@ def test_start_waits_for_a_generation_then_prints_a_test_reply_and_the_tunnel(ru
     assert "garbage collector frozen after start-up (FREEZE_GC=on, 1 server)" in result.stdout
     assert (s.state / "server.log").read_text().count("Freezing GC in Scheduler process") == 1  # once, when ready
     assert "test reply in " in result.stdout and "tokens):" in result.stdout
+    timeline = next(line for line in result.stdout.splitlines() if "ready in " in line)
+    assert all(f"{phase} " in timeline for phase in ("launcher", "scheduler start", "weights", "KV pool",
+                                                     "prefill graphs", "decode graphs", "HTTP + tokenizer workers",
+                                                     "first generation")), timeline
     assert f"ssh -N -L {s.port}:127.0.0.1:{s.port}" in result.stdout and "@198.51.100.7" in result.stdout
     assert procfs.group_alive(s.pgid())
     owners = procfs.port_owners(s.port)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmhost.serve import startup
 from standin.harness import free_port, launch, standin_env
 
 BASE_ARGS = ("--served-model-name", "qwen3-4b", "--enable-metrics", "--enable-cache-report")
@@ -271,3 +273,16 @@ def test_health_is_503_during_startup_then_200_and_crash_knob_exits_1(free_port)
     with launch(free_port, env={"STANDIN_CRASH_AFTER_S": "0.3", "STANDIN_STARTUP_S": "5"}, wait=False) as srv:
         assert srv.proc.wait(10) == 1
         assert "Scheduler hit an exception" in srv.log()
+
+
+def test_start_up_logs_the_schedulers_phases_with_its_rank_tags_as_sglang_does(free_port):
+    """SGLang's scheduler of TP > 1 stamps its lines '[... TP0]'; a graph kind turned off is not captured, so its
+    phase is absent from the timeline `serve.sh start` prints."""
+    with launch(free_port, "--tp-size", "2", "--disable-piecewise-cuda-graph", env={"STANDIN_STARTUP_S": "0.2"}) \
+            as srv:
+        lines = srv.log().splitlines()
+    assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Load weight end\. ", line) for line in lines)
+    assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] server_args=", line) for line in lines)  # launcher
+    found = startup.marker_times(lines)
+    assert {"launcher", "scheduler start", "weights", "KV pool", "decode graphs"} <= set(found)
+    assert "prefill graphs" not in found

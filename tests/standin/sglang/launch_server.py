@@ -32,6 +32,7 @@ with it), so /health cannot tell a dead server; only the launcher's PID can.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -100,6 +101,41 @@ def _server_args_repr(info: dict) -> str:
     return "ServerArgs(" + ", ".join(f"{k}={info[k]!r}" for k in fields) + ")"
 
 
+def _graphs(parsed: dict) -> tuple[bool, bool]:
+    """(prefill graphs captured, decode graphs captured) under SGLang 0.5.17's spellings of turning them off."""
+    off = bool(parsed.get("disable_cuda_graph"))
+    prefill = not (off or parsed.get("disable_piecewise_cuda_graph") or parsed.get("disable_prefill_cuda_graph")
+                   or parsed.get("cuda_graph_backend_prefill") == "disabled")
+    decode = not (off or parsed.get("disable_decode_cuda_graph")
+                  or parsed.get("cuda_graph_backend_decode") == "disabled")
+    return prefill, decode
+
+
+def _scheduler_start(log, parsed: dict, max_total: int, seconds: float) -> None:
+    """The scheduler's start-up lines as the captured server.log has them (what `serve.sh start` splits into
+    phases), spread over `seconds`: weights a tenth, KV pool a tenth, prefill graphs half, decode graphs the rest.
+    A graph kind turned off is neither logged nor waited for."""
+    prefill, decode = _graphs(parsed)
+    log("Init torch distributed begin.")
+    log("Init torch distributed ends. elapsed=0.05 s, mem usage=0.09 GB")
+    log("Load weight begin. avail mem=139.13 GB")
+    time.sleep(seconds * 0.1)
+    log("Load weight end. elapsed=0.21 s, type=Qwen3ForCausalLM, avail mem=131.56 GB, mem usage=7.56 GB.")
+    time.sleep(seconds * 0.1)
+    log(f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {max_total}, K size: 59.03 GB, V size: 59.03 GB")
+    log("Memory pool end. avail mem=12.79 GB")
+    if prefill:
+        log("Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8, 12, 16, 8192]")
+        time.sleep(seconds * 0.5)
+        log(f"Capture target prefill CUDA graph end. elapsed={seconds * 0.5:.2f} s, mem usage=1.43 GB, "
+            "avail mem=10.69 GB.")
+    if decode:
+        log("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 8, 256]")
+        time.sleep(seconds * 0.3)
+        log(f"Capture target decode CUDA graph end. elapsed={seconds * 0.3:.2f} s, mem usage=0.61 GB, "
+            "avail mem=10.08 GB.")
+
+
 def _crash_later(seconds: float) -> None:
     def crash() -> None:
         stack = "".join(traceback.format_stack(limit=3))
@@ -152,18 +188,18 @@ def main(argv: list[str] | None = None) -> int:
         _crash_later(float(os.environ["STANDIN_CRASH_AFTER_S"]))
     server.log(f"server_args={_server_args_repr(info)}")  # the real server logs --api-key here too
     eng = engine.Engine(_timing(s), s["max_total_tokens"], s["radix"])
-    eng.log = server.log
+    ranks = server.scheduler_ranks(int(info.get("tp_size") or 1), int(info.get("dp_size") or 1))
+    eng.log = sched_log = functools.partial(server.log, ranks=ranks)  # what the scheduler process logs
     timer_on = os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER", "").lower() in ("true", "1", "yes", "y")
     eng.decode_log = DecodeLog(s["decode_log_interval"], s["enable_mfu_metrics"],
-                               float(os.environ.get("STANDIN_FWD_OCCUPANCY", 85)) if timer_on else None, server.log,
+                               float(os.environ.get("STANDIN_FWD_OCCUPANCY", 85)) if timer_on else None, sched_log,
                                s["max_total_tokens"])
-    eng.profiler = Profiler(server.log)
+    eng.profiler = Profiler(sched_log)
     model_info = _captured_json("GET_model_info.txt")
     model_info.update(model_path=info["model_path"], tokenizer_path=info["tokenizer_path"])
     state = server.State(s, eng, info, model_info)
-    server.log("Load weight begin. avail mem=139.13 GB")
-    time.sleep(startup_s * 0.8)
-    server.log(f"max_total_num_tokens={s['max_total_tokens']}, chunked_prefill_size={info['chunked_prefill_size']}, "
+    _scheduler_start(sched_log, parsed, s["max_total_tokens"], startup_s * 0.8)
+    sched_log(f"max_total_num_tokens={s['max_total_tokens']}, chunked_prefill_size={info['chunked_prefill_size']}, "
                f"max_prefill_tokens=16384, max_running_requests={s['max_running']}, context_len={s['context_len']}, "
                "available_gpu_mem=10.08 GB")
     try:

@@ -20,8 +20,15 @@ from typing import Callable
 from . import api, engine, metrics
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+def log(msg: str, ranks: str = "") -> None:
+    """SGLang's log line; `ranks`: a scheduler's rank tags inside the stamp (" TP0", " DP0 TP0"), as its logger has."""
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{ranks}] {msg}", file=sys.stderr, flush=True)
+
+
+def scheduler_ranks(tp_size: int, dp_size: int) -> str:
+    """Rank 0's tags in SGLang 0.5.17's scheduler log lines: DP when a data-parallel controller launched it, TP when
+    there are several tensor-parallel ranks (sglang/srt/managers/scheduler.py, run_scheduler_process)."""
+    return (" DP0" if dp_size > 1 else "") + (" TP0" if tp_size > 1 else "")
 
 
 def dumps(obj: object) -> bytes:
@@ -176,19 +183,20 @@ class Handler(BaseHTTPRequestHandler):
     def flush_cache(self) -> None:
         eng = self.state.engine
         if eng.flush():
-            log("Cache flushed successfully!")
+            eng.log("Cache flushed successfully!")
             return self.send_body(200, b"Cache flushed.\nPlease check backend logs for more details. (When there "
                                        b"are running or waiting requests, the operation will not be performed.)\n",
                                   None)
         with eng.lock:
-            log(f"Cache not flushed because there are pending requests. #queue-req: {eng.queued}, "
-                f"#running-req: {len(eng.running)}")
+            eng.log(f"Cache not flushed because there are pending requests. #queue-req: {eng.queued}, "
+                    f"#running-req: {len(eng.running)}")
         self.send_body(400, b"Flush cache failed.\n", None)
 
     def freeze_gc(self) -> None:
         # why: SGLang's /freeze_gc has the scheduler, detokenizer and this process call gc.freeze(), each logging it
-        for process in ("Scheduler", "Detokenizer Manager", "Tokenizer Manager"):
-            log(f"Freezing GC in {process} process. gen0: 412->0, gen1: 1830->0, gen2: 1204518->0")
+        for process, say in (("Scheduler", self.state.engine.log), ("Detokenizer Manager", log),
+                             ("Tokenizer Manager", log)):
+            say(f"Freezing GC in {process} process. gen0: 412->0, gen1: 1830->0, gen2: 1204518->0")
         self.send_body(200, b"Garbage collection frozen.\n", None)
 
     def start_profile(self) -> None:
