@@ -212,8 +212,9 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
     if not members:
         console.info(f"launching: {spec.command_line}")
     log = state / "server.log"
-    if log.exists():
-        log.replace(state / "server.log.1")  # the previous run's log is kept once
+    for name in ("server", *(m.name for m in members)):  # the previous run's logs are kept once
+        if (state / f"{name}.log").exists():
+            (state / f"{name}.log").replace(state / f"{name}.log.1")
     env, dropped = process.launch_environment(os.environ)
     process.write_launch_env(state, env)
     if dropped:
@@ -253,7 +254,10 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
                           "./serve.sh stop ends it") from None
     if ok:
         console.info(detail)
-        timeline = startup.read_timeline(log, process.read_state(cfg.state_dir).get("started_at"), time.time())
+        workers = [cfg.state_dir / f"{m['name']}.log" for m in service.read_members(cfg.state_dir)
+                   if m["name"] != "router"]  # ROUTER=on: each worker's own log, unprefixed
+        timeline = startup.read_timeline(log, process.read_state(cfg.state_dir).get("started_at"), time.time(),
+                                         workers)
         if timeline and timeline.line():
             console.info(timeline.line())
         gcfreeze.freeze(cfg, console)

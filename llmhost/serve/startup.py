@@ -12,6 +12,7 @@ from __future__ import annotations
 import calendar
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,17 +89,20 @@ class Timeline:
         return f"ready in {self.ready_s:.0f} s: {body}"
 
 
-def read_timeline(log: Path, started_at: str | None, ready: float) -> Timeline | None:
+def read_timeline(log: Path, started_at: str | None, ready: float, workers: Sequence[Path] = ()) -> Timeline | None:
     """The start logged in `log` that began at `started_at` (UTC) and was ready at `ready` (Unix time); None when
-    the start time or the log cannot be read."""
+    the start time or a log cannot be read. With several servers (ROUTER=on: `workers`, each one's own log) the
+    phases are those of the worker whose last phase ended last: the start was ready only once it was."""
     if not started_at:
         return None
     try:
         launched = utc_epoch(started_at)
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        logs = [p.read_text(encoding="utf-8", errors="replace").splitlines() for p in (workers or [log])]
     except (OSError, ValueError):
         return None
-    return Timeline(ready - launched, tuple(phases(lines, launched, ready)))
+    found = [phases(lines, launched, ready) for lines in logs]
+    last = max(found, key=lambda ps: sum(p.seconds for p in ps[:-1]) if ps else -1.0)  # "first generation" is last
+    return Timeline(ready - launched, tuple(last))
 
 
 def timeline_line(log: Path, started_at: str | None, ready: float) -> str | None:

@@ -74,6 +74,8 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
     assert "ready after" in started.stdout and "through the router and on each of 2 workers" in started.stdout
     assert "launching worker1 once worker0 serve" in started.stdout  # one GPU: the second sizes its pool after
     assert "garbage collector frozen after start-up (FREEZE_GC=on, 2 servers)" in started.stdout
+    timeline = next(line for line in started.stdout.splitlines() if "ready in " in line)  # the slower worker's
+    assert "weights " in timeline and "decode graphs " in timeline, timeline
     commands = (s.state / "launch_command.txt").read_text().splitlines()
     assert [c.split("--mem-fraction-static ")[1].split()[0] for c in commands[:2]] == ["0.403", "0.806"]
     assert "--worker-urls" in commands[2] and f"--port {s.port}" in commands[2]
@@ -97,6 +99,11 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
     assert "[serve] worker1: --mem-fraction-static 0.806 -> 0.403, its 56.6 GiB static pool of the 140.4 GiB free" \
         in logged
 
+    assert s("restart").returncode == 0  # each member's log starts afresh, the previous one kept once
+    for name in ("worker0", "worker1"):
+        assert (s.state / f"{name}.log").read_text().count("Load weight end") == 1
+        assert (s.state / f"{name}.log.1").read_text().count("Load weight end") == 1
+    pids = member_pids(s)
     assert s("stop").returncode == 0
     assert not [name for name, pid in pids.items() if procfs.pid_alive(pid)]
     assert s("running").returncode == 1

@@ -83,3 +83,23 @@ def test_a_log_without_markers_still_gives_the_ready_time_but_no_line(tmp_path):
     log.write_text("no timestamps here\n")
     timeline = startup.read_timeline(log, "2026-12-01T10:00:00Z", at("2026-12-01 10:00:30"))
     assert timeline == startup.Timeline(30.0, ()) and timeline.line() is None
+
+
+def test_with_several_workers_the_timeline_is_the_one_that_finished_its_start_up_last(tmp_path):
+    """ROUTER=on: readiness waited for every worker, so the phases shown are the slowest worker's, read from each
+    worker's own log."""
+    def worker(name: str, weights_end: str, decode_end: str) -> Path:
+        log = tmp_path / f"{name}.log"
+        log.write_text(f"[2026-12-01 10:00:05] server_args=ServerArgs(model_path='m')\n"
+                       f"[2026-12-01 10:00:20] Init torch distributed begin.\n"
+                       f"[2026-12-01 {weights_end}] Load weight end. elapsed=0.21 s\n"
+                       f"[2026-12-01 {decode_end}] Capture target decode CUDA graph end. elapsed=3 s\n"
+                       f"[2026-12-01 {decode_end}] INFO:     Application startup complete.\n")
+        return log
+    fast, slow = worker("worker0", "10:00:22", "10:00:30"), worker("worker1", "10:00:24", "10:00:41")
+    launched, ready = "2026-12-01T10:00:00Z", at("2026-12-01 10:00:50")  # the fixture's UTC: log and pane agree
+    timeline = startup.read_timeline(tmp_path / "server.log", launched, ready, [fast, slow])
+    got = {p.name: p.seconds for p in timeline.phases}
+    assert got == {"launcher": 5, "scheduler start": 15, "weights": 4, "decode graphs": 17,
+                   "HTTP + tokenizer workers": 0, "first generation": 9}
+    assert startup.read_timeline(tmp_path / "server.log", launched, ready, [slow, fast]).phases == timeline.phases
