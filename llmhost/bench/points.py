@@ -81,7 +81,7 @@ def default_prompts(workload: str, pattern: Pattern, load: float) -> int:
     """Requests of a sweep point: a closed loop's warm-up waves and MIN_STEADY_WAVES steady ones, 6c (at least 32;
     16 for 8k-token prompts); 15 s of arrivals (at least 64)."""
     if pattern == "qps":
-        return max(64, 15 * int(load))
+        return max(64, math.ceil(15 * load))  # a rate of 7.5 req/s sends 113, not 15 x 7
     return max(16 if workload == "long" else 32, (WARMUP_WAVES + MIN_STEADY_WAVES) * int(load))
 
 
@@ -171,10 +171,9 @@ def point_seed(base_seed: int, point: Point) -> int:
 
 def boot_order(todo: list[Point], seed: int) -> list[Point]:
     """The points of one server boot in a seeded shuffle (the same order on --resume), so drift in server state
-    over a boot does not line up with the sweep order."""
-    ordered = sorted(todo, key=lambda p: p.point_id)
-    random.Random(seed).shuffle(ordered)
-    return ordered
+    over a boot does not line up with the sweep order. Each point's place comes from the seed and its id alone, so
+    the points a --resume has left keep the order they had in the full boot."""
+    return sorted(todo, key=lambda p: (random.Random(f"{seed}:{p.point_id}").random(), p.point_id))
 
 
 def decode_step_s(batch: int, context_tokens: float) -> float:
