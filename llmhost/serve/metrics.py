@@ -86,8 +86,9 @@ def buckets(samples: Iterable[Sample], name: str, **labels: str) -> list[tuple[f
 
 
 def delta(before: Iterable[Sample], after: Iterable[Sample], name: str, **labels: str) -> float | None:
-    """Increase of a counter (summed over matching series) between two scrapes; None if absent in either."""
+    """Increase of a counter (summed over matching series) between two scrapes; None if absent in either, or when
+    it fell (the server restarted in between: what it counted before the restart is lost)."""
     start, end = total(before, name, **labels), total(after, name, **labels)
-    if start is None or end is None:
+    if start is None or end is None or end < start:
         return None
     return end - start

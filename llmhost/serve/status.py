@@ -15,13 +15,19 @@ from llmhost.serve.process import read_state, recorded_group
 from llmhost.serve.procfs import port_holder
 
 
-def _gauge(samples: list, name: str) -> float | None:
-    """A scheduler gauge: rank 0's series when ranks are labelled (tensor parallel), else the only one."""
+def _gauge(samples: list, name: str, mean: bool = False) -> float | None:
+    """A scheduler gauge over the server's DP ranks (label dp_rank, SGLang's --dp-size): their sum, or with `mean`
+    their mean (a share, like token_usage); within one DP rank its lowest tensor rank's series (tensor-parallel ranks
+    report the same). None when absent."""
     from llmhost.serve import metrics
 
-    found = metrics.select(samples, name)
-    ranked = [s for s in found if s.labels.get("tp_rank", "0") == "0"]
-    return (ranked or found)[0].value if found else None
+    lead: dict[str, metrics.Sample] = {}  # dp_rank ('' unlabelled) -> its lowest tp_rank's sample, first seen
+    for s in metrics.select(samples, name):
+        dp = s.labels.get("dp_rank", "")
+        if dp not in lead or int(s.labels.get("tp_rank", 0)) < int(lead[dp].labels.get("tp_rank", 0)):
+            lead[dp] = s
+    values = [s.value for s in lead.values()]
+    return (sum(values) / len(values) if mean else sum(values)) if values else None
 
 
 def status_lines(cfg: Config, api_key: str | None, client: ServerClient | None = None) -> tuple[bool, list[str]]:
@@ -101,7 +107,7 @@ def _metric_lines(text: str) -> list[str]:
         samples = metrics.parse(text)
     except metrics.MetricsError as exc:
         return [f"metrics      : unreadable ({exc})"]
-    pool, usage = _gauge(samples, "sglang:max_total_num_tokens"), _gauge(samples, "sglang:token_usage")
+    pool, usage = _gauge(samples, "sglang:max_total_num_tokens"), _gauge(samples, "sglang:token_usage", mean=True)
     running, queued = _gauge(samples, "sglang:num_running_reqs"), _gauge(samples, "sglang:num_queue_reqs")
     # cumulative: the sglang:cache_hit_rate gauge is the LAST prefill batch's and reads 0 after any decode
     prompt = metrics.total(samples, "sglang:prompt_tokens_total")
