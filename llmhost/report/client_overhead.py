@@ -38,15 +38,19 @@ BUSY_CLIENT_PCT = 90.0  # the load generator's CPU, % of its one core, from whic
 
 def counters(telemetry: Sequence[TelemetrySample], point_id: str,
              histogram: str = HISTOGRAM) -> tuple[list[float], list[tuple[float, float]]]:
-    """The point's sampler ticks (sorted) and, per tick, the histogram's (sum s, count) summed over its label sets
-    (workers)."""
+    """The point's sampler ticks (sorted) at which every label set (worker) of the histogram was scraped, and per
+    tick its (sum s, count) summed over them. A tick that missed a worker is left out: its sum would lack that
+    worker's counts, and a delta to or from it would be wrong, even negative."""
     total, count = f"{histogram}_sum", f"{histogram}_count"
-    ticks: dict[float, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    ticks: dict[float, dict[tuple, list[float]]] = defaultdict(dict)
     for s in telemetry:
         if s.point_id == point_id and s.name in (total, count):
-            ticks[s.t][0 if s.name == total else 1] += s.value
-    times = sorted(ticks)
-    return times, [(ticks[t][0], ticks[t][1]) for t in times]
+            pair = ticks[s.t].setdefault(tuple(sorted(s.labels.items())), [math.nan, math.nan])
+            pair[0 if s.name == total else 1] = s.value
+    workers = {key for by in ticks.values() for key in by}
+    times = sorted(t for t, by in ticks.items()
+                   if set(by) == workers and not any(math.isnan(v) for pair in by.values() for v in pair))
+    return times, [(sum(p[0] for p in ticks[t].values()), sum(p[1] for p in ticks[t].values())) for t in times]
 
 
 def window_delta(telemetry: Sequence[TelemetrySample], point_id: str, histogram: str, t_start: float,

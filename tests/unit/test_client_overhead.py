@@ -52,6 +52,14 @@ def test_workers_behind_a_router_are_summed_and_other_points_ignored():
     assert n == 10 and math.isclose(server, 1000 * (5 * 0.4) / 10)
 
 
+def test_a_tick_that_missed_a_worker_is_not_a_window_end():
+    """worker1's scrape at t=105 failed: the window's end snaps back to t=104, where both were scraped. Summing what
+    t=105 had would drop worker1's counts from the delta: 4 first tokens in 0.2 s, a 'mean' of 50 ms, not 200."""
+    samples = ticks([(0.1, 1)] * 6, "worker0") + [s for s in ticks([(0.3, 1)] * 6, "worker1") if s.t != 105.0]
+    server, _, n = client_overhead.window_means(samples, POINT, 100.0, 105.0, np.array([103.0]), np.array([1.0]))
+    assert n == 8 and math.isclose(server, 1000 * (4 * 0.4) / 8)  # ticks 100 and 104: 4 s of both workers
+
+
 def test_no_ticks_in_the_window_or_no_first_token_is_not_measured():
     samples = ticks([(0.0, 0)] * 4)
     assert client_overhead.window_means(samples, POINT, 100.0, 103.0, np.array([]), np.array([]))[2] == 0
