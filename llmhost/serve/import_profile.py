@@ -24,6 +24,7 @@ from pathlib import Path
 ENV = "PYTHONPROFILEIMPORTTIME=1"  # KEY=VALUE, as SERVER_ENV takes it
 _HEADER = "import time: self [us] | cumulative | imported package"  # each process writes it once, first
 _ROW = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \| *(\S+)\s*$")
+_MEMBER = re.compile(r"^\[[\w.-]+\] ")  # ROUTER=on: server.log tags each member's lines '[worker0] '
 TOP = 8  # packages named in a line
 
 
@@ -47,9 +48,10 @@ class ImportProfile:
 
 
 def parse(lines: Iterable[str]) -> ImportProfile | None:
-    """The profile in these log lines; None when they hold none."""
+    """The profile in these log lines (every member's, summed, behind the router); None when they hold none."""
     processes, self_us = 0, {}
     for line in lines:
+        line = _MEMBER.sub("", line, count=1)
         if line.startswith(_HEADER):
             processes += 1
             continue

@@ -29,6 +29,15 @@ def test_self_times_add_up_per_top_level_package_over_processes_and_other_lines_
                                    "1 more 0.2 s")
 
 
+def test_behind_the_router_every_members_tagged_lines_are_summed():
+    """ROUTER=on: server.log prefixes each member's lines with its name; both workers' processes count."""
+    lines = [f"[{name}] {line}" for name in ("worker0", "worker1")
+             for line in (HEADER, row(1_000_000, "torch"), row(500_000, "sglang.srt"))]
+    lines.append("[router] 2026-12-01T10:00:00 INFO smg: Starting router on 127.0.0.1")
+    profile = import_profile.parse(lines)
+    assert profile.processes == 2 and profile.packages_s == {"torch": 2.0, "sglang": 1.0}
+
+
 def test_a_log_without_profile_lines_or_no_log_at_all_has_no_profile(tmp_path):
     assert import_profile.parse(["[2026-12-01 15:45:19] Load weight end.", HEADER]) is None
     assert import_profile.read(tmp_path / "missing.log") is None
