@@ -63,8 +63,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if not argv or argv[0] not in ("check", "chat", "-h", "--help"):
         argv = ["check", *argv]  # why: `smoke_test.py --json` means `smoke_test.py check --json`
     args = parser.parse_args(argv)
-    if args.timeout <= 0 or args.max_tokens <= 0:
-        parser.error("--timeout and --max-tokens must be positive")
+    if not 0 < args.timeout < float("inf") or args.max_tokens <= 0:  # why: nan/inf reach the socket as "cannot connect"
+        parser.error("--timeout and --max-tokens must be positive (--timeout a finite number of seconds)")
+    if args.mode == "check" and args.max_tokens < 2 and args.only in (None, "stream"):
+        parser.error("--max-tokens must be at least 2 for the stream check (one token streams as one chunk)")
     if args.base_url:
         try:
             url = urlparse(args.base_url)

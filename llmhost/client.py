@@ -97,9 +97,9 @@ def describe_error(exc: BaseException, ep: Endpoint) -> str:
         which = "was rejected" if ep.api_key else "is required"
         return (f"the server answered 401: an API key {which} — pass --api-key-file FILE or set OPENAI_API_KEY "
                 "(the key in API_KEY_FILE on the server)")
-    if isinstance(exc, openai.APIStatusError):
-        return f"the server answered {exc.status_code}: {str(exc.message)[:200]}"
-    return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, openai.APIStatusError):  # a web server's HTML error page is many lines: join them
+        return f"the server answered {exc.status_code}: {' '.join(str(exc.message).split())[:200]}"
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def load_format(client: Any, ep: Endpoint) -> str | None:
