@@ -140,10 +140,11 @@ def start_up_s(history: sittings.History, span: sittings.Span) -> float:
 
 
 def cut_off_s(history: sittings.History, span: sittings.Span) -> float:
-    """A sitting's time after its last finished point attempt or boot (its start when it finished neither)."""
+    """A sitting's time after its last finished point attempt or boot (after its start-up when it finished neither:
+    that time is its start-up, start_up_s, not counted twice)."""
     lasts = [b.started_at + b.boot_s for b in history.boots() if b.sitting == span.sitting]
     lasts += [p.ended_at for p in history.attempts if span.began_at <= p.ended_at <= span.ended_at]
-    return max(0.0, span.ended_at - max(lasts, default=span.began_at))
+    return max(0.0, span.ended_at - max(lasts, default=span.began_at + start_up_s(history, span)))
 
 
 def resume_line(estimate: Estimate | None, sitting: int, remaining_s: float) -> str | None:
