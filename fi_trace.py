@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import signal
 import sys
 from pathlib import Path
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 def capture_options(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: config.Config) -> CaptureOptions:
     if min(args.duration_s, args.concurrency, args.prefixes, args.prefix_words, args.max_tokens, args.every) <= 0:
         parser.error("--duration-s, --concurrency, --prefixes, --prefix-words, --max-tokens, --every must be > 0")
+    for flag, seconds in (("--duration-s", args.duration_s), ("--hook-timeout-s", args.hook_timeout_s)):
+        if not (math.isfinite(seconds) and seconds > 0):  # nan passes `<= 0`; either would restart the server for good
+            parser.error(f"{flag} must be a finite number of seconds > 0 (got {seconds:g})")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     trace_dir = args.trace_dir or Path(cfg.work_dir) / "fi-trace" / stamp
     if trace_dir.exists():

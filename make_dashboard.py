@@ -77,6 +77,8 @@ def parse_args(argv: list[str] | None) -> Options:
     problem = slo_rule.problem(args.slo_ttft_ms, args.slo_itl_ms, args.slo_pct)
     if problem:
         parser.error(problem)
+    if args.seed < 0:  # numpy's generator takes no negative seed
+        parser.error(f"--seed must be >= 0 (got {args.seed})")
     out = Path(args.out) if args.out else args.run_dir / "dashboard.html"
     if out.is_dir() or (args.out or "").endswith("/"):  # a directory, existing or meant: the page goes in it
         out = out / "dashboard.html"

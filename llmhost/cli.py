@@ -38,4 +38,6 @@ def levels_problem(flag: str, text: str | None, kind: type) -> str | None:
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         example = "1,16,64" if kind is int else "2,8,16"
         return f"{flag} {text!r}: give positive {'whole numbers' if kind is int else 'numbers'} like {example}"
-    return None
+    seen = [f"{v:g}" for v in values]  # as point ids and the load generator spell them
+    twice = next((v for v in seen if seen.count(v) > 1), None)
+    return f"{flag} {text!r}: {twice} is given twice (each level is one point)" if twice else None

@@ -18,6 +18,7 @@ from llmhost.tune import cli as tune_cli
 
 SLO_DEFAULTS = slo_rule.DEFAULTS  # recorded in the manifest; the dashboard can override
 TAG_MAX = 64  # a run id is YYYYmmdd-HHMMSS-TAG, one path component
+MAX_REPEAT = 100  # --repeat: far past any budget, short of a plan too big to build
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,6 +112,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     """The first argument that cannot work, as one line; None when all can. Nothing is read but the manifest."""
     if args.repeat is not None and args.repeat < 1:
         return "--repeat must be >= 1"
+    if args.repeat is not None and args.repeat > MAX_REPEAT:  # the plan is built point by point: a typo hangs it
+        return f"--repeat must be <= {MAX_REPEAT} (got {args.repeat})"
     if args.budget_min is not None:
         if not (math.isfinite(args.budget_min) and args.budget_min >= 1):
             return f"--budget-min must be >= 1 minute (got {args.budget_min:g})"

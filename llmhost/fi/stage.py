@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmhost import files
 from llmhost.fi import shapes, split_plan
 
 
@@ -103,7 +104,7 @@ def run_report(out_dir: Path) -> int:
 
     try:
         written = page.build(out_dir)
-    except page.ReportError as exc:
+    except (page.ReportError, files.WriteError) as exc:  # a damaged results file, or --out-dir under a file
         raise EnvProblem(str(exc)) from None
     from llmhost.fi.report import figures
 

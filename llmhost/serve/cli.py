@@ -93,10 +93,18 @@ def cmd_logs(cfg: Config, args: list[str], console: Console) -> int:
         else:
             raise UsageError(f"unknown logs option '{option}' — ./serve.sh logs [-f] [-n N] [-m MEMBER]")
     log = cfg.state_dir / f"{name}.log"
+    if not log.is_file() and name != "server" and (cfg.state_dir / "server.log").is_file():
+        raise UsageError(f"logs -m {name}: no such member (members: {member_names(cfg)})")
     if not log.is_file():
         raise ServeError(f"no server log at {log} — run ./serve.sh start")
     sys.stdout.flush()
     os.execvp("tail", ["tail", "-n", lines, *follow, str(log)])
+
+
+def member_names(cfg: Config) -> str:
+    """The members whose logs are there (none but the server itself without ROUTER=on)."""
+    names = sorted(p.stem for p in cfg.state_dir.glob("*.log") if p.stem not in ("server", "dashboard"))
+    return ", ".join(names) or "none without ROUTER=on: ./serve.sh logs shows the server's"
 
 
 def cmd_dashboard(cfg: Config, args: list[str], console: Console) -> int:

@@ -50,7 +50,25 @@ def load(out_dir: Path) -> dict[str, dict | None]:
             docs[stage] = json.loads(path.read_text()) if path.exists() else None
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportError(f"{path} is unreadable ({exc}): re-run {PRODUCE[stage].format(out=out_dir)}") from None
+        check(stage, docs[stage], out_dir)
     return docs
+
+
+def check(stage: str, doc: object, out_dir: Path) -> None:
+    """JSON that is not the document its stage writes (a list, fields of the wrong type) is one line naming the
+    file, not a traceback from the page: its headline and section are built once here."""
+    if doc is None:
+        return
+    try:
+        if not isinstance(doc, dict):
+            raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+        if not all(isinstance(doc.get(key) or {}, dict) for key in ("env", "ceilings")):  # the environment card's
+            raise TypeError("'env' and 'ceilings' should be objects")
+        HEADLINES[stage](doc)
+        SECTIONS[stage].render_section(doc, str(out_dir))
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+        raise ReportError(f"{out_dir / f'{stage}.json'} is not what its stage writes ({exc}): "
+                          f"re-run {PRODUCE[stage].format(out=out_dir)}") from None
 
 
 def summary(docs: dict[str, dict | None]) -> dict:
