@@ -2,7 +2,8 @@
 names the setting or flag and, for a setting, where its value came from (environment, or config file and line);
 exit != 0; never a traceback.
 
-One table, each row: (script + arguments, environment, a config file's text, the words the line must hold).
+One table, each row: (script + arguments, environment, a config file's text, the words the line must hold, and the
+exit code where it is pinned).
 serve.sh is exercised only through settings it refuses today and will refuse as Python (config.load() is the one
 check either way). `{tmp}` in a row is the test's own folder; `{local}` is the config file the row writes.
 """
@@ -28,12 +29,18 @@ class Case:
     needles: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     local: str | bytes | None = None  # text of a config file passed as LLMHOST_CONFIG
+    code: int | None = None  # the exit code, where the row pins it (else any non-zero)
 
 
 def case(script: str, *args: str, needles: tuple[str, ...], env: dict[str, str] | None = None,
-         local: str | bytes | None = None) -> Case:
+         local: str | bytes | None = None, code: int | None = None) -> Case:
     argv = (PY, script, *args) if script.endswith(".py") else (f"./{script}", *args)
-    return Case(argv, needles, env or {}, local)
+    return Case(argv, needles, env or {}, local, code)
+
+
+RUN = "{tmp}/bench/20261129-120000"  # the good run the fixture makes
+# fi_trace.py capture rows: a regression fails to start a server instead of serving one
+NO_SERVER = {"SGLANG_PYTHON": "/bin/false", "MODEL_DIR": "{tmp}/model", "LOAD_FORMAT": "dummy"}
 
 
 ENV = "environment"
@@ -191,6 +198,30 @@ CASES = {
                                       needles=("--python /bin/false: does not run Python >= 3.10",)),
     "setup --python missing": case("setup_host.sh", "--python", "/nonexistent/python3", needles=("no such executable",)),
     "setup --wheelhouse missing": case("setup_host.sh", "--wheelhouse", "{tmp}/nowhere", needles=("is not a directory",)),
+    "bench --concurrency with a level twice": case("run_bench.py", "--dry-run", "--concurrency", "1,16,1",
+                                                   code=2, needles=("--concurrency '1,16,1': 1 is given twice",)),
+    "bench --rates with a rate twice": case("run_bench.py", "--dry-run", "--rates", "2,2.0",
+                                            code=2, needles=("--rates '2,2.0': 2 is given twice",)),
+    "bench --repeat too big to plan": case("run_bench.py", "--dry-run", "--repeat", "1000000000",
+                                           code=2, needles=("--repeat must be <= 100 (got 1000000000)",)),
+    "dashboard negative --seed": case("make_dashboard.py", RUN, "--seed", "-1", code=2,
+                                      needles=("--seed must be >= 0",)),
+    "trace --duration-s nan": case("fi_trace.py", "capture", "--duration-s", "nan", env=NO_SERVER,
+                                   code=2, needles=("--duration-s must be a finite number of seconds > 0 (got nan)",)),
+    "trace --duration-s inf": case("fi_trace.py", "capture", "--duration-s", "inf", env=NO_SERVER,
+                                   code=2, needles=("--duration-s",)),
+    "trace --hook-timeout-s nan": case("fi_trace.py", "capture", "--hook-timeout-s", "nan", env=NO_SERVER,
+                                       code=2, needles=("--hook-timeout-s must be a finite number",)),
+    "fi report --out-dir is a file": case("fi_bench.py", "report", "--out-dir", "{tmp}/a-file", code=1,
+                                          needles=("fi_bench.py report: cannot write", "a-file/fi_summary.json")),
+    "fi report sparse.json is a list": case("fi_bench.py", "report", "--out-dir", "{tmp}/fi-list", code=1,
+                                            needles=("sparse.json is not what its stage writes", "re-run")),
+    "fi report jit.json with a bad env": case("fi_bench.py", "report", "--out-dir", "{tmp}/fi-env", code=1,
+                                              needles=("jit.json is not what its stage writes",)),
+    "fi report balance.json with bad fields": case("fi_bench.py", "report", "--out-dir", "{tmp}/fi-fields", code=1,
+                                                   needles=("balance.json is not what its stage writes",)),
+    "serve logs -m of no member": case("serve.sh", "logs", "-m", "nosuch",
+                                       code=2, needles=("logs -m nosuch: no such member",)),
 }
 
 
@@ -211,13 +242,22 @@ def tmp(tmp_path_factory) -> Path:
         (root / name / "manifest.json").write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
     (root / "startup-run" / "startups.jsonl").write_text("")  # killed before its first restart was recorded
     make_run(root, n=8, repeats=1)  # a good run, for --compare
+    for name, stage, text in (("fi-list", "sparse", "[1]"), ("fi-env", "jit", '{"env": "y"}'),
+                              ("fi-fields", "balance", '{"cases": "x"}')):  # fi_bench.py results of the wrong shape
+        (root / name).mkdir()
+        (root / name / f"{stage}.json").write_text(text)
+    (root / "model").mkdir()
+    (root / "model" / "config.json").write_text("{}")
+    (root / "work" / "server").mkdir(parents=True)
+    (root / "work" / "server" / "server.log").write_text("a server ran\n")
     return root
 
 
 def test_there_are_enough_cases_and_every_script_in_scope_has_some():
     scripts = {Path(c.argv[1] if c.argv[0] == PY else c.argv[0]).name for c in CASES.values()}
     assert len(CASES) >= 45
-    assert scripts == {"setup_host.sh", "serve.sh", "smoke_test.py", "run_bench.py", "make_dashboard.py"}
+    assert scripts == {"setup_host.sh", "serve.sh", "smoke_test.py", "run_bench.py", "make_dashboard.py",
+                       "fi_trace.py", "fi_bench.py"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -236,7 +276,8 @@ def test_bad_input_is_one_line_naming_the_setting_and_its_source(name: str, tmp:
         env["LLMHOST_CONFIG"] = str(local)
     env.update({k: fill(v) for k, v in row.env.items()})
     proc = subprocess.run(list(map(fill, row.argv)), cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0, proc.stdout
+    assert proc.returncode == row.code if row.code is not None else proc.returncode != 0, (proc.returncode,
+                                                                                         proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.endswith("\n"), proc.stderr
     for needle in map(fill, row.needles):
