@@ -35,6 +35,7 @@ class Config:
     work_dir: str
     results_dir: str
     flashinfer_workspace_base: str
+    bytecode_cache: str
     model_id: str
     model_dir: str
     served_model_name: str

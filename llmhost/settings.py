@@ -117,6 +117,11 @@ def directory(absolute: bool) -> Check:
     return check
 
 
+def optional(check: Check) -> Check:
+    """`check`, or empty (the setting off)."""
+    return lambda text: text and check(text)
+
+
 def optional_path(text: str) -> str:
     if text and not text.isprintable():
         raise ValueError("must be a path on one line")
@@ -203,6 +208,7 @@ CHECKS: Dict[str, Check] = {  # every config.env key, in config.env's order; the
     "WORK_DIR": directory(absolute=True),
     "RESULTS_DIR": directory(absolute=False),
     "FLASHINFER_WORKSPACE_BASE": directory(absolute=True),
+    "BYTECODE_CACHE": optional(directory(absolute=True)),
     "MODEL_ID": matching(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?",
                          "is not a Hugging Face repo id (e.g. Qwen/Qwen3-4B)"),
     "MODEL_DIR": directory(absolute=True),

@@ -23,8 +23,9 @@ _USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 # not server configurations to compare and are refused in an arm.
 ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num", "--tp-size",
                 "--tensor-parallel-size", "--dp-size", "--data-parallel-size")
-# Settings of the lifecycle itself, not of SGLang's command line: an arm gives them as KEY=value (FREEZE_GC=off).
-ARM_LIFECYCLE_SETTINGS = ("FREEZE_GC",)
+# Settings of the lifecycle itself, not of SGLang's command line: an arm gives them as KEY=value (FREEZE_GC=off;
+# BYTECODE_CACHE= to start without the bytecode cache, e.g. with --startup).
+ARM_LIFECYCLE_SETTINGS = ("FREEZE_GC", "BYTECODE_CACHE")
 _SETTING_WORD = re.compile(r"([A-Z][A-Z0-9_]*)=(.*)")
 
 

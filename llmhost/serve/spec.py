@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import shutil
 import time
@@ -175,10 +176,23 @@ def merge_extra(ours: list[list[str]], extra: list[list[str]]) -> tuple[list[str
     return merged, notes
 
 
-def server_env(cfg: Config) -> tuple[tuple[str, str], ...]:
-    """SERVER_ENV pairs plus the persistent FlashInfer JIT cache (kernels compiled once survive restarts) and the
+def bytecode_env(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
+    """Where the server's Python may write its compiled bytecode when `environ` forbids it (PYTHONDONTWRITEBYTECODE
+    non-empty, as many container images set): into BYTECODE_CACHE (PYTHONPYCACHEPREFIX), so a restart reads torch's,
+    SGLang's and transformers' bytecode instead of compiling them again; the packages' own folders stay untouched.
+    An empty PYTHONDONTWRITEBYTECODE is Python's "unset". {} when writing is allowed or BYTECODE_CACHE is empty."""
+    if not cfg.bytecode_cache or not environ.get("PYTHONDONTWRITEBYTECODE"):
+        return {}
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": cfg.bytecode_cache}
+
+
+def server_env(cfg: Config, environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    """SERVER_ENV pairs (they win) plus the persistent FlashInfer JIT cache (kernels compiled once survive restarts),
+    the bytecode cache when the environment (`environ`, default this process's) forbids writing bytecode, and the
     GPUs of GPUS (llmhost/serve/parallel.py)."""
-    pairs: dict[str, str] = {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base, **parallel.device_env(cfg)}
+    pairs: dict[str, str] = {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base,
+                             **bytecode_env(cfg, os.environ if environ is None else environ),
+                             **parallel.device_env(cfg)}
     try:
         items = shlex.split(cfg.server_env)
     except ValueError as exc:

@@ -355,6 +355,17 @@ def test_an_import_profile_names_the_packages_the_servers_processes_spent_their_
     assert "import profile on" in proc.stdout
 
 
+def test_a_startup_arm_can_start_without_the_bytecode_cache(env):
+    """`--arm nocache="BYTECODE_CACHE="` against the defaults, in a shell that forbids bytecode: the pair to measure
+    what the cache is worth on one host."""
+    proc = bench({**env, "PYTHONDONTWRITEBYTECODE": "1"}, "--startup", "1", "--arm", "nocache=BYTECODE_CACHE=")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    base, nocache = _rows(Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"]) / "startups.jsonl")
+    assert (base["arm"], nocache["arm"]) == ("baseline", "nocache") and base["status"] == nocache["status"] == "ok"
+    assert "PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=" in base["launch_command"]
+    assert "PYTHONPYCACHEPREFIX" not in nocache["launch_command"]
+
+
 def test_startup_dry_run_lists_the_arms_and_prices_their_restarts_without_starting_anything(env):
     proc = bench(env, "--startup", "--arm", "nopcg=--disable-piecewise-cuda-graph", "--dry-run", timeout=60)
     assert proc.returncode == 0, proc.stderr

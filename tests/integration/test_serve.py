@@ -312,6 +312,19 @@ def test_the_server_gets_this_shells_environment_not_the_tmux_servers(serve):
     assert (s.state / "launch.env").stat().st_mode & 0o077 == 0
 
 
+def test_a_shell_that_forbids_bytecode_gives_the_server_the_bytecode_cache(serve):
+    """PYTHONDONTWRITEBYTECODE=1 (many container images): the server's Python still keeps its bytecode, in
+    BYTECODE_CACHE, so the next start does not compile its packages again."""
+    s = serve(PYTHONDONTWRITEBYTECODE="1")
+    assert s("start").returncode == 0
+    pid = int((s.state / "pid").read_text())
+    environ = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+                   if "=" in item)
+    cache = s.work / "bytecode-cache"
+    assert environ["PYTHONDONTWRITEBYTECODE"] == "" and environ["PYTHONPYCACHEPREFIX"] == str(cache)
+    assert list(cache.rglob("sglang/**/*.pyc"))  # the stand-in's own package, imported by the server
+
+
 # ---------------------------------------------------------------- the API key
 def test_api_key_works_end_to_end_and_never_leaks(serve, tmp_path):
     key = "sk-test-7c1f9d2a"

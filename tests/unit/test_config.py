@@ -108,6 +108,7 @@ def test_every_value_remembers_the_file_and_line_or_the_environment_it_came_from
     (b"\nLOAD_FORMAT=dumy\n", r"local.env:2: LOAD_FORMAT=dumy is not one of SGLang's load formats \(auto, pt"),
     (b"TMUX_SESSION=a.b\n", r"TMUX_SESSION=a.b must be a name without ':' or '.'"),
     (b"WORK_DIR=rel/dir\n", r"WORK_DIR=rel/dir must be an absolute path"),
+    (b"BYTECODE_CACHE=pyc\n", r"BYTECODE_CACHE=pyc must be an absolute path"),
     (b"MEM_FRACTION_STATIC=1.5\n", r"MEM_FRACTION_STATIC=1.5 must be auto or a fraction between 0 and 1"),
     (b"SERVER_EXTRA_ARGS=--x 'unclosed\n", r"SERVER_EXTRA_ARGS=.* cannot be split like a shell command line"),
 ])
@@ -117,6 +118,12 @@ def test_a_bad_file_or_value_is_one_line_naming_the_file_and_line(tmp_path, text
     with pytest.raises(config.ConfigError, match=message) as caught:
         config.load({"HOME": os.environ["HOME"], "LLMHOST_CONFIG": str(local)})
     assert "\n" not in str(caught.value)
+
+
+def test_the_bytecode_cache_follows_work_dir_and_may_be_switched_off(tmp_path):
+    cfg = config.load({"HOME": os.environ["HOME"], "WORK_DIR": str(tmp_path / "w")})
+    assert cfg.bytecode_cache == str(tmp_path / "w" / "bytecode-cache")
+    assert config.load({"HOME": os.environ["HOME"], "BYTECODE_CACHE": ""}).bytecode_cache == ""
 
 
 def test_a_world_readable_key_file_is_refused_like_ssh_refuses_a_loose_private_key(tmp_path):

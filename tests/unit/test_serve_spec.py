@@ -5,6 +5,9 @@ import dataclasses
 import json
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,7 @@ def cfg(tmp_path) -> config.Config:
     return dataclasses.replace(
         config.load({}), work_dir=str(tmp_path / "work"), model_dir=str(tmp_path / "model"),
         sglang_python="/opt/venv/bin/python", flashinfer_workspace_base=str(tmp_path / "fi"),
+        bytecode_cache=str(tmp_path / "pyc"),
     )
 
 
@@ -126,11 +130,48 @@ def test_settings_override_by_their_config_names_with_their_types(cfg):
         launch_spec.with_settings(cfg, {"PORT": "x"})
 
 
-def test_server_env_adds_the_flashinfer_cache_and_server_env_pairs(cfg):
+def test_server_env_adds_the_flashinfer_cache_and_server_env_pairs(cfg, monkeypatch):
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     spec = build_spec(dataclasses.replace(cfg, server_env="PYTHONPATH=/x 'A=b c'"))
     assert dict(spec.env) == {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base, "PYTHONPATH": "/x", "A": "b c"}
     assert spec.command[:4] == ["env", f"FLASHINFER_WORKSPACE_BASE={cfg.flashinfer_workspace_base}",
                                 "PYTHONPATH=/x", "A=b c"]
+
+
+@pytest.mark.parametrize("forbid, cache, expected", [
+    ("1", "set", True),  # a container's PYTHONDONTWRITEBYTECODE=1: the server writes into the cache instead
+    ("", "set", False),  # empty is Python's "unset": bytecode goes beside the packages as usual
+    (None, "set", False),
+    ("1", "", False),  # BYTECODE_CACHE empty: the environment decides
+])
+def test_the_bytecode_cache_is_given_only_when_the_environment_forbids_writing_bytecode(cfg, forbid, cache, expected):
+    cfg = dataclasses.replace(cfg, bytecode_cache=cfg.bytecode_cache if cache else "")
+    environ = {} if forbid is None else {"PYTHONDONTWRITEBYTECODE": forbid}
+    env = dict(launch_spec.server_env(cfg, environ))
+    if expected:
+        assert env["PYTHONDONTWRITEBYTECODE"] == "" and env["PYTHONPYCACHEPREFIX"] == cfg.bytecode_cache
+    else:
+        assert "PYTHONDONTWRITEBYTECODE" not in env and "PYTHONPYCACHEPREFIX" not in env
+
+
+def test_server_env_wins_over_the_bytecode_cache(cfg):
+    cfg = dataclasses.replace(cfg, server_env="PYTHONDONTWRITEBYTECODE=1 PYTHONPYCACHEPREFIX=/elsewhere")
+    env = dict(launch_spec.server_env(cfg, {"PYTHONDONTWRITEBYTECODE": "1"}))
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["PYTHONPYCACHEPREFIX"] == "/elsewhere"
+
+
+def test_python_run_with_the_bytecode_env_writes_its_bytecode_into_the_cache(cfg, tmp_path):
+    """What the pairs do to a real interpreter: env(1) sets PYTHONDONTWRITEBYTECODE to "", which Python reads as
+    unset, and the imported module's bytecode lands under BYTECODE_CACHE, not beside the source."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "probe_mod.py").write_text("VALUE = 1\n")
+    pairs = launch_spec.server_env(cfg, {"PYTHONDONTWRITEBYTECODE": "1"})
+    argv = ["env", "PYTHONDONTWRITEBYTECODE=1", *(f"{k}={v}" for k, v in pairs), sys.executable, "-c",
+            "import sys, probe_mod; print(sys.flags.dont_write_bytecode, sys.pycache_prefix)"]
+    out = subprocess.run(argv, cwd=tmp_path / "src", capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.split() == ["0", cfg.bytecode_cache]
+    assert list(Path(cfg.bytecode_cache).rglob("probe_mod.*.pyc"))
+    assert not (tmp_path / "src" / "__pycache__").exists()
 
 
 def test_api_key_travels_only_in_the_0600_yaml(cfg, tmp_path):
