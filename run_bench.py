@@ -134,7 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     # --- what a real run would stop at, checked before any work, and by the dry run too ---
     ready = preflight.check(cfg, plan, seed, new_run=run is None)
     if opts.dry_run:
-        print_dry_run(plan, arms, model, quick, planned, tune, ready if isinstance(ready, str) else None)
+        left = plan
+        if run is not None:  # a resume: what is left to run, not what the plan was
+            for line in store.resume_lines(run, plan, opts.only_missing):
+                print(f"[bench] {line}")
+            done = run.done_points(opts.only_missing)
+            left = [p for p in plan if p.point_id not in done]
+        print_dry_run(left, arms, model, quick, planned, tune, ready if isinstance(ready, str) else None)
     if isinstance(ready, str):
         print(f"[bench] error: {ready}", file=sys.stderr)
         return 1

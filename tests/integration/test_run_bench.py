@@ -143,6 +143,11 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(env):
     first = _rows(run / "sittings.jsonl")  # appended as it went: the kill lost none of it
     assert [r["event"] for r in first if r["event"] != "eta"] == ["began", "boot"]
 
+    left = bench(env, "--resume", str(run), "--dry-run")  # prices what is left, not the whole plan again
+    assert left.returncode == 0, left.stdout[-2000:] + left.stderr[-2000:]
+    assert json.loads(left.stdout.strip().splitlines()[-1])["points"] == len(planned) - len(before)
+    assert f"[bench] resume: {len(before)} of 2 points ok (kept)" in left.stdout
+    assert f"[bench] plan: {len(planned) - len(before)} points over 1 arms" in left.stdout
     time.sleep(3)  # nothing runs: not the run's time
     resumed = time.time()
     again = bench(env, "--resume", str(run))
