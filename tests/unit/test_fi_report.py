@@ -130,6 +130,21 @@ def test_an_unreadable_results_file_is_one_line_naming_the_command(tmp_path):
         page.build(tmp_path)
 
 
+def test_each_section_is_rendered_once_and_a_bad_one_writes_nothing(tmp_path, monkeypatch):
+    (tmp_path / "sparse.json").write_text(json.dumps(synthetic_sparse()))
+    calls = []
+    real = page.SECTIONS["sparse"].render_section
+    monkeypatch.setattr(page.SECTIONS["sparse"], "render_section", lambda *a: calls.append(a) or real(*a))
+    page.build(tmp_path)
+    assert len(calls) == 1
+    (tmp_path / "fi_report.html").unlink()
+    (tmp_path / "fi_summary.json").unlink()
+    (tmp_path / "balance.json").write_text(json.dumps({**synthetic_balance(), "cases": [{"batch": "x"}]}))
+    with pytest.raises(page.ReportError, match=r"balance\.json is not what its stage writes .*fi_bench\.py balance"):
+        page.build(tmp_path)
+    assert not (tmp_path / "fi_report.html").exists() and not (tmp_path / "fi_summary.json").exists()
+
+
 def test_split_speedup_is_base_time_over_split_time():
     cases = [{"distribution": "zipf", "batch": 4, "split": "auto", "median_us": 50.0},
              {"distribution": "zipf", "batch": 4, "split": "off", "median_us": 150.0},

@@ -11,8 +11,10 @@ once, offline, where plotly is installed).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+from collections.abc import Iterator
 from html import escape
 from pathlib import Path
 
@@ -42,7 +44,8 @@ class ReportError(RuntimeError):
 
 
 def load(out_dir: Path) -> dict[str, dict | None]:
-    """Each stage's JSON document, or None when its file does not exist."""
+    """Each stage's JSON document, or None when its file does not exist; one that is not a JSON object with object
+    'env' and 'ceilings' (the environment card's) is a ReportError naming its file."""
     docs: dict[str, dict | None] = {}
     for stage in STAGES:
         path = out_dir / f"{stage}.json"
@@ -50,45 +53,47 @@ def load(out_dir: Path) -> dict[str, dict | None]:
             docs[stage] = json.loads(path.read_text()) if path.exists() else None
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportError(f"{path} is unreadable ({exc}): re-run {PRODUCE[stage].format(out=out_dir)}") from None
-        check(stage, docs[stage], out_dir)
+        doc = docs[stage]
+        with stage_guard(stage, out_dir):
+            if doc is not None and not isinstance(doc, dict):
+                raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+            if doc is not None and not all(isinstance(doc.get(key) or {}, dict) for key in ("env", "ceilings")):
+                raise TypeError("'env' and 'ceilings' should be objects")
     return docs
 
 
-def check(stage: str, doc: object, out_dir: Path) -> None:
-    """JSON that is not the document its stage writes (a list, fields of the wrong type) is one line naming the
-    file, not a traceback from the page: its headline and section are built once here."""
-    if doc is None:
-        return
+@contextlib.contextmanager
+def stage_guard(stage: str, out_dir: Path) -> Iterator[None]:
+    """A stage file whose fields are not what its stage writes (wrong types, missing keys) fails while its headline
+    or section is built: one line naming the file and the command that rewrites it, not a traceback."""
     try:
-        if not isinstance(doc, dict):
-            raise TypeError(f"a JSON {type(doc).__name__}, not an object")
-        if not all(isinstance(doc.get(key) or {}, dict) for key in ("env", "ceilings")):  # the environment card's
-            raise TypeError("'env' and 'ceilings' should be objects")
-        HEADLINES[stage](doc)
-        SECTIONS[stage].render_section(doc, str(out_dir))
+        yield
     except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
         raise ReportError(f"{out_dir / f'{stage}.json'} is not what its stage writes ({exc}): "
                           f"re-run {PRODUCE[stage].format(out=out_dir)}") from None
 
 
-def summary(docs: dict[str, dict | None]) -> dict:
+def summary(docs: dict[str, dict | None], out_dir: Path) -> dict:
     """fi_summary.json: the headline numbers of every stage that has data (None for the others)."""
     out: dict = {"schema": 1, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     for stage in STAGES:
         doc = docs[stage]
-        out[stage] = HEADLINES[stage](doc) if doc else None
+        with stage_guard(stage, out_dir):
+            out[stage] = HEADLINES[stage](doc) if doc else None
     first = next((d for d in docs.values() if d), None)
     out["env"] = first.get("env") if first else None
     return out
 
 
 def build(out_dir: Path) -> dict[str, Path]:
-    """Write fi_summary.json and fi_report.html (charts only where plotly is installed); returns their paths."""
+    """Write fi_summary.json and fi_report.html (charts only where plotly is installed); returns their paths.
+    Both are built before either is written: a bad stage file leaves the previous ones in place."""
     docs = load(out_dir)
     summary_path, html_path = out_dir / "fi_summary.json", out_dir / "fi_report.html"
-    head = summary(docs)
+    head = summary(docs, out_dir)
+    html = render(docs, head, out_dir)
     env.write_document(summary_path, head)
-    files.write_text_atomic(html_path, render(docs, head, out_dir))
+    files.write_text_atomic(html_path, html)
     return {"summary": summary_path, "html": html_path}
 
 
@@ -96,7 +101,8 @@ def render(docs: dict[str, dict | None], head: dict, out_dir: Path) -> str:
     """The whole page: environment card, headline table, then one section per stage (or its placeholder)."""
     sections = [("environment", "Environment", env_card(docs)), ("headline", "Headline", headline_table(head))]
     for stage in STAGES:
-        body = SECTIONS[stage].render_section(docs[stage], str(out_dir))
+        with stage_guard(stage, out_dir):
+            body = SECTIONS[stage].render_section(docs[stage], str(out_dir))
         sections.append((stage, SECTIONS[stage].TITLE, body) if body else (stage, stage, placeholder(stage, out_dir)))
     return page.document("FlashInfer report", sections, HEADER, with_plotly=figures.has_plotly())
 
