@@ -26,6 +26,7 @@ from llmhost.provenance import redact_secrets, utc_now
 from llmhost.bench.liveness import server_alive, server_client, server_watch
 from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
+from llmhost.serve.spec import bytecode_env
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 
@@ -98,8 +99,9 @@ def interrupt_on_sigterm() -> None:
 
 
 def loadgen_env(cfg: config.Config) -> dict[str, str]:
-    """Load-generator environment: bench_serving reads the API key from OPENAI_API_KEY, never from its argv."""
-    env = dict(os.environ)
+    """Load-generator environment: bench_serving reads the API key from OPENAI_API_KEY, never from its argv; it
+    imports SGLang too, so it keeps its bytecode where the server does (BYTECODE_CACHE) when the shell forbids it."""
+    env = {**os.environ, **bytecode_env(cfg, os.environ)}
     key = cfg.api_key()
     if key:
         env["OPENAI_API_KEY"] = key

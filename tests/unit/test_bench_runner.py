@@ -259,3 +259,22 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     assert shared == points.boot_order(shared, 3) and shared != sorted(shared, key=lambda p: (p.arm, p.repeat))
     copy = json.loads((run.root / "servers" / "p16b.json").read_text())
     assert copy["arm"] == "p16b" and copy["launch_command"] == "launch --page-size 16"
+
+
+def test_the_load_generator_keeps_its_bytecode_where_the_server_does(monkeypatch, tmp_path):
+    """It imports SGLang too: in a shell that forbids writing bytecode, it writes it to BYTECODE_CACHE, and the API
+    key reaches it only through its environment."""
+    import dataclasses
+
+    from llmhost import config
+
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    key.chmod(0o600)
+    cfg = dataclasses.replace(config.load({}), bytecode_cache=str(tmp_path / "pyc"), api_key_file=str(key))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = runner.loadgen_env(cfg)
+    assert (env["PYTHONDONTWRITEBYTECODE"], env["PYTHONPYCACHEPREFIX"]) == ("", str(tmp_path / "pyc"))
+    assert env["OPENAI_API_KEY"] == "sk-test"
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert "PYTHONPYCACHEPREFIX" not in runner.loadgen_env(dataclasses.replace(cfg, api_key_file=""))
