@@ -21,7 +21,10 @@ from pathlib import Path
 from llmhost.fi import shapes
 from llmhost.fi.shapes import ShapeError
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Bytes per weight as SGLang serves the checkpoint's dtype at --dtype auto (serve.sh passes none): a float32 checkpoint,
+# or one that names no dtype, is served in float16 (bfloat16 for Gemma), 2 bytes either way
+# (sglang/srt/configs/model_config.py: _get_and_verify_dtype, 0.5.17).
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 2}
 # SGLang --quantization methods that quantize a 16-bit checkpoint's linear layers on load, by bytes per weight. The LM
 # head and the embedding keep the checkpoint's dtype: fp8's get_quant_method quantizes LinearBase layers only
 # (sglang/srt/layers/quantization/fp8.py, 0.5.17).
@@ -69,8 +72,9 @@ def weight_bytes(config: dict, model: str, quantization: str | None = None) -> i
 
 
 def dtype_bytes(config: dict, model: str) -> int:
-    """Bytes per weight of the config's torch_dtype (bf16 when unstated); ShapeError (one line) for another."""
-    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    """Bytes per weight the server reads for the config's dtype (read as SGLang does: `dtype`, else `torch_dtype`;
+    float16 when unstated); ShapeError (one line) for another."""
+    dtype = config.get("dtype") or config.get("torch_dtype") or "float16"
     if dtype not in DTYPE_BYTES:
         raise ShapeError(f"config.json of {model}: torch_dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[dtype]

@@ -180,8 +180,11 @@ def test_every_refusal_names_the_model_and_the_field(change, needle):
 def test_the_dtype_sets_the_bytes_per_weight_and_a_models_directory_is_read(tmp_path):
     bf16 = floor.weight_bytes(QWEN3_4B, "m")
     no_dtype = {k: v for k, v in QWEN3_4B.items() if k not in ("torch_dtype", "dtype")}
-    assert floor.weight_bytes(no_dtype, "m") == bf16  # SGLang's default: bf16
-    assert floor.weight_bytes({**no_dtype, "dtype": "float32"}, "m") == 2 * bf16  # the newer key, 4 bytes
+    assert floor.weight_bytes(no_dtype, "m") == bf16  # SGLang serves it in float16: 2 bytes
+    # a float32 checkpoint is served in float16 at --dtype auto: 2 bytes a weight read, not 4
+    assert floor.weight_bytes({**no_dtype, "dtype": "float32"}, "m") == bf16
+    # SGLang reads the newer key first
+    assert floor.dtype_bytes({"dtype": "bfloat16", "torch_dtype": "int4"}, "m") == 2
     assert floor.weight_bytes({**QWEN3_4B, "torch_dtype": "float16"}, "m") == bf16
     (tmp_path / "config.json").write_text(json.dumps(QWEN3_4B))
     assert floor.weight_bytes_of_dir(tmp_path) == bf16
