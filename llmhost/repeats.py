@@ -79,10 +79,11 @@ def paired_diff(a: Mapping[int, float], b: Mapping[int, float]) -> stats.Differe
 
 
 def verdict(d: stats.Difference, is_higher_better: bool) -> Verdict:
-    """better/worse only when the CI of the difference excludes 0."""
+    """better/worse only when the CI of the difference excludes 0 — read on the absolute difference, which has a CI
+    even where the baseline is 0 and the relative one has none."""
     if math.isnan(d.delta):
         return "no data"
-    if not d.has_ci or math.isnan(d.lo) or math.isnan(d.hi):
+    if math.isnan(d.lo) or math.isnan(d.hi):
         return "no CI"
     if d.lo <= 0.0 <= d.hi:
         return "within noise"
