@@ -82,7 +82,7 @@ class Window:
     t_start: float  # unix seconds; nan when there is no steady window
     t_end: float
     phase: tuple[Phase, ...]
-    completed: int  # requests that finished inside [t_start, t_end] (any phase)
+    completed: int  # requests that finished inside (t_start, t_end] (any phase)
     completed_output_tokens: int
 
     @property

@@ -23,7 +23,7 @@ from llmhost.report.tables import Group, load_label
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RepeatWindow:
-    """One repeat of a point, windowed: its TTFT by phase (successful requests, in send order)."""
+    """One repeat of a point, windowed: its TTFT by phase (successful requests that have one, in send order)."""
 
     point: PointRecord
     window: window.Window
@@ -66,7 +66,7 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     order = np.argsort(r.start_s, kind="stable")
     start, ttft, ok = r.start_s[order], r.ttft_ms[order], r.ok[order]
     w, steady = window.window_and_check(point, start, r.e2e_ms[order], r.output_tokens[order], ttft, ok, seed)
-    by_phase = {ph: ttft[w.mask(ph) & ok] for ph in window.PHASES}
+    by_phase = {ph: ttft[w.mask(ph) & ok & np.isfinite(ttft)] for ph in window.PHASES}  # no token: no TTFT sample
     in_window = w.mask("steady")
     prefix = window.prefix_split(ttft[in_window], ok[in_window], r.prompt_tokens[order][in_window],
                                  r.cached_tokens[order][in_window])

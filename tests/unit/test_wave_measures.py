@@ -1,0 +1,46 @@
+"""Lockstep waves on worked examples: the period is the mean gap between wave starts, the header pace is the p10-p90
+spread over the n - 1 gaps between a wave's requests (a wave needs MIN_PACED timed ones), the median over waves, and
+a point is in lockstep from a quarter of its concurrency, at least two requests a wave."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmhost.report import waves
+
+
+def _wave(t0: float, n: int) -> np.ndarray:
+    return t0 + 0.001 * np.arange(n)  # n sends 1 ms apart: one wave
+
+
+def test_the_period_is_the_mean_gap_between_wave_starts() -> None:
+    sends = np.concatenate([_wave(t, 4) for t in (0.0, 1.0, 2.0, 6.0)])
+    found = waves.find(sends)
+    assert (found.count, found.mean_size) == (4, 4.0)
+    assert found.period_s == pytest.approx(2.0)  # gaps of 1, 1 and 4 s (the median would be 1)
+
+
+def test_the_header_pace_spreads_p10_to_p90_over_the_gaps_between_requests() -> None:
+    # 11 headers 10 ms apart: p10-p90 = 10..90 ms, 80 ms over 80% of the 10 gaps = 10 ms a request
+    assert waves.headers_pace_ms(_wave(0.0, 11), 10.0 * np.arange(11)) == pytest.approx(10.0)
+    # exactly MIN_PACED (8) timed requests is a wave to measure: p10-p90 = 7..63 ms over 0.8 * 7 gaps
+    assert waves.MIN_PACED == 8
+    assert waves.headers_pace_ms(_wave(0.0, 8), 10.0 * np.arange(8)) == pytest.approx(10.0)
+    assert math.isnan(waves.headers_pace_ms(_wave(0.0, 7), 10.0 * np.arange(7)))
+
+
+def test_the_header_pace_is_the_median_over_waves() -> None:
+    sends = np.concatenate([_wave(0.0, 11), _wave(1.0, 11), _wave(2.0, 11)])
+    headers = np.concatenate([10.0 * np.arange(11), 10.0 * np.arange(11), 40.0 * np.arange(11)])
+    assert waves.headers_pace_ms(sends, headers) == pytest.approx(10.0)  # paces 10, 10, 40 (the mean would be 20)
+
+
+def test_lockstep_starts_at_a_quarter_of_the_concurrency_and_two_requests_a_wave() -> None:
+    assert waves.WAVE_SHARE == 0.25
+    assert waves.Waves(4.0, 2.0, 3).in_lockstep(16)
+    assert not waves.Waves(3.9, 2.0, 3).in_lockstep(16)
+    assert waves.Waves(2.0, 2.0, 3).in_lockstep(8)
+    assert not waves.Waves(1.0, 2.0, 3).in_lockstep(4)  # one request at a time is no wave, whatever the c
+    assert not waves.Waves(4.0, 2.0, 3).in_lockstep(None)
