@@ -19,12 +19,12 @@ import functools
 import hashlib
 import http.server
 import re
+import socket
 import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from standin.harness import free_port
 
 
 def _dist(name: str) -> str:
@@ -95,9 +95,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+_HELD_PORTS: list[socket.socket] = []  # bound, never listening: held for the session so no other test takes them
+
+
 def dead_url(path: str = "flashinfer") -> str:
-    """An index URL on a 127.0.0.1 port where nothing listens: connection refused, i.e. unreachable."""
-    return f"http://127.0.0.1:{free_port()}/{path}"
+    """An index URL on a 127.0.0.1 port where nothing listens: connection refused, i.e. unreachable. The port
+    stays bound (not listening), so a test running in parallel cannot start a server on it."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(held)
+    return f"http://127.0.0.1:{held.getsockname()[1]}/{path}"
 
 
 def publish_sglang(index: LocalIndex, *, cubin_version: str = "0.6.15.post1",
