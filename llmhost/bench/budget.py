@@ -112,20 +112,23 @@ def kept_s(point: Point, taken: list[Point], model: CostModel, budget_s: float) 
 def plan(arms: list[Arm], workloads: list[str], loads: points.Loads, model: CostModel, budget_s: float,
          quick: bool = False) -> BudgetPlan:
     """The candidates that fit budget_s, a boot counted with an arm's first point (arms sharing launch flags
-    share a boot, as the runner runs them)."""
+    share a boot, as the runner runs them); an arm whose headline points do not fit is dropped, its sweep too."""
     lead = {arm.name: group[0].name for group in boots(arms) for arm in group}
     taken: list[Point] = []
     left_out: list[Point] = []
     booted: set[str] = set()
+    dropped: set[str] = set()  # arms whose headline points did not fit
     spent_s = costs.RUN_FIXED_S
     for unit in candidates(arms, workloads, loads):
         arm = unit[0].arm
         cost_s = sum(map(model.point_s, unit)) + (0.0 if lead[arm] in booted else model.boot_s(quick))
-        if spent_s + cost_s <= budget_s - kept_s(unit[0], taken, model, budget_s):
+        if arm not in dropped and spent_s + cost_s <= budget_s - kept_s(unit[0], taken, model, budget_s):
             taken += unit
             booted.add(lead[arm])
             spent_s += cost_s
         else:
+            if is_headline(unit[0].workload, unit[0].pattern, unit[0].concurrency):
+                dropped.add(arm)
             left_out += unit
     return BudgetPlan(taken, left_out, spent_s, budget_s)
 
