@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # Here, not in tests/gpu/conftest.py: pytest reads options only from the root conftest at start-up.
     parser.addoption("--require-gpu", action="store_true", default=False,
                      help="GPU suite: fail (instead of skip) when CUDA, sglang or the model is missing")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One bytecode cache (BYTECODE_CACHE) for every server and load generator the tests start, as a user's WORK_DIR
+    keeps one: in a shell that forbids writing bytecode, a cache per test's WORK_DIR would compile the venv's
+    packages again at each start. A test of the default path sets its own."""
+    os.environ.setdefault("BYTECODE_CACHE", str(Path(tempfile.gettempdir()) / f"llmhost-tests-bytecode-{os.getuid()}"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
