@@ -1,26 +1,9 @@
 """A run's time against its estimate: what resuming cost is named once, never twice."""
 from __future__ import annotations
 
-import dataclasses
-
-from llmhost.bench import points, reckoning, store
-from llmhost.bench.records import Estimate, Manifest, PointRecord
+from fixtures_reckoning import attempt, manifest
+from llmhost.bench import reckoning, store
 from llmhost.bench.sittings import BootPaid, SittingBegan, SittingEnded
-from llmhost.provenance import Gpu, Provenance
-
-PROVENANCE = Provenance(created_at="2026-12-01T10:00:00Z", command=("run_bench.py",), git_commit=None,
-                        versions={}, gpu=Gpu("NVIDIA H200", 1, 139.8, "580"), git_dirty=None)
-POINT = points.make_point("baseline", "chat", "concurrency", 64, None, 256, 1)
-
-
-def manifest(estimate_s: float) -> Manifest:
-    return Manifest("r", PROVENANCE, {}, 1, None, (), (), (POINT,),
-                    estimate=Estimate(estimate_s, True, "calibrated on ...", 1, None))
-
-
-def attempt(started_at: float, ended_at: float) -> PointRecord:
-    return PointRecord.of(dataclasses.replace(POINT), attempt=1, status="ok", error=None, started_at=started_at,
-                          ended_at=ended_at, cache_flushed=True, summary=None, requests_file="requests/x.jsonl")
 
 
 def test_a_resumed_sitting_that_reached_no_boot_is_a_start_up_not_also_cut_off_work(tmp_path):
