@@ -31,7 +31,6 @@ from llmhost.serve import import_profile, startup
 from llmhost.serve.console import ServeError
 
 DEFAULT_RESTARTS = 3  # the issue's acceptance: the median of 3 restarts
-LOG_ORDER = (*(name for name, _, _ in startup.MARKERS), "first generation")  # llmhost.serve.startup's phases
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +117,7 @@ def median_imports(rows: list[StartupRecord]) -> import_profile.ImportProfile | 
 
 def in_log_order(names: list[str]) -> list[str]:
     """The phase names in the order SGLang logs them, whichever start logged them first; unknown ones after."""
-    return [n for n in LOG_ORDER if n in names] + [n for n in names if n not in LOG_ORDER]
+    return [n for n in startup.PHASE_ORDER if n in names] + [n for n in names if n not in startup.PHASE_ORDER]
 
 
 def summarize(rows: list[StartupRecord]) -> list[ArmStartup]:

@@ -16,26 +16,25 @@ from llmhost.report.figures import Chart, _go, _layout, legend_on_top
 from llmhost.report.load import SideRun
 from llmhost.report.page import esc, num
 from llmhost.serve.import_profile import TOP
-from llmhost.serve.startup import MARKERS
+from llmhost.serve.startup import PHASE_ORDER
 
 # One colour per phase, the same on every page; phases SGLang may log one day get the rest of the palette.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
-KNOWN_PHASES = (*(name for name, _, _ in MARKERS), "first generation")  # llmhost.serve.startup's, in log order
 FAILED_COLOR = "#b91c1c"
 
 
 def phase_order(records: list[StartupRecord]) -> list[str]:
     """Every phase the restarts logged, in log order (a phase only some restarts logged keeps its place)."""
     seen = list(dict.fromkeys(name for r in records for name in r.phases))
-    known = [p for p in KNOWN_PHASES if p in seen]
+    known = [p for p in PHASE_ORDER if p in seen]
     return known + [p for p in seen if p not in known]
 
 
 def phase_colors(phases: list[str]) -> dict[str, str]:
-    unknown = [p for p in phases if p not in KNOWN_PHASES]
-    colors = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(KNOWN_PHASES)}
-    return {p: colors.get(p) or PALETTE[(len(KNOWN_PHASES) + unknown.index(p)) % len(PALETTE)] for p in phases}
+    unknown = [p for p in phases if p not in PHASE_ORDER]
+    colors = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(PHASE_ORDER)}
+    return {p: colors.get(p) or PALETTE[(len(PHASE_ORDER) + unknown.index(p)) % len(PALETTE)] for p in phases}
 
 
 def _stacked(bars: list[str], phases: list[str], seconds: list[dict[str, float]], ready: list[float | None],

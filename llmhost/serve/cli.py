@@ -22,7 +22,8 @@ Settings come from config.env (environment variables win), e.g.
 Exit codes: 0 ok, 1 failed (one line says why), 2 usage, 75 another start/stop/restart holds the lock.
 Writes $WORK_DIR/server/: launch_command.{txt,json} (exact command, no secret), server.log (+ .1 of the
 previous run), pid, pgid, started_at, launch.env (0600), sglang_config.yaml (0600, only with API_KEY_FILE),
-dashboard.{pid,log}; with ROUTER=on also members.json and each member's NAME.log (+ .1) and NAME.pid.
+dashboard.{pid,log}; with ROUTER=on also members.json and each member's NAME.log (+ .1), NAME.pid and
+NAME.launched.
 (`python -m llmhost.serve` is the same CLI.)
 """
 from __future__ import annotations

@@ -254,10 +254,11 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
                           "./serve.sh stop ends it") from None
     if ok:
         console.info(detail)
-        workers = [cfg.state_dir / f"{m['name']}.log" for m in service.read_members(cfg.state_dir)
-                   if m["name"] != "router"]  # ROUTER=on: each worker's own log, unprefixed
+        members = [m["name"] for m in service.read_members(cfg.state_dir)]
+        workers = [(cfg.state_dir / f"{name}.log", service.launched_at(cfg.state_dir, name)) for name in members
+                   if name != "router"]  # ROUTER=on: each worker's own log, unprefixed, and its launch time
         timeline = startup.read_timeline(log, process.read_state(cfg.state_dir).get("started_at"), time.time(),
-                                         workers)
+                                         workers, router="router" in members)
         if timeline and timeline.line():
             console.info(timeline.line())
         gcfreeze.freeze(cfg, console)

@@ -8,8 +8,9 @@ promised). A member launches once every member in its `after` answers /health wi
 Writes in the state directory: members.json (start: name, command, port, after, and pool_mib for a worker that shares
 its GPU with workers launched before it: its fraction is re-fit to the memory free at its launch, refit_member) and
 launch_command.txt (their command lines as planned), then from the pane pgid (first:
-start waits for it), <name>.pid, <name>.log (that member's output), server.log (every member's lines, prefixed
-[name]), pid (the router's: what clients reach), and a closing line naming who exited with what code.
+start waits for it), <name>.pid, <name>.launched (the Unix time of its launch: a worker that waited for others
+starts its own start-up there), <name>.log (that member's output), server.log (every member's lines, prefixed [name]),
+pid (the router's: what clients reach), and a closing line naming who exited with what code.
 """
 from __future__ import annotations
 
@@ -48,6 +49,14 @@ def read_members(state_dir: Path) -> list[dict]:
         return json.loads((state_dir / MEMBERS_FILE).read_text())
     except (OSError, ValueError):
         return []
+
+
+def launched_at(state_dir: Path, name: str) -> float | None:
+    """When the pane launched that member (Unix time); None when it was not launched or the stamp cannot be read."""
+    try:
+        return float((state_dir / f"{name}.launched").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def command_env(command: Sequence[str]) -> dict[str, str]:
@@ -104,6 +113,7 @@ def _serves(port: int) -> bool:
 def _launch(member: dict, state_dir: Path, env: dict[str, str], sinks: list, secrets: list) -> subprocess.Popen:
     proc = subprocess.Popen(member["command"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     write_text_atomic(state_dir / f"{member['name']}.pid", f"{proc.pid}\n")
+    write_text_atomic(state_dir / f"{member['name']}.launched", f"{time.time():.3f}\n")
     log = open(state_dir / f"{member['name']}.log", "ab")  # closed by the copier thread at EOF
 
     def copy() -> None:

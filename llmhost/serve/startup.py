@@ -10,6 +10,7 @@ folded into the next one, so the phases always add up to the launch-to-ready tim
 from __future__ import annotations
 
 import calendar
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -29,6 +30,10 @@ MARKERS: tuple[tuple[str, str, bool], ...] = (
     ("decode graphs", "Capture target decode CUDA graph end", False),
     ("HTTP + tokenizer workers", "Application startup complete", True),
 )
+
+EARLIER = "earlier workers"  # ROUTER=on: a worker launched only once those before it on its GPU served
+ROUTED_END = "router + first generation"  # ROUTER=on: the router starts once every worker serves
+PHASE_ORDER = (EARLIER, *(name for name, _, _ in MARKERS), "first generation", ROUTED_END)  # every phase, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,20 +94,34 @@ class Timeline:
         return f"ready in {self.ready_s:.0f} s: {body}"
 
 
-def read_timeline(log: Path, started_at: str | None, ready: float, workers: Sequence[Path] = ()) -> Timeline | None:
+def read_timeline(log: Path, started_at: str | None, ready: float,
+                  workers: Sequence[tuple[Path, float | None]] = (), router: bool = False) -> Timeline | None:
     """The start logged in `log` that began at `started_at` (UTC) and was ready at `ready` (Unix time); None when
-    the start time or a log cannot be read. With several servers (ROUTER=on: `workers`, each one's own log) the
-    phases are those of the worker whose last phase ended last: the start was ready only once it was."""
+    the start time or a log cannot be read. With several servers (ROUTER=on: `workers`, each one's own log and the
+    Unix time of its launch, None when unknown) the phases are those of the worker whose start-up ended last,
+    counted from its own launch: what it waited for the workers before it (a shared GPU) is 'earlier workers', and
+    behind a `router` the last phase is 'router + first generation'."""
     if not started_at:
         return None
     try:
         launched = utc_epoch(started_at)
-        logs = [p.read_text(encoding="utf-8", errors="replace").splitlines() for p in (workers or [log])]
+        runs = [(p.read_text(encoding="utf-8", errors="replace").splitlines(), own)
+                for p, own in (workers or [(log, None)])]
     except (OSError, ValueError):
         return None
-    found = [phases(lines, launched, ready) for lines in logs]
-    last = max(found, key=lambda ps: sum(p.seconds for p in ps[:-1]) if ps else -1.0)  # "first generation" is last
-    return Timeline(ready - launched, tuple(last))
+    best: list[Phase] = []
+    best_start, best_end = launched, -math.inf
+    for lines, own in runs:
+        start = math.floor(own) if own is not None and launched <= own <= ready else launched  # log stamps: seconds
+        found = phases(lines, start, ready)
+        end = start + sum(p.seconds for p in found[:-1]) if found else -math.inf  # "first generation" is last
+        if end > best_end:
+            best, best_start, best_end = found, start, end
+    if best and best_start > launched:
+        best.insert(0, Phase(EARLIER, best_start - launched))
+    if best and router:
+        best[-1] = Phase(ROUTED_END, best[-1].seconds)
+    return Timeline(ready - launched, tuple(best))
 
 
 def timeline_line(log: Path, started_at: str | None, ready: float) -> str | None:

@@ -19,7 +19,7 @@ from standin import harness
 from test_dashboard import render
 from test_serve import Serve, get, write_key
 
-from llmhost.serve import procfs
+from llmhost.serve import procfs, startup
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,6 +76,12 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
     assert "garbage collector frozen after start-up (FREEZE_GC=on, 2 servers)" in started.stdout
     timeline = next(line for line in started.stdout.splitlines() if "ready in " in line)  # the slower worker's
     assert "weights " in timeline and "decode graphs " in timeline, timeline
+    launched = {name: float((s.state / f"{name}.launched").read_text()) for name in ("worker0", "worker1", "router")}
+    assert launched["worker0"] <= launched["worker1"] <= launched["router"]  # each once those before it served
+    assert timeline.split(", ")[-1].startswith("router + first generation "), timeline
+    pane_start = startup.utc_epoch((s.state / "started_at").read_text())
+    # worker1 counts its start-up from its own launch; the wait for worker0 before it is a phase of its own
+    assert ("earlier workers" in timeline) == (int(launched["worker1"]) > pane_start), timeline
     commands = (s.state / "launch_command.txt").read_text().splitlines()
     assert [c.split("--mem-fraction-static ")[1].split()[0] for c in commands[:2]] == ["0.403", "0.806"]
     assert "--worker-urls" in commands[2] and f"--port {s.port}" in commands[2]

@@ -98,8 +98,33 @@ def test_with_several_workers_the_timeline_is_the_one_that_finished_its_start_up
         return log
     fast, slow = worker("worker0", "10:00:22", "10:00:30"), worker("worker1", "10:00:24", "10:00:41")
     launched, ready = "2026-12-01T10:00:00Z", at("2026-12-01 10:00:50")  # the fixture's UTC: log and pane agree
-    timeline = startup.read_timeline(tmp_path / "server.log", launched, ready, [fast, slow])
+    both = [(fast, None), (slow, None)]
+    timeline = startup.read_timeline(tmp_path / "server.log", launched, ready, both)
     got = {p.name: p.seconds for p in timeline.phases}
     assert got == {"launcher": 5, "scheduler start": 15, "weights": 4, "decode graphs": 17,
                    "HTTP + tokenizer workers": 0, "first generation": 9}
-    assert startup.read_timeline(tmp_path / "server.log", launched, ready, [slow, fast]).phases == timeline.phases
+    assert startup.read_timeline(tmp_path / "server.log", launched, ready, both[::-1]).phases == timeline.phases
+    routed = startup.read_timeline(tmp_path / "server.log", launched, ready, both, router=True)
+    assert [(p.name, p.seconds) for p in routed.phases][-1] == ("router + first generation", 9)
+
+
+def test_two_workers_sharing_an_h200_count_the_second_ones_start_from_its_own_launch():
+    """SGLang 0.5.17 on one H200, ROUTER=on GPUS=0,0 (captured): worker0 launched with the pane at 13:48:17 and
+    served at 13:49:18; worker1, launched at 13:49:20 once worker0 served, served at 13:50:02; the router then
+    started and the service was ready at 13:50:16. The wait for worker0 is its own phase, not worker1's launcher
+    (the line said 'launcher 74 s' before), and the router's start joins the first generation."""
+    logs = [(CAPTURES / "router_shared_gpu_worker0.log", at("2026-12-03 13:48:17") + 0.4),
+            (CAPTURES / "router_shared_gpu_worker1.log", at("2026-12-03 13:49:20") + 0.7)]
+    timeline = startup.read_timeline(Path("server.log"), "2026-12-03T13:48:17Z", at("2026-12-03 13:50:16"), logs,
+                                     router=True)
+    assert timeline.line() == ("ready in 119 s: earlier workers 63 s, launcher 11 s, scheduler start 15 s, weights "
+                               "1 s, KV pool 1 s, prefill graphs 9 s, decode graphs 4 s, HTTP + tokenizer workers 1 s, "
+                               "router + first generation 14 s")
+    assert sum(p.seconds for p in timeline.phases) == timeline.ready_s
+    # a launch stamp left by an earlier start (before this one) or unknown: counted from the service's start
+    stale = [(path, at("2026-12-03 13:40:00")) for path, _ in logs]
+    unknown = [(path, None) for path, _ in logs]
+    for given in (stale, unknown):
+        phases = startup.read_timeline(Path("server.log"), "2026-12-03T13:48:17Z", at("2026-12-03 13:50:16"), given,
+                                       router=True).phases
+        assert phases[0] == startup.Phase("launcher", 74.0) and startup.EARLIER not in [p.name for p in phases]
