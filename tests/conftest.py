@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow end-to-end runs first, so that none starts last. xdist's load scheduling gives each worker a run of
     consecutive tests at first, so they share the first worker, one after another (~4 min of the suite's ~6), while
     the other workers take the rest. Mark only runs of over a minute: with the slow runs spread over every worker at
-    once, the tuner's run met five others, and its two repeats disagreed too much to tell its winner."""
+    once, the tuner's run met five others, and its repeats disagreed too much to tell its winner."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
