@@ -52,6 +52,8 @@ class Config:
     tokenizer_worker_num: str
     mem_fraction_static: str
     chunked_prefill_size: str
+    cuda_graph_prefill_tokens: str
+    cuda_graph_decode_batches: str
     tool_call_parser: str
     reasoning_parser: str
     server_extra_args: str

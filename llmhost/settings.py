@@ -134,6 +134,14 @@ def command(text: str) -> str:
     return optional_path(text)
 
 
+def graph_sizes(text: str) -> str:
+    """auto (SGLang's own CUDA graph sizes) or whole numbers > 0 separated by spaces (llmhost/serve/graphs.py)."""
+    words = text.split()
+    if text != "auto" and (not words or not all(w.isdigit() and int(w) > 0 for w in words)):
+        raise ValueError("must be auto or whole numbers > 0 separated by spaces (e.g. 1 2 4 8)")
+    return text
+
+
 def shell_words(text: str) -> str:
     try:
         shlex.split(text)
@@ -226,6 +234,8 @@ CHECKS: Dict[str, Check] = {  # every config.env key, in config.env's order; the
     "TOKENIZER_WORKER_NUM": auto_or(at_least(1), "a number of processes >= 1"),
     "MEM_FRACTION_STATIC": auto_or(_fraction, "a fraction between 0 and 1"),
     "CHUNKED_PREFILL_SIZE": auto_or(_chunk, "a number of tokens >= 1 (-1 = off)"),
+    "CUDA_GRAPH_PREFILL_TOKENS": graph_sizes,
+    "CUDA_GRAPH_DECODE_BATCHES": graph_sizes,
     "TOOL_CALL_PARSER": one_of(TOOL_CALL_PARSERS, "tool-call parsers"),
     "REASONING_PARSER": one_of(REASONING_PARSERS, "reasoning parsers"),
     "SERVER_EXTRA_ARGS": shell_words,

@@ -104,7 +104,8 @@ def local_workers(cfg: Config, devices: Sequence[str], gpu_free_total_mib: tuple
         previous = [m.name for m, g in zip(members, gpus) if g == devs and devs]
         seen[devs] += 1
         spec = build_spec(dataclasses.replace(cfg, **changes),
-                          gpu_free_total_mib=None if devs in fractions else gpu_free_total_mib, extra_args=extra_args)
+                          gpu_free_total_mib=None if devs in fractions else gpu_free_total_mib, extra_args=extra_args,
+                          gpu_total_mib=gpu_free_total_mib[1] if gpu_free_total_mib else None)
         members.append(Member(f"worker{i}", spec, port, tuple(previous[-1:]),
                               pools[devs] if devs in pools and previous else None))
     return members

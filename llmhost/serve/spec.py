@@ -19,7 +19,7 @@ from pathlib import Path
 
 from llmhost.config import Config
 from llmhost.files import write_text_atomic
-from llmhost.serve import parallel
+from llmhost.serve import graphs, parallel
 from llmhost.serve.console import ServeError
 
 
@@ -252,24 +252,31 @@ def build_spec(
     gpu_free_total_mib: tuple[float, float] | None = None,
     extra_args: Sequence[str] = (),
     node_rank: int = 0,
+    gpu_total_mib: float | None = None,
 ) -> ServerSpec:
     """The launch command for cfg: the article's features on, adaptive defaults resolved, extra args merged.
 
     extra_args (a benchmark arm's flags) go after SERVER_EXTRA_ARGS, so an arm's flag replaces a configured one.
     node_rank: which host of NNODES the command is for (print-command; start runs node 0).
+    gpu_total_mib: the GPU's size, for the CUDA graph sizes (llmhost/serve/graphs.py); default gpu_free_total_mib's.
     """
     problem = parallel.layout_problem(cfg, node_rank)
     if problem:
         raise SpecError(problem)
     python = cfg.sglang_python if "/" in cfg.sglang_python else (shutil.which(cfg.sglang_python) or cfg.sglang_python)
     fraction, fraction_note = mem_fraction(cfg.mem_fraction_static, gpu_free_total_mib)
+    extra_tokens = [*_configured_extra_args(cfg), *extra_args]
+    total = gpu_total_mib if gpu_total_mib is not None else (gpu_free_total_mib or (None, None))[1]
+    graph_groups, graph_notes = graphs.graph_flags(
+        cfg.cuda_graph_prefill_tokens, cfg.cuda_graph_decode_batches, cfg.chunked_prefill_size, cfg.tp_size, total,
+        [t for t in extra_tokens if t.startswith("--")])
     ours = [
         ["--model-path", cfg.model_dir], ["--served-model-name", cfg.served_model_name],
         ["--load-format", cfg.load_format], ["--host", cfg.host], ["--port", str(cfg.port)],
         ["--attention-backend", "flashinfer"],  # the article's kernels (prefix cache stays on: SGLang's default)
         ["--enable-metrics"], ["--enable-cache-report"],  # /metrics; cached_tokens in every usage block
         ["--tool-call-parser", cfg.tool_call_parser], ["--reasoning-parser", cfg.reasoning_parser],
-        *tokenizer_flags(cfg), *parallel.launch_flags(cfg, node_rank),
+        *tokenizer_flags(cfg), *graph_groups, *parallel.launch_flags(cfg, node_rank),
     ]
     if fraction is not None:
         ours.append(["--mem-fraction-static", str(fraction)])
@@ -281,9 +288,9 @@ def build_spec(
     config_file = str(Path(cfg.state_dir) / CONFIG_FILE_NAME) if cfg.api_key_file and node_rank == 0 else None
     if config_file:
         ours.append(["--config", config_file])
-    extra_tokens = [*_configured_extra_args(cfg), *extra_args]
     flags, notes = merge_extra(ours, _flag_groups(extra_tokens, "SERVER_EXTRA_ARGS"))
     notes[:0] = [fraction_note] if fraction_note else []
+    notes += graph_notes
     argv = (python, "-m", "sglang.launch_server", *flags)
     return ServerSpec(argv, server_env(cfg), config_file, tuple(notes))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from llmhost import config
-from llmhost.serve import gpu, metrics, procfs
+from llmhost.serve import gpu, graphs, metrics, procfs
 from llmhost.serve.endpoints import ServerClient
 from llmhost.serve.spec import CONFIG_FILE_NAME
 
@@ -70,6 +70,17 @@ def test_start_serves_the_real_model_with_the_articles_features(gpu_env, record)
         assert features["tokenizer_worker_num"] == 1 and features["enable_dynamic_batch_tokenizer"] is True
     assert (cfg.state_dir / "launch_command.txt").read_text().strip() == json.loads(
         (cfg.state_dir / "launch_command.json").read_text())["command"]
+    # SGLang captured exactly the CUDA graphs config.env asks for (its own capture log lines)
+    log = (cfg.state_dir / "server.log").read_text(errors="replace")
+    captured = {kind: [int(x) for x in sizes.split(",")] for kind, sizes in re.findall(
+        r"Capture target (prefill|decode) CUDA graph begin\..*?(?:num_tokens|bs)=\[([\d, ]+)\]", log)}
+    total = (gpu.free_total_mib() or (None, None))[1]
+    wanted = {"prefill": graphs.prefill_sizes(graphs.sizes(cfg.cuda_graph_prefill_tokens), cfg.chunked_prefill_size),
+              "decode": graphs.decode_sizes(graphs.sizes(cfg.cuda_graph_decode_batches), total, cfg.tp_size)}
+    record.step("start", graphs_captured={k: len(v) for k, v in captured.items()})
+    for kind, sizes in wanted.items():
+        if sizes:
+            assert captured.get(kind) == sizes, (kind, captured.get(kind))
 
 
 def test_smoke_test_passes_with_forced_tool_calls(gpu_env, record):

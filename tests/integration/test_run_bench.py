@@ -338,6 +338,7 @@ def test_startup_restarts_each_arm_and_reports_medians_per_phase(env):
         assert sum(rec["phases"].values()) == pytest.approx(rec["ready_s"])
     tok1 = starts[-1]["launch_command"]  # a set count: that many plain processes, no batching (auto's)
     assert "--tokenizer-worker-num 1" in tok1 and "--enable-dynamic-batch-tokenizer" not in tok1
+    assert "--cuda-graph-bs-prefill 4 8 16 " in tok1 and "--cuda-graph-bs-decode 1 2 4 8 16 " in tok1  # config.env's
     assert all(rec["imports_s"] == {} and rec["import_processes"] == 0 for rec in starts)  # not asked for
     for name, arm in final["arms"].items():
         ready = sorted(r["ready_s"] for r in starts if r["arm"] == name)

@@ -92,6 +92,12 @@ def test_an_arm_may_change_a_lifecycle_setting_as_key_value():
         arms.parse_user_arm("p=PORT=31000")
     with pytest.raises(arms.ArmError, match="FREEZE_GC=maybe must be on or off"):
         arms.parse_user_arm("g=FREEZE_GC=maybe")
+    sglang_graphs = arms.parse_user_arm(
+        "sglang-graphs=CUDA_GRAPH_PREFILL_TOKENS=auto 'CUDA_GRAPH_DECODE_BATCHES=1 2 4'")
+    assert arms.server_overrides(sglang_graphs) == ([], {"CUDA_GRAPH_PREFILL_TOKENS": "auto",
+                                                         "CUDA_GRAPH_DECODE_BATCHES": "1 2 4"})
+    with pytest.raises(arms.ArmError, match="CUDA_GRAPH_DECODE_BATCHES=1,2 must be auto or whole numbers"):
+        arms.parse_user_arm("g=CUDA_GRAPH_DECODE_BATCHES=1,2")
 
 
 def _metrics_body(captures) -> str:

@@ -111,11 +111,40 @@ def _graphs(parsed: dict) -> tuple[bool, bool]:
     return prefill, decode
 
 
+def _ints(*values: object) -> list[int] | None:
+    """The first given list or number among `values` (argparse strings), as ints."""
+    for value in values:
+        if value:
+            return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+    return None
+
+
+def graph_sizes(parsed: dict) -> tuple[list[int], list[int]]:
+    """(prefill token counts, decode batch sizes) SGLang 0.5.17 captures on an H200 (ServerArgs'
+    _generate_prefill/decode_cuda_graph_batch_sizes): the explicit lists, else its ladders up to the max."""
+    prefill = _ints(parsed.get("cuda_graph_bs_prefill"), parsed.get("piecewise_cuda_graph_tokens"))
+    if prefill is None:
+        top = (_ints(parsed.get("cuda_graph_max_bs_prefill"), parsed.get("piecewise_cuda_graph_max_tokens"),
+                     parsed.get("chunked_prefill_size")) or [8192])[0]
+        ladder = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+                  *range(1280, 4097, 256), *range(4608, top + 1, 512)]
+        prefill = [t for t in ladder if t <= top]
+    decode = _ints(parsed.get("cuda_graph_bs_decode"), parsed.get("cuda_graph_bs"))
+    if decode is None:
+        top = (_ints(parsed.get("cuda_graph_max_bs_decode"), parsed.get("cuda_graph_max_bs")) or [256])[0]
+        decode = [b for b in [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, top + 1, 32)]
+                  if b <= top]
+        decode += [] if top in decode else [top]
+    return sorted(set(prefill)), sorted(set(decode))
+
+
 def _scheduler_start(log, parsed: dict, max_total: int, seconds: float) -> None:
     """The scheduler's start-up lines as the captured server.log has them (what `serve.sh start` splits into
-    phases), spread over `seconds`: weights a tenth, KV pool a tenth, prefill graphs half, decode graphs the rest.
-    A graph kind turned off is neither logged nor waited for."""
+    phases), spread over `seconds`: weights a tenth, KV pool a tenth, SGLang's own 58 prefill graphs half and its 36
+    decode graphs three tenths; other lists in proportion to their sizes, as on the H200 (~0.14 s a prefill size,
+    ~0.09 s a decode size). A graph kind turned off is neither logged nor waited for."""
     prefill, decode = _graphs(parsed)
+    prefill_sizes, decode_sizes = graph_sizes(parsed)
     log("Init torch distributed begin.")
     log("Init torch distributed ends. elapsed=0.05 s, mem usage=0.09 GB")
     log("Load weight begin. avail mem=139.13 GB")
@@ -125,15 +154,17 @@ def _scheduler_start(log, parsed: dict, max_total: int, seconds: float) -> None:
     log(f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {max_total}, K size: 59.03 GB, V size: 59.03 GB")
     log("Memory pool end. avail mem=12.79 GB")
     if prefill:
-        log("Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8, 12, 16, 8192]")
-        time.sleep(seconds * 0.5)
-        log(f"Capture target prefill CUDA graph end. elapsed={seconds * 0.5:.2f} s, mem usage=1.43 GB, "
-            "avail mem=10.69 GB.")
+        log(f"Capture target prefill CUDA graph begin. backend=breakable, num_tokens={prefill_sizes}, "
+            "avail mem=11.69 GB")
+        took = seconds * 0.5 * len(prefill_sizes) / 58
+        time.sleep(took)
+        log(f"Capture target prefill CUDA graph end. elapsed={took:.2f} s, mem usage=1.43 GB, avail mem=10.69 GB.")
     if decode:
-        log("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 8, 256]")
-        time.sleep(seconds * 0.3)
-        log(f"Capture target decode CUDA graph end. elapsed={seconds * 0.3:.2f} s, mem usage=0.61 GB, "
-            "avail mem=10.08 GB.")
+        log(f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs={decode_sizes}, "
+            "avail mem=10.46 GB")
+        took = seconds * 0.3 * len(decode_sizes) / 36
+        time.sleep(took)
+        log(f"Capture target decode CUDA graph end. elapsed={took:.2f} s, mem usage=0.61 GB, avail mem=10.08 GB.")
 
 
 def _crash_later(seconds: float) -> None:
