@@ -72,8 +72,14 @@ class ServerClient:
         return self.get("/health", timeout)
 
     def health_generate(self, timeout: float = 30.0) -> Reply:
-        """200 only after a real generation succeeded (readiness)."""
+        """200 only after a real generation succeeded; SGLang 0.5.17 waits a whole second before it looks."""
         return self.get("/health_generate", timeout)
+
+    def generate_token(self, timeout: float = 30.0) -> Reply:
+        """200 once the server generated one token for a one-token prompt: readiness without /health_generate's
+        second. Like SGLang's own health check, kept out of its metrics (log_metrics); needs the API key, if any."""
+        return self.post("/generate", {"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+                                       "log_metrics": False}, timeout)
 
     def metrics(self, timeout: float = 5.0) -> Reply:
         return self.get("/metrics", timeout)

@@ -29,7 +29,7 @@ PREFILL_FLAG, DECODE_FLAG = "--cuda-graph-bs-prefill", "--cuda-graph-bs-decode"
 
 
 def sizes(setting: str) -> list[int]:
-    """'auto' -> []; '4 8 16' -> [4, 8, 16], sorted, each once (config.env's check, llmhost.settings, refused the rest)."""
+    """'auto' -> []; '4 8 16' -> [4, 8, 16], sorted, each once (llmhost.settings' check refused anything else)."""
     return [] if setting == "auto" else sorted({int(w) for w in setting.split()})
 
 

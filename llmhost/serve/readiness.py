@@ -2,8 +2,10 @@
 once reported "ready" for a server that had died with "address already in use".
 
 Ready needs all three: our group alive, the socket on PORT held by a PID of our group (where /proc shows it),
-and /health_generate 200 (a generation succeeded); with ROUTER=on, through the router and on every worker.
-Reads /proc and the server; writes nothing.
+and a generation that succeeded: one token from POST /generate, which answers as soon as the server generates
+(SGLang 0.5.17's /health_generate sleeps a whole second before it looks at its own test generation, and SGLang's
+warm-up request runs beside ours); with ROUTER=on, /health_generate through the router, then /generate on every
+worker we launched (/health_generate on WORKER_URLS). Reads /proc, the API key file and the server; writes nothing.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Literal
 from llmhost.config import Config
 from llmhost.serve import router, serverlog
 from llmhost.serve.console import Console
-from llmhost.serve.endpoints import ServerClient
+from llmhost.serve.endpoints import Reply, ServerClient
 from llmhost.serve.procfs import group_alive, listeners, pgid_of, port_holder
 
 State = Literal["ready", "starting", "dead", "foreign"]
@@ -32,22 +34,39 @@ def readiness(cfg: Config, pgid: int, client: ServerClient | None = None) -> tup
             return "starting", "not listening yet"
         if not any(pgid_of(p) == pgid for p in owners):
             return "foreign", f"port {cfg.port} is held by {port_holder(cfg.host, cfg.port)}, not by our server"
-    reply = (client or ServerClient.for_config(cfg)).health_generate()
-    if not reply.ok:
-        return "starting", f"/health_generate -> {reply.describe()}"
+    client = client or probe_client(cfg)
+    keyless = bool(cfg.api_key_file) and not client.api_key
     workers = router.worker_url_list(cfg) if router.is_on(cfg) else []
+    reply, asked = (client.health_generate(), "/health_generate") if workers else _generate(client, keyless)
+    if not reply.ok:
+        return "starting", f"{asked} -> {reply.describe()}"
     for url in workers:  # the router answers once one worker does: ready means every one serves
-        reply = ServerClient(url).health_generate()
+        # WORKER_URLS run elsewhere, perhaps with a key of their own: their open /health_generate
+        reply, asked = _generate(ServerClient(url, client.api_key), keyless or bool(cfg.worker_urls))
         if not reply.ok:
-            return "starting", f"the router serves; worker {url}: /health_generate -> {reply.describe()}"
+            return "starting", f"the router serves; worker {url}: {asked} -> {reply.describe()}"
     return "ready", f"a generation succeeded through the router and on each of {len(workers)} workers" if workers \
         else "a generation succeeded"
+
+
+def probe_client(cfg: Config) -> ServerClient:
+    """A client for cfg's server with its API key (/generate needs it); without, when the key cannot be read."""
+    try:
+        key = cfg.api_key()
+    except OSError:
+        key = None
+    return ServerClient.for_config(cfg, key)
+
+
+def _generate(client: ServerClient, keyless: bool) -> tuple[Reply, str]:
+    """One token from /generate; /health_generate when our key cannot open /generate (keyless): it is open."""
+    return (client.health_generate(), "/health_generate") if keyless else (client.generate_token(), "/generate")
 
 
 def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: float = 5.0,
                say: Callable[[str], None] = Console().info) -> tuple[bool, str]:
     """Poll readiness until ready, dead, foreign or timeout; a progress line every `every_s` seconds."""
-    client = ServerClient.for_config(cfg)
+    client = probe_client(cfg)
     start = time.monotonic()
     last_print = -every_s
     foreign_seen = 0

@@ -8,6 +8,8 @@ the model path is only echoed. Knobs (environment variables):
   STANDIN_STARTUP_S             seconds from launch to ready (default 0). The port is bound after 80% of it (the real
                                 server loads weights and captures CUDA graphs before uvicorn binds); /health answers
                                 503 for the rest, then 200 after the warm-up request and "fired up" log line.
+  STANDIN_HEALTH_S              seconds /health and /health_generate take once ready (SGLang 0.5.17: a second, it
+                                sleeps 1 s before looking at its test generation; default 0 keeps tests fast).
   STANDIN_CRASH_AFTER_S         exit 1 after N seconds with a scheduler traceback in the log (crash tests).
   STANDIN_TTFT_MS               fixed prefill cost per request (default 5).
   STANDIN_PREFILL_US_PER_TOKEN  added per UNCACHED prompt token (default 20), so prefix-cache hits are faster.

@@ -8,6 +8,7 @@ with --api-key every route except /health* and /metrics* needs `Authorization: B
 from __future__ import annotations
 
 import json
+import os
 import random
 import secrets
 import sys
@@ -154,6 +155,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(503, b"", None)
         if self.path.startswith("/health_generate"):
             time.sleep(self.state.engine.timing.ttft_ms / 1000)  # why: the real one runs a 1-token generation
+        # why: SGLang 0.5.17 answers both after `await asyncio.sleep(1)`, then looks at its test generation
+        time.sleep(float(os.environ.get("STANDIN_HEALTH_S") or 0))
         self.send_body(200, b"", None)
 
     def models(self) -> None:
