@@ -83,7 +83,7 @@ def wait_ready(cfg: Config, pgid: int, log: Path, timeout_s: float, every_s: flo
             return False, f"not ready after {timeout_s:.0f}s (READY_TIMEOUT_S); last: {detail}"
         if elapsed - last_print >= every_s:
             last_print = elapsed
-            say(f"starting: {elapsed:.0f}s elapsed, timeout in {timeout_s - elapsed:.0f}s (H200: ~1 min "
-                f"with warm kernel caches, ~2 min on a new host, ~7 min without FlashInfer's add-ons) | log: "
+            say(f"starting: {elapsed:.0f}s elapsed, timeout in {timeout_s - elapsed:.0f}s (H200: 30-50 s "
+                f"with warm caches, ~2 min on a new host, ~7 min without FlashInfer's add-ons) | log: "
                 f"{serverlog.last_line(log)}")
         time.sleep(0.5)
