@@ -61,7 +61,7 @@ def decode_sizes(wanted: list[int], total_mib: float | None, tp_size: int) -> li
 def prefill_sizes(wanted: list[int], chunk: str) -> list[int]:
     """`wanted` cut to a set prefill chunk (no prefill step is longer); auto or -1 (no chunking) keep it."""
     limit = int(chunk) if chunk.lstrip("-").isdigit() and int(chunk) > 0 else None
-    return [t for t in wanted if limit is None or t <= limit] if wanted else []
+    return [t for t in wanted if limit is None or t <= limit]
 
 
 def graph_flags(prefill: str, decode: str, chunk: str, tp_size: int, total_mib: float | None,
