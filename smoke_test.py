@@ -94,10 +94,10 @@ def weights(args: argparse.Namespace, ep: client.Endpoint, api: object) -> tuple
     """(real weights?, where that came from) for the tools check."""
     if args.weights != "auto":
         return args.weights == "real", f"--weights {args.weights}"
-    fmt = client.load_format(api, ep)
+    fmt, source = client.load_format(api, ep)
     if fmt is None:
-        return False, "assumed random: /server_info unreadable — pass --weights real to check tool arguments"
-    return fmt != "dummy", f"load_format {fmt} (/server_info)"
+        return False, f"assumed random: {source} — pass --weights real to check tool arguments"
+    return fmt != "dummy", f"load_format {fmt} ({source})"
 
 
 def run_check(args: argparse.Namespace, ep: client.Endpoint, api: object) -> int:

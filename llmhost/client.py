@@ -7,6 +7,7 @@ API_KEY_FILE). The key is held in memory only: never printed, logged or written 
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,17 +103,28 @@ def describe_error(exc: BaseException, ep: Endpoint) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
-def load_format(client: Any, ep: Endpoint) -> str | None:
-    """The server's --load-format from SGLang's /server_info ("dummy" = random weights); None when unreadable."""
+ROUTER_INFO_KEY = "router_manager"  # sglang-router 0.3.2's /get_server_info: {"router_manager": true, counts}
+
+
+def load_format(client: Any, ep: Endpoint) -> tuple[str | None, str]:
+    """(the server's --load-format from SGLang's /server_info, "dummy" = random weights; or None, and why not)."""
     root = ep.base_url[: -len("/v1")]
+    why = "/server_info unreadable"
     for path in ("/server_info", "/get_server_info"):  # the second: SGLang releases before /server_info
         try:
             info = client.get(root + path, cast_to=object)
         except Exception:  # noqa: BLE001 - not SGLang, or an older one: the caller says what it assumed
             continue
+        if isinstance(info, str):  # the router's answer is JSON sent as text/plain, which the SDK leaves as text
+            try:
+                info = json.loads(info)
+            except ValueError:
+                continue
         if isinstance(info, dict) and isinstance(info.get("load_format"), str):
-            return info["load_format"]
-    return None
+            return info["load_format"], path
+        if isinstance(info, dict) and info.get(ROUTER_INFO_KEY):
+            why = "SGLang's router answers, and it does not pass a server's /server_info on"
+    return None, why
 
 
 def preflight(client: Any, ep: Endpoint) -> tuple[list[str], str | None]:

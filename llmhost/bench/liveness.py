@@ -1,4 +1,5 @@
-"""Is the benchmarked server there: its client, a liveness check, and the watch a load-generator pass polls.
+"""Is the benchmarked server there: its client, a liveness check, and the watch a load-generator pass polls; and
+the client whose /server_info describes the served model (with ROUTER=on a worker's, not the router's).
 
 Alive means the recorded server process lives AND answers /health: with several tokenizer workers SGLang serves HTTP
 from child processes that outlive a killed launcher and keep accepting requests that never finish.
@@ -8,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmhost import config
-from llmhost.serve import process
+from llmhost.serve import process, router
 from llmhost.serve.endpoints import ServerClient
 
 
 def server_client(cfg: config.Config) -> ServerClient:
     return ServerClient.for_config(cfg, cfg.api_key())
+
+
+def info_client(cfg: config.Config) -> ServerClient:
+    return ServerClient(router.info_url(cfg), cfg.api_key())
 
 
 def server_alive(cfg: config.Config) -> bool:

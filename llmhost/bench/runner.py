@@ -23,7 +23,7 @@ from llmhost.bench.eta import Eta, fmt_s
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
-from llmhost.bench.liveness import server_alive, server_client, server_watch
+from llmhost.bench.liveness import info_client, server_alive, server_client, server_watch
 from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
 from llmhost.serve.spec import bytecode_env
@@ -127,7 +127,7 @@ def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
     except ServeError as exc:
         check_user_stop(b)  # a stop while it was starting: the user's word, not a failed start
         return f"server restart failed for arm {arm.name}: {exc}"
-    reply = server_client(b.cfg).server_info()
+    reply = info_client(b.cfg).server_info()
     try:
         info = reply.json() if reply.ok else {"error": f"HTTP {reply.describe()}: {reply.text[:200]}"}
     except ValueError:

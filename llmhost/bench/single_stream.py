@@ -31,7 +31,7 @@ import time
 from llmhost import config
 from llmhost.bench import arms as arms_mod
 from llmhost.bench import decode_log, floor as floor_mod, kernel_profile, restart_runs, runner, store, stream_breakdown
-from llmhost.bench import traffic
+from llmhost.bench import liveness, traffic
 from llmhost.bench.stream_records import StreamArmRecord, StreamKernelRecord, StreamRequestRecord
 from llmhost.fi import gpu_specs
 from llmhost.serve import metrics, serverlog
@@ -128,7 +128,7 @@ def measure_arm(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, requ
 
     client = make_client(Endpoint(f"{cfg.base_url}/v1", cfg.served_model_name, cfg.api_key()), timeout_s=300)
     server = ServerClient.for_config(cfg, cfg.api_key())
-    quantization = quantization_of(server)
+    quantization = quantization_of(liveness.info_client(cfg))
     if quantization:
         floor, floor_note = weight_floor(cfg, gpu_name, quantization)
     numbers = itertools.count()

@@ -59,6 +59,12 @@ def worker_url_list(cfg: Config) -> list[str]:
     return cfg.worker_urls.split() or [f"http://{LOCAL_HOST}:{port}" for port in worker_ports(cfg)]
 
 
+def info_url(cfg: Config) -> str:
+    """Where /server_info describes the model served: the server, or with ROUTER=on the first worker — sglang-router
+    0.3.2 has no /server_info, and its /get_server_info is its own counts ({"router_manager": true, ...})."""
+    return worker_url_list(cfg)[0] if is_on(cfg) else cfg.base_url
+
+
 def shared_pool_mib(sharers: int, free_mib: float, total_mib: float) -> float:
     """The equal static pool S = (free - sharers x reserve) / sharers of `sharers` workers on one GPU."""
     reserve = gpu_reserve_mib(total_mib)

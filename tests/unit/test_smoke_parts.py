@@ -152,18 +152,32 @@ def test_weights_come_from_server_info_and_an_unreadable_one_is_said(monkeypatch
             return {"load_format": "dummy"}
         raise RuntimeError("404")
 
-    assert client.load_format(SimpleNamespace(get=get), ep) == "dummy"
+    assert client.load_format(SimpleNamespace(get=get), ep) == ("dummy", "/get_server_info")
     assert asked == ["http://h:1/prefix/server_info", "http://h:1/prefix/get_server_info"]
-    assert client.load_format(SimpleNamespace(get=lambda url, cast_to: {}), ep) is None
+    assert client.load_format(SimpleNamespace(get=lambda url, cast_to: {}), ep) == (None, "/server_info unreadable")
     import smoke_test
 
     args = SimpleNamespace(weights="auto")
-    monkeypatch.setattr(client, "load_format", lambda api, ep: None)
+    monkeypatch.setattr(client, "load_format", lambda api, ep: (None, "/server_info unreadable"))
     real, source = smoke_test.weights(args, ep, None)
     assert real is False and "unreadable" in source and "--weights real" in source
-    monkeypatch.setattr(client, "load_format", lambda api, ep: "auto")
+    monkeypatch.setattr(client, "load_format", lambda api, ep: ("auto", "/server_info"))
     assert smoke_test.weights(args, ep, None) == (True, "load_format auto (/server_info)")
     assert smoke_test.weights(SimpleNamespace(weights="random"), ep, None) == (False, "--weights random")
+
+
+def test_behind_sglangs_router_the_weights_are_assumed_random_and_the_router_is_named():
+    """sglang-router 0.3.2 has no /server_info and answers /get_server_info with its own counts (captured on the
+    H200, tests/captures/router_routes.txt): no load_format reaches the laptop, and the reason says so."""
+    ep = client.Endpoint("http://h:1/v1", "m")
+
+    def get(url, cast_to):
+        if url.endswith("/get_server_info"):  # sent as text/plain: the SDK hands the text over
+            return '{"router_manager":true,"routers_count":1,"workers_count":2}'
+        raise RuntimeError("404")
+
+    fmt, why = client.load_format(SimpleNamespace(get=get), ep)
+    assert fmt is None and "router" in why
 
 
 def test_prefix_cache_fails_when_repeats_are_not_faster_even_if_cached(monkeypatch):

@@ -13,7 +13,11 @@ exports `parse_router_args` and `launch_router` as the real module does. As the 
     /v1/chat/completions /v1/completions /generate /flush_cache /get_loads (with --api-key: `Authorization: Bearer
     <key>`, else 401), the route names as in the wheel's route table; a request goes to one healthy worker (503 when
     there is none), streamed back as it comes, with the router's --api-key as the worker's bearer token;
-    /flush_cache goes to every worker;
+    /flush_cache goes to every worker. Answered by the router itself, as captured on the H200
+    (tests/captures/router_routes.txt): /health_generate (200 once any worker is healthy: no generation),
+    /get_server_info (its own counts, not a worker's server info), /v1/models (the served names it read from each
+    worker's /server_info when the worker joined), /readiness, /workers, /get_loads; /server_info, /model_info and
+    /metrics are 404 on its port;
   - Prometheus text on --prometheus-host:--prometheus-port /metrics (default 0.0.0.0:29000), smg_* names as in the
     wheel (label sets simplified).
 Policies: cache_aware sends equal prompt prefixes to the same worker; round_robin, random, power_of_two (fewer
@@ -24,12 +28,14 @@ from __future__ import annotations
 import hashlib
 import http.client
 import itertools
+import json
 import random
 import secrets
 import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang._standin.args import CAPTURES, build_parser
@@ -58,6 +64,7 @@ class Pool:
         self.in_flight = {u: 0 for u in self.urls}
         self.turn = itertools.count()
         self.requests = 0
+        self.joined: dict[str, dict] = {}  # worker URL -> the /server_info it answered when it first passed a check
 
     def check(self, url: str) -> bool:
         endpoint = self.args.health_check_endpoint or "/health"
@@ -70,9 +77,13 @@ class Pool:
         while True:
             for url in self.urls:
                 ok = self.check(url)
+                # as the real router: a worker joins once, with the metadata its /server_info gave then
+                info = worker_info(url, self.args.api_key) if ok and url not in self.joined else None
                 with self.lock:
                     was = url in self.healthy
                     (self.healthy.add if ok else self.healthy.discard)(url)
+                    if info is not None:
+                        self.joined[url] = info
                 if ok and not was:
                     log(f"Worker {url} is healthy; Router ready | workers: {len(self.healthy)}")
             time.sleep(startup if len(self.healthy) < len(self.urls) else interval)
@@ -90,6 +101,21 @@ class Pool:
             if policy == "power_of_two":
                 return min(random.sample(ready, min(2, len(ready))), key=self.in_flight.__getitem__)
             return ready[next(self.turn) % len(ready)]
+
+
+def worker_info(url: str, key: str | None) -> dict:
+    """What the real router keeps of a worker when it joins: fields of its /server_info and /model_info, as text."""
+    def get(path: str) -> dict:
+        status, _, body = forward_once(url, "GET", path, b"", key, 10)
+        try:
+            return json.loads(body) if status == 200 else {}
+        except ValueError:
+            return {}
+    info, model = get("/server_info"), get("/model_info")
+    kept = {k: info.get(k) for k in ("served_model_name", "model_path", "tp_size", "dp_size", "disaggregation_mode",
+                                     "load_balance_method")}
+    kept.update(model_type=model.get("model_type"), architectures=json.dumps(model.get("architectures")))
+    return {k: str(v) for k, v in kept.items()}
 
 
 def forward_once(url: str, method: str, path: str, body: bytes, key: str | None, timeout: float):
@@ -133,24 +159,50 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         key = self.pool.args.api_key
         if path not in OPEN_ROUTES + KEYED_ROUTES:
-            return self.reply(404, b'{"error":"Not Found"}')
+            return self.reply(404, b"", None)
         if path in KEYED_ROUTES and key and not self.authorized(key):
             return self.reply(401, b'{"error":"Unauthorized"}')
         with self.pool.lock:
             self.pool.requests += 1
             healthy = len(self.pool.healthy)
+            joined = dict(self.pool.joined)
+            loads = [(u, self.pool.in_flight[u]) for u in self.pool.urls if u in joined]
+        text = "text/plain; charset=utf-8"
         if path in ("/liveness", "/health"):
-            return self.reply(200, b"OK", "text/plain")
+            return self.reply(200, b"OK", text)
+        if path == "/health_generate":  # the real router's own answer: it does not generate
+            return self.reply(200, b"At least one router has healthy workers", text) if healthy else \
+                self.reply(503, b"No routers with healthy workers available", text)
+        if path == "/get_server_info":
+            return self.reply(200, json.dumps({"router_manager": True, "routers_count": 1,
+                                               "workers_count": len(joined)}, separators=(",", ":")).encode(), text)
+        if path == "/v1/models":
+            names = list(dict.fromkeys(i["served_model_name"] for i in joined.values()))
+            if not names:
+                return self.reply(503, b"No models available", text)
+            data = [{"id": n, "object": "model", "owned_by": "local"} for n in names]
+            return self.reply(200, json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode(), text)
         if path == "/readiness":
-            return self.reply(200 if healthy else 503, b'{"status":"%s","healthy_workers":%d}' % (
-                b"ready" if healthy else b"not ready", healthy))
+            body = {"status": "ready", "healthy_workers": healthy, "total_workers": len(joined)} if healthy else \
+                {"status": "not ready", "reason": "insufficient healthy workers"}
+            return self.reply(200 if healthy else 503, json.dumps(body, separators=(",", ":")).encode())
         if path == "/workers":
-            listed = ",".join(f'{{"url":"{u}","is_healthy":{str(u in self.pool.healthy).lower()}}}'
-                              for u in self.pool.urls)
-            return self.reply(200, f'{{"workers":[{listed}],"total":{len(self.pool.urls)}}}'.encode())
+            listed = [{"id": str(uuid.uuid5(uuid.NAMESPACE_URL, u)), "url": u, "model_id": joined[u]["served_model_name"],
+                       "priority": 50, "cost": 1.0, "worker_type": "regular", "is_healthy": u in self.pool.healthy,
+                       "load": n, "connection_mode": "HTTP", "metadata": joined[u], "disable_health_check": False}
+                      for u, n in loads]
+            return self.reply(200, json.dumps({"workers": listed, "total": len(listed), "stats": {
+                "prefill_count": 0, "decode_count": 0, "regular_count": len(listed)}}).encode())
+        if path == "/get_loads":
+            return self.reply(200, json.dumps({"workers": [{"worker": u, "load": n} for u, n in loads]}).encode())
         if path == "/flush_cache":
             codes = [forward_once(u, "POST", path, b"", key, 30)[0] for u in self.pool.urls]
-            return self.reply(200 if all(c == 200 for c in codes) else 500, b"")
+            n = len(codes)
+            if all(c == 200 for c in codes):
+                return self.reply(200, json.dumps({"status": "success", "message": f"Successfully flushed cache on "
+                                                   f"all {n} HTTP workers", "workers_flushed": n,
+                                                   "total_http_workers": n, "total_workers": n}).encode())
+            return self.reply(500, b"")  # not captured: the real router's answer when a worker refuses
         self.forward(path, body)
 
     def authorized(self, key: str) -> bool:
