@@ -4,8 +4,10 @@ once reported "ready" for a server that had died with "address already in use".
 Ready needs all three: our group alive, the socket on PORT held by a PID of our group (where /proc shows it),
 and a generation that succeeded: one token from POST /generate, which answers as soon as the server generates
 (SGLang 0.5.17's /health_generate sleeps a whole second before it looks at its own test generation, and SGLang's
-warm-up request runs beside ours); with ROUTER=on, /health_generate through the router, then /generate on every
-worker we launched (/health_generate on WORKER_URLS). Reads /proc, the API key file and the server; writes nothing.
+warm-up request runs beside ours). With ROUTER=on: the router's /readiness counts every worker as healthy (its
+/health_generate says 200 once any one is, and generates nothing: sglang-router 0.3.2 on the H200), then /generate
+on every worker we launched (/health_generate on WORKER_URLS). Reads /proc, the API key file and the server; writes
+nothing.
 """
 from __future__ import annotations
 
@@ -37,15 +39,20 @@ def readiness(cfg: Config, pgid: int, client: ServerClient | None = None) -> tup
     client = client or probe_client(cfg)
     keyless = bool(cfg.api_key_file) and not client.api_key
     workers = router.worker_url_list(cfg) if router.is_on(cfg) else []
-    reply, asked = (client.health_generate(), "/health_generate") if workers else _generate(client, keyless)
-    if not reply.ok:
-        return "starting", f"{asked} -> {reply.describe()}"
+    if workers:
+        short = _routes_to_fewer(client, len(workers))
+        if short:
+            return "starting", short
+    else:
+        reply, asked = _generate(client, keyless)
+        if not reply.ok:
+            return "starting", f"{asked} -> {reply.describe()}"
     for url in workers:  # the router answers once one worker does: ready means every one serves
         # WORKER_URLS run elsewhere, perhaps with a key of their own: their open /health_generate
         reply, asked = _generate(ServerClient(url, client.api_key), keyless or bool(cfg.worker_urls))
         if not reply.ok:
             return "starting", f"the router serves; worker {url}: {asked} -> {reply.describe()}"
-    return "ready", f"a generation succeeded through the router and on each of {len(workers)} workers" if workers \
+    return "ready", f"the router routes to all {len(workers)} workers, and each generated" if workers \
         else "a generation succeeded"
 
 
@@ -56,6 +63,19 @@ def probe_client(cfg: Config) -> ServerClient:
     except OSError:
         key = None
     return ServerClient.for_config(cfg, key)
+
+
+def _routes_to_fewer(client: ServerClient, workers: int) -> str:
+    """'' once the router's /readiness counts `workers` healthy workers; else what it said."""
+    reply = client.get("/readiness")
+    if not reply.ok:
+        return f"/readiness -> {reply.describe()}"
+    try:
+        healthy = reply.json()["healthy_workers"]
+    except (ValueError, KeyError, TypeError):
+        return f"/readiness -> {reply.text[:100]!r}"
+    return "" if isinstance(healthy, int) and healthy >= workers else \
+        f"the router routes to {healthy} of {workers} workers (/readiness)"
 
 
 def _generate(client: ServerClient, keyless: bool) -> tuple[Reply, str]:

@@ -99,3 +99,46 @@ def test_ready_does_not_wait_for_the_health_endpoints_second(free_port):
         state = readiness.readiness(cfg, os.getpgid(srv.proc.pid))
         took = time.monotonic() - began
     assert state == ("ready", "a generation succeeded") and took < 0.75
+
+
+ROUTER = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):  # the router's /readiness with argv[2] healthy workers; workers' open /health_generate
+        healthy = int(sys.argv[2])
+        body = json.dumps({"status": "ready", "healthy_workers": healthy, "total_workers": healthy}).encode() \\
+            if self.path == "/readiness" and healthy else b"{}"
+        self.send_response(200 if self.path == "/health_generate" or healthy else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.mark.parametrize(("healthy", "state"), [
+    (0, ("starting", "/readiness -> 503")),
+    (1, ("starting", "the router routes to 1 of 2 workers (/readiness)")),
+    (2, ("ready", "the router routes to all 2 workers, and each generated"))])
+def test_behind_the_router_ready_waits_until_it_routes_to_every_worker(free_port, healthy, state):
+    """sglang-router 0.3.2 answers /health_generate with 200 once ANY worker is healthy, generating nothing (captured
+    on the H200): ready asks its /readiness for every worker, then each worker for a generation."""
+    child = subprocess.Popen([sys.executable, "-c", ROUTER, str(free_port), str(healthy)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{free_port}/health_generate", timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "test router did not listen"
+                time.sleep(0.05)
+        here = f"http://127.0.0.1:{free_port}"
+        cfg = dataclasses.replace(cfg_on(free_port), router="on", worker_urls=f"{here} {here}")
+        assert readiness.readiness(cfg, child.pid) == state
+    finally:
+        child.kill()
+        child.wait()
