@@ -23,7 +23,7 @@ from llmhost.bench.eta import Eta, fmt_s
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
 from llmhost.provenance import redact_secrets, utc_now
-from llmhost.bench.liveness import info_client, server_alive, server_client, server_watch
+from llmhost.bench.liveness import flush_all, info_client, server_alive, server_watch
 from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
 from llmhost.serve.spec import bytecode_env
@@ -221,7 +221,7 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     started = time.time()
     stem = str(b.store.raw_dir() / f"{point.point_id}.a{attempt}.{int(started)}")  # unique per attempt
     log_offset = serverlog.size(b.cfg.state_dir / "server.log")
-    flush = server_client(b.cfg).flush_cache(wait_s=120)  # 200 only once SGLang emptied the tree
+    flush = flush_all(b.cfg, wait_s=120)  # flushed only once SGLang emptied the tree (each worker's, behind a router)
     error = "" if flush else f"prefix cache flush failed: {flush.detail}"
     summary, rel = None, ""
     if flush and points.is_primed(point):

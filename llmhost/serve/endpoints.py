@@ -86,7 +86,8 @@ class ServerClient:
 
     def server_info(self, timeout: float = 10.0) -> Reply:
         """SGLang's /server_info; where that is 404, /get_server_info (SGLang releases before /server_info). Behind
-        sglang-router 0.3.2 that is the router's own counts, not a server's arguments: ask a worker (router.info_url)."""
+        sglang-router 0.3.2 that is the router's own counts, not a server's arguments: ask a worker
+        (router.info_url)."""
         reply = self.get("/server_info", timeout)
         return self.get("/get_server_info", timeout) if reply.status == 404 else reply
 

@@ -42,7 +42,8 @@ def _fake_attempt_env(tmp_path, monkeypatch, details: dict, alive: bool = True):
     from llmhost.serve.endpoints import ServerClient
 
     cfg = SimpleNamespace(sglang_python=sys.executable, base_url="http://127.0.0.1:1", model_dir="/m",
-                          served_model_name="qwen3-4b", api_key=lambda: "sk-secret", state_dir=tmp_path / "state")
+                          served_model_name="qwen3-4b", api_key=lambda: "sk-secret", state_dir=tmp_path / "state",
+                          router="off")
     bench = SimpleNamespace(store=store.RunStore.create(tmp_path), cfg=cfg, sampler=SimpleNamespace(point_id=None),
                             seed=1, module="sglang.benchmark.serving", env={}, loadgen=FakeLoadgen(details))
     monkeypatch.setattr(ServerClient, "flush_cache", lambda self, **k: True)

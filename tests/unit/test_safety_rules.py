@@ -4,6 +4,7 @@ time it appears, only our own process group is ours, config.local.env counts, to
 and an HTTP error is never a pass, and resume carries the attempt counter on."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -78,9 +79,24 @@ def test_a_flush_refused_for_the_whole_wait_is_reported_as_not_flushed(flush_ser
     assert 1.0 <= time.monotonic() - start < 5.0 and server.calls >= 2
 
 
+def test_behind_the_router_a_point_flushes_each_worker_directly_and_waits_out_a_busy_one(flush_server):
+    """sglang-router answers a flush that a busy worker refused with a partial success (206), not SGLang's 400 that
+    says "ask again": each worker is asked itself, and the busy one again until it flushes."""
+    from llmhost.bench import liveness
+
+    busy, idle = flush_server(busy=2), flush_server(busy=0)
+    cfg = dataclasses.replace(config.load({}), router="on", worker_urls=f"{busy.url} {idle.url}")
+    assert liveness.flush_all(cfg, wait_s=10).state == "flushed"
+    assert (busy.calls, idle.calls) == (3, 1)
+    stuck = flush_server(busy=1000)
+    cfg = dataclasses.replace(cfg, worker_urls=f"{idle.url} {stuck.url}")
+    flushed = liveness.flush_all(cfg, wait_s=1.0)
+    assert flushed.state == "busy" and "HTTP 400" in flushed.detail
+
+
 def test_the_runner_measures_nothing_after_a_failed_flush(tmp_path, monkeypatch):
     busy = Flush("busy", "server busy: HTTP 400 for 120 s (requests still running)")
-    monkeypatch.setattr(runner, "server_client", lambda cfg: SimpleNamespace(flush_cache=lambda wait_s: busy))
+    monkeypatch.setattr(runner, "flush_all", lambda cfg, wait_s: busy)
     measured = []
     monkeypatch.setattr(runner, "measure", lambda *a, **k: measured.append(a) or ({}, ""))
     cfg = SimpleNamespace(base_url="http://127.0.0.1:9", model_dir="/m", served_model_name="m", sglang_python="py",

@@ -13,8 +13,9 @@ exports `parse_router_args` and `launch_router` as the real module does. As the 
     /v1/chat/completions /v1/completions /generate /flush_cache /get_loads (with --api-key: `Authorization: Bearer
     <key>`, else 401), the route names as in the wheel's route table; a request goes to one healthy worker (503 when
     there is none), streamed back as it comes, with the router's --api-key as the worker's bearer token;
-    /flush_cache goes to every worker. Answered by the router itself, as captured on the H200
-    (tests/captures/router_routes.txt): /health_generate (200 once any worker is healthy: no generation),
+    /flush_cache goes to every worker (206, partial_success, when one refuses: documented, not captured).
+    Answered by the router itself, as captured on the H200 (tests/captures/router_routes.txt): /health_generate
+    (200 once any worker is healthy: no generation),
     /get_server_info (its own counts, not a worker's server info), /v1/models (the served names it read from each
     worker's /server_info when the worker joined), /readiness, /workers, /get_loads; /server_info, /model_info and
     /metrics are 404 on its port;
@@ -187,22 +188,27 @@ class Handler(BaseHTTPRequestHandler):
                 {"status": "not ready", "reason": "insufficient healthy workers"}
             return self.reply(200 if healthy else 503, json.dumps(body, separators=(",", ":")).encode())
         if path == "/workers":
-            listed = [{"id": str(uuid.uuid5(uuid.NAMESPACE_URL, u)), "url": u, "model_id": joined[u]["served_model_name"],
-                       "priority": 50, "cost": 1.0, "worker_type": "regular", "is_healthy": u in self.pool.healthy,
+            listed = [{"id": str(uuid.uuid5(uuid.NAMESPACE_URL, u)), "url": u,
+                       "model_id": joined[u]["served_model_name"], "priority": 50, "cost": 1.0, "worker_type": "regular", "is_healthy": u in self.pool.healthy,
                        "load": n, "connection_mode": "HTTP", "metadata": joined[u], "disable_health_check": False}
                       for u, n in loads]
             return self.reply(200, json.dumps({"workers": listed, "total": len(listed), "stats": {
                 "prefill_count": 0, "decode_count": 0, "regular_count": len(listed)}}).encode())
         if path == "/get_loads":
             return self.reply(200, json.dumps({"workers": [{"worker": u, "load": n} for u, n in loads]}).encode())
-        if path == "/flush_cache":
-            codes = [forward_once(u, "POST", path, b"", key, 30)[0] for u in self.pool.urls]
+        if path == "/flush_cache":  # to every worker that joined; a refusal makes it a partial success (206, as
+            # the gateway's API reference documents it: not captured, the workers were idle then)
+            codes = {u: forward_once(u, "POST", path, b"", key, 30)[0] for u in joined}
+            done = [u for u, c in codes.items() if c == 200]
             n = len(codes)
-            if all(c == 200 for c in codes):
-                return self.reply(200, json.dumps({"status": "success", "message": f"Successfully flushed cache on "
-                                                   f"all {n} HTTP workers", "workers_flushed": n,
-                                                   "total_http_workers": n, "total_workers": n}).encode())
-            return self.reply(500, b"")  # not captured: the real router's answer when a worker refuses
+            body = {"status": "success" if len(done) == n else "partial_success",
+                    "message": f"Successfully flushed cache on all {n} HTTP workers" if len(done) == n else
+                    f"Cache flush: {len(done)} succeeded, {n - len(done)} failed", "workers_flushed": len(done),
+                    "total_http_workers": n, "total_workers": n}
+            if len(done) < n:
+                body.update(successful=done, failed=[{"worker": u, "error": f"HTTP {c}"} for u, c in codes.items()
+                                                     if c != 200])
+            return self.reply(200 if len(done) == n else 206, json.dumps(body).encode())
         self.forward(path, body)
 
     def authorized(self, key: str) -> bool:
