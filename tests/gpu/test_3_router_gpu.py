@@ -48,7 +48,7 @@ def test_two_workers_on_one_gpu_and_the_router_start_as_one_service(router_env, 
                 layout=layout, launch=[ln for ln in out.stdout.splitlines() if "launching" in ln],
                 stderr_tail=out.stderr[-2000:])
     assert out.returncode == 0, out.stderr
-    assert "through the router and on each of 2 workers" in out.stdout
+    assert "the router routes to all 2 workers, and each generated" in out.stdout
     assert [m["gpus"] for m in layout] == ["0", "0", None]
 
 
@@ -93,6 +93,8 @@ def test_a_small_benchmark_arm_runs_behind_the_router(router_env, record, tmp_pa
     assert final["points_planned"] > 0 and final["points_ok"] == final["points_planned"] and not final["points_failed"]
     server = json.loads((run_dir / "servers" / "baseline.json").read_text())
     assert [(m["name"], m["gpus"]) for m in server["layout"]] == [("worker0", "0"), ("worker1", "0"), ("router", None)]
+    # a worker's own arguments: sglang-router's /get_server_info holds only its counts
+    assert "model_path" in server["server_info"] and "router_manager" not in server["server_info"]
     samples = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()
                if line.strip().endswith("}")]
     assert {s["labels"].get("worker") for s in samples if s["name"] == "sglang:num_running_reqs"} == \
