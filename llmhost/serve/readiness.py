@@ -70,12 +70,10 @@ def _routes_to_fewer(client: ServerClient, workers: int) -> str:
     reply = client.get("/readiness")
     if not reply.ok:
         return f"/readiness -> {reply.describe()}"
-    try:
-        healthy = reply.json()["healthy_workers"]
-    except (ValueError, KeyError, TypeError):
+    healthy = router.healthy_workers(reply.text)
+    if healthy is None:
         return f"/readiness -> {reply.text[:100]!r}"
-    return "" if isinstance(healthy, int) and healthy >= workers else \
-        f"the router routes to {healthy} of {workers} workers (/readiness)"
+    return "" if healthy >= workers else f"the router routes to {healthy} of {workers} workers (/readiness)"
 
 
 def _generate(client: ServerClient, keyless: bool) -> tuple[Reply, str]:

@@ -17,6 +17,7 @@ host is 0.0.0.0), and it listens on HOST like the one server would. Nothing is w
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from collections import Counter
 from collections.abc import Sequence
@@ -57,6 +58,16 @@ def worker_ports(cfg: Config) -> list[int]:
 def worker_url_list(cfg: Config) -> list[str]:
     """The workers the router balances: WORKER_URLS, else the local ones."""
     return cfg.worker_urls.split() or [f"http://{LOCAL_HOST}:{port}" for port in worker_ports(cfg)]
+
+
+def healthy_workers(readiness_body: str) -> int | None:
+    """How many workers sglang-router routes to, from its /readiness body ({"status": "ready", "healthy_workers": 2,
+    "total_workers": 2}); None when the body says nothing of it (503: {"status": "not ready", "reason": ...})."""
+    try:
+        count = json.loads(readiness_body).get("healthy_workers")
+    except (ValueError, AttributeError):
+        return None
+    return count if isinstance(count, int) else None
 
 
 def info_url(cfg: Config) -> str:

@@ -68,10 +68,13 @@ def _service_lines(cfg: Config, client: ServerClient) -> list[str]:
     from llmhost.serve import service
 
     ready = client.get("/readiness")
-    lines = [f"router       : {cfg.router_policy} policy, /readiness -> {ready.describe()}, its metrics on "
+    urls = router.worker_url_list(cfg)
+    healthy = router.healthy_workers(ready.text) if ready.ok else None
+    routes = "" if healthy is None else f" (routes to {healthy} of {len(urls)} workers)"
+    lines = [f"router       : {cfg.router_policy} policy, /readiness -> {ready.describe()}{routes}, its metrics on "
              f"http://{router.LOCAL_HOST}:{cfg.router_metrics_port}/metrics"]
     recorded = {m["port"]: m for m in service.read_members(cfg.state_dir) if m["name"] != "router"}
-    for url in router.worker_url_list(cfg):
+    for url in urls:
         worker = ServerClient(url, client.api_key)
         member = recorded.get(int(url.rsplit(":", 1)[1].rstrip("/")))
         where = "elsewhere (WORKER_URLS)"

@@ -99,7 +99,7 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
     pids = member_pids(s)
     for name in ("worker0", "worker1"):
         assert f"{name}, pid {pids[name]}, GPUs 0" in status.stdout
-    assert "router       : cache_aware policy, /readiness -> 200" in status.stdout
+    assert "router       : cache_aware policy, /readiness -> 200 (routes to 2 of 2 workers)" in status.stdout
     assert "Starting router on 127.0.0.1" in s("logs", "-m", "router").stdout
     logged = s("logs", "-n", "500").stdout
     assert "[worker1]" in logged

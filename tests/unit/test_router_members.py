@@ -167,3 +167,11 @@ def test_one_servers_layout_comes_from_its_recorded_command(cfg, tmp_path):
     write_launch_files(build_spec(one), tmp_path, None)
     assert service.layout(tmp_path) == [{"name": "server", "port": 30000, "gpus": "4,5", "tp_size": 1, "dp_size": 2}]
     assert service.layout(tmp_path / "nothing") == []
+
+
+def test_the_workers_the_router_routes_to_are_read_from_its_readiness_as_captured(captures):
+    captured = captures.joinpath("router_routes.txt").read_text().split("=== GET /readiness\n")[1]
+    body = captured.split("\n\n", 1)[1].split("\n===")[0].strip()
+    assert router.healthy_workers(body) == 2  # {"status":"ready","healthy_workers":2,"total_workers":2}
+    assert router.healthy_workers('{"status":"not ready","reason":"insufficient healthy workers"}') is None
+    assert router.healthy_workers("OK") is None
