@@ -75,14 +75,22 @@ def restart_once(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, rep
                          import_processes=profile.processes if profile else 0)
 
 
-def progress_line(rec: StartupRecord, done: int, total: int) -> str:
+def progress_line(rec: StartupRecord, done: int, total: int, eta: float) -> str:
     head = f"[bench startup {done}/{total}] arm {rec.arm}, restart {rec.repeat}"
+    left = f"  ETA {fmt_s(eta)}" if done < total else ""
     if rec.status != "ok":
-        return f"{head}: failed after {rec.restart_s:.0f} s: {rec.error}"
+        return f"{head}: failed after {rec.restart_s:.0f} s: {rec.error}{left}"
     phases = ", ".join(f"{name} {s:.0f} s" for name, s in rec.phases.items())
     imports = import_profile.ImportProfile(rec.import_processes, rec.imports_s) if rec.imports_s else None
     return f"{head}: ready in {rec.ready_s:.0f} s (whole restart {rec.restart_s:.0f} s)" + \
-        (f": {phases}" if phases else "") + (f"; {imports.line()}" if imports else "")
+        (f": {phases}" if phases else "") + (f"; {imports.line()}" if imports else "") + left
+
+
+def eta_s(rows: list[StartupRecord], left: int, estimate_s: float) -> float:
+    """Seconds the `left` restarts will take: the median whole restart after the run's first, which pays the
+    host's cold caches (one H200 host: 94 s, then 32, 32 and 32 s), else the cost model's estimate."""
+    warm = [r.restart_s for r in rows[1:]]
+    return left * (statistics.median(warm) if warm else estimate_s)
 
 
 # --- medians and the table ------------------------------------------------------------------------------------
@@ -186,20 +194,22 @@ def print_plan(arms: list[arms_mod.Arm], restarts: int, model: costs.CostModel) 
 
 
 def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm], restarts: int,
-                imports: bool = False) -> int:
-    """Every arm's restarts, each recorded as it finishes; the table and the closing JSON line; the exit code."""
+                estimate_s: float, imports: bool = False) -> int:
+    """Every arm's restarts, each recorded as it finishes with the ETA of the rest (estimate_s a restart until the
+    run's own say otherwise); the table and the closing JSON line; the exit code."""
     since, done, rows = time.time(), 0, []
+    total = len(arms) * restarts
     runner.interrupt_on_sigterm()
     try:
         for arm in arms:
             for repeat in range(1, restarts + 1):
-                print(f"[bench startup {done}/{len(arms) * restarts}] arm {arm.name}, restart {repeat}: restarting "
+                print(f"[bench startup {done}/{total}] arm {arm.name}, restart {repeat}: restarting "
                       f"(progress in {run.root}/raw/serve-{arm.name}.log)", flush=True)
                 rec = restart_once(cfg, run, arm, repeat, since, imports)
                 run.append_startup(rec)
                 rows.append(rec)
                 done += 1
-                print(progress_line(rec, done, len(arms) * restarts), flush=True)
+                print(progress_line(rec, done, total, eta_s(rows, total - done, estimate_s)), flush=True)
     except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
         return restart_runs.cut_short(exc, run, f"a new --startup run (the restarts so far are in {run.root}/"
                                          "startups.jsonl)")
@@ -224,9 +234,11 @@ def main(cfg: config.Config, model: costs.CostModel, restarts: int, arm_names: l
         return 0
 
     def measure(run: store.RunStore) -> int:
+        total = len(arms) * restarts
         print(f"[bench] run directory {run.root} (start-up: {restarts} restarts x {len(arms)} arms"
-              f"{', import profile on' if imports else ''})", flush=True)
-        return measure_all(cfg, run, arms, restarts, imports)
+              f"{', import profile on' if imports else ''}; estimate {fmt_s(total * model.ready_s)}, "
+              f"{model.label})", flush=True)
+        return measure_all(cfg, run, arms, restarts, model.ready_s, imports)
 
     return restart_runs.run_locked(
         cfg, argv, lambda: restart_runs.new_run(cfg, arms, "startup", tag, argv, startup_restarts=restarts), measure)

@@ -1,6 +1,8 @@
 """run_bench.py --startup: what one restart records, which starts the medians count, the exit code, the JSON."""
 from __future__ import annotations
 
+import dataclasses
+
 import types
 
 from llmhost.bench import restart_runs, runner, startup_bench
@@ -53,9 +55,23 @@ def test_the_run_exits_1_when_any_restart_failed_and_0_when_all_started(monkeypa
         monkeypatch.setattr(startup_bench, "restart_once", lambda *a, **k: next(made))
         run = RunStore(tmp_path / f"run-{code}")
         run.root.mkdir()
-        assert startup_bench.measure_all(None, run, [ARM], 3) == code
+        assert startup_bench.measure_all(None, run, [ARM], 3, estimate_s=60.0) == code
         assert len((run.root / "startups.jsonl").read_text().splitlines()) == 3
     capsys.readouterr()
+
+
+def test_each_restart_says_how_long_the_rest_will_take_from_the_runs_own_warm_restarts(monkeypatch, tmp_path, capsys):
+    """The first restart of a run pays the host's cold caches: until a second one ends, the rest is estimated with
+    the cost model's restart; then with the median of the run's restarts after the first."""
+    monkeypatch.setattr(runner, "interrupt_on_sigterm", lambda: None)
+    whole = iter([95.0, 34.0, 36.0, 35.0])
+    made = iter([dataclasses.replace(start(i + 1), restart_s=next(whole)) for i in range(4)])
+    monkeypatch.setattr(startup_bench, "restart_once", lambda *a, **k: next(made))
+    run = RunStore(tmp_path / "run")
+    run.root.mkdir()
+    assert startup_bench.measure_all(None, run, [ARM], 4, estimate_s=60.0) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "ready in" in ln]
+    assert [ln.rsplit("ETA ", 1)[1] if "ETA " in ln else None for ln in lines] == ["3m00s", "1m08s", "0m35s", None]
 
 
 def test_the_import_median_counts_only_the_starts_that_were_profiled():
