@@ -32,6 +32,7 @@ from llmhost import config
 from llmhost.bench import arms as arms_mod
 from llmhost.bench import decode_log, floor as floor_mod, kernel_profile, restart_runs, runner, store, stream_breakdown
 from llmhost.bench import liveness, traffic
+from llmhost.bench.eta import fmt_s
 from llmhost.bench.stream_records import StreamArmRecord, StreamKernelRecord, StreamRequestRecord
 from llmhost.fi import gpu_specs
 from llmhost.serve import metrics, serverlog
@@ -221,16 +222,21 @@ def print_summary(run: store.RunStore, requests: int) -> list[StreamArmRecord]:
 
 
 def measure_all(cfg: config.Config, run: store.RunStore, arms: list[arms_mod.Arm], requests: int) -> int:
-    """Every arm in turn, each recorded as it finishes; the summary; the exit code."""
+    """Every arm in turn, each recorded as it finishes (from the second on, with the ETA of the rest: the median arm
+    so far); the summary; the exit code."""
     gpu_name = run.read_manifest().provenance.gpu.name
     since = time.time()
     runner.interrupt_on_sigterm()
+    took: list[float] = []
     try:
         for done, arm in enumerate(arms):
+            eta = f"  ETA {fmt_s(statistics.median(took) * (len(arms) - done))}" if took else ""
             print(f"[bench single-stream {done}/{len(arms)}] arm {arm.name}: restarting with "
                   f"{' '.join(INSTRUMENT_FLAGS)} and {INSTRUMENT_ENV} "
-                  f"(progress in {run.root}/raw/serve-{arm.name}.log)", flush=True)
+                  f"(progress in {run.root}/raw/serve-{arm.name}.log){eta}", flush=True)
+            began = time.monotonic()
             run.append_stream(measure_arm(cfg, run, arm, requests, since, gpu_name))
+            took.append(time.monotonic() - began)
     except (KeyboardInterrupt, runner.UserStopped, OSError) as exc:
         return restart_runs.cut_short(exc, run, f"a new --single-stream run (the arms so far are in {run.root}/"
                                          "stream_arms.jsonl)")

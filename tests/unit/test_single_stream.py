@@ -250,3 +250,25 @@ def test_the_notes_say_exactly_what_was_not_measured():
     assert stream_breakdown.missing_notes(arm_record(occupancy_pct=None)) == [
         "no 'fwd occupancy' in the Decode lines (the server ignored SGLANG_ENABLE_METRICS_DEVICE_TIMER): GPU "
         "forward, above floor and CPU gap not measured"]
+
+
+def test_from_the_second_arm_on_each_arm_says_how_long_the_rest_will_take(monkeypatch, capsys):
+    """The first arm has nothing to go by (its request lines count n/N); each later one gives the ETA of the arms
+    left from the median arm so far."""
+    from types import SimpleNamespace
+
+    from llmhost.bench import arms as arms_mod, runner
+
+    import time
+
+    now, lasts = [0.0], iter([40.0, 60.0, 50.0])  # the arms' durations
+    monkeypatch.setattr(single_stream, "time", SimpleNamespace(time=time.time, monotonic=lambda: now[0]))
+    monkeypatch.setattr(single_stream, "measure_arm", lambda *a, **k: now.__setitem__(0, now[0] + next(lasts)))
+    monkeypatch.setattr(single_stream, "print_summary", lambda run, requests: [])
+    monkeypatch.setattr(runner, "interrupt_on_sigterm", lambda: None)
+    run = SimpleNamespace(root=Path("/run"), append_stream=lambda rec: None, read_manifest=lambda: SimpleNamespace(
+        provenance=SimpleNamespace(gpu=SimpleNamespace(name="H200"))))
+    arms = [arms_mod.Arm(name, name, "#000", (), "") for name in ("a", "b", "c")]
+    single_stream.measure_all(None, run, arms, 8)
+    heads = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[bench single-stream")]
+    assert [ln.rsplit("ETA ", 1)[1] if "ETA " in ln else None for ln in heads] == [None, "1m20s", "0m50s"]
