@@ -47,7 +47,7 @@ def readiness(cfg: Config, pgid: int, client: ServerClient | None = None) -> tup
         reply, asked = _generate(client, keyless)
         if not reply.ok:
             return "starting", f"{asked} -> {reply.describe()}"
-    for url in workers:  # the router answers once one worker does: ready means every one serves
+    for url in workers:  # the router's count says healthy, not serving: ready means each one generated
         # WORKER_URLS run elsewhere, perhaps with a key of their own: their open /health_generate
         reply, asked = _generate(ServerClient(url, client.api_key), keyless or bool(cfg.worker_urls))
         if not reply.ok:
