@@ -39,6 +39,9 @@ def check_launch(cfg: Config) -> None:
     if router.is_on(cfg):  # local workers on PORT+1, PORT+2...; the router's metrics
         ports += [(router.LOCAL_HOST, p, "PORT") for p in router.worker_ports(cfg)]
         ports.append((router.LOCAL_HOST, cfg.router_metrics_port, "ROUTER_METRICS_PORT"))
+        if cfg.router_metrics_port in [p for _, p, _ in ports[:-1]]:  # free before launch, taken by a worker after
+            raise ServeError(f"ROUTER_METRICS_PORT={cfg.router_metrics_port} is PORT or a worker's port (PORT+1.."
+                             f"PORT+{len(ports) - 2}) — set ROUTER_METRICS_PORT to another port")
     for host, port, setting in ports:
         holder = port_holder(host, port)
         if holder:

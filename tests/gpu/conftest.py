@@ -48,7 +48,7 @@ def gpu_env(request: pytest.FixtureRequest) -> dict[str, str]:
         unavailable(request, f"MODEL_DIR={cfg.model_dir} has no config.json (set MODEL_DIR, LOAD_FORMAT=dummy needs no weights)")
     tmux_dir = tempfile.mkdtemp(prefix="tmxgpu", dir="/tmp")
     env = {**os.environ, "TMUX_TMPDIR": tmux_dir, "TMUX_SESSION": f"llmhost-gpu-suite-{os.getpid()}",
-           "PORT": os.environ.get("PORT") or str(free_port())}
+           "PORT": os.environ.get("PORT") or str(free_port(3))}  # ROUTER=on: workers on PORT+1, PORT+2
     env.pop("TMUX", None)
     yield env
     subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)

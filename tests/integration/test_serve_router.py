@@ -131,6 +131,16 @@ def test_a_worker_that_dies_ends_the_whole_service(routed):
     assert "worker0 exited with code 137; the service is stopped" in (s.state / "server.log").read_text()
 
 
+def test_a_router_metrics_port_on_a_workers_port_is_refused_before_anything_launches(routed):
+    s = routed()
+    s.env["ROUTER_METRICS_PORT"] = str(s.port + 1)  # free until worker0 binds it
+    result = s("start")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"[serve] error: ROUTER_METRICS_PORT={s.port + 1} is PORT or a worker's port "
+                                     f"(PORT+1..PORT+2) — set ROUTER_METRICS_PORT to another port")
+    assert not (s.state / "pgid").exists()
+
+
 def test_the_api_key_holds_at_the_router_and_never_reaches_a_command_line(routed, tmp_path):
     key = "sk-router-5e0a"
     s = routed(API_KEY_FILE=str(write_key(tmp_path / "key", key)))
