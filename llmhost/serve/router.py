@@ -2,9 +2,11 @@
 
 The members, in launch order: DP_SIZE local workers (unless WORKER_URLS names servers elsewhere), each a whole
 SGLang server with --tp-size TP_SIZE on loopback port PORT+1+i and its TP_SIZE GPUs taken in GPUS order, then the
-router. Data parallelism is across these processes (the router balances), so no worker gets --dp-size. A member
-launches once those in its `after` serve: the router after every local worker (it then finds them healthy at once),
-and a worker after the one before it on the same GPU, whose memory use it must see to size its own pool.
+router. Data parallelism is across these processes (the router balances), so no worker gets --dp-size. The router
+launches once every local worker serves (it then finds them healthy at once); a worker that shares its GPU launches
+once the one before it there holds its KV pool, the bulk of its memory, which the later one must see to size its own
+pool. What the earlier one takes after that (CUDA graphs, activations) comes out of the runtime reserves both are
+planned with, so the later one's imports overlap the earlier one's graphs and HTTP start.
 
 Two workers on one GPU (GPUS=0,0 DP_SIZE=2) each take an equal static pool: with MEM_FRACTION_STATIC=auto, worker j of
 k sharing it gets the fraction of the memory free at ITS start (SGLang's rule) that is 1/k of the GPU's free memory
@@ -40,6 +42,7 @@ class Member:
     port: int
     after: tuple[str, ...]  # members that must serve (/health 200) before this one launches
     pool_mib: float | None = None  # a worker sharing its GPU: the static pool (weights + KV) it is sized for
+    after_pool: tuple[str, ...] = ()  # workers on its GPU that must hold their KV pool before this one launches
 
     @property
     def url(self) -> str:
@@ -90,7 +93,7 @@ def shared_fractions(sharers: int, free_mib: float, total_mib: float) -> list[fl
     """--mem-fraction-static of each of `sharers` workers launched one after another on one GPU, as planned at
     start: equal static pools S (shared_pool_mib); worker j is expected to see free - j x (S + reserve) at its
     start, so its fraction is S / that. Two on an empty H200 (143,771 MiB, reserve 13,946): S = 57,940 MiB ->
-    0.403, then 0.806. A worker holds less than its reserve once it serves, so the service re-fits each later
+    0.403, then 0.806. A worker uses less than its reserve beyond its pool, so the service re-fits each later
     worker's fraction to the memory free at its launch (llmhost.serve.service.refit_fraction)."""
     reserve = gpu_reserve_mib(total_mib)
     pool = shared_pool_mib(sharers, free_mib, total_mib)
@@ -123,8 +126,8 @@ def local_workers(cfg: Config, devices: Sequence[str], gpu_free_total_mib: tuple
         spec = build_spec(dataclasses.replace(cfg, **changes),
                           gpu_free_total_mib=None if devs in fractions else gpu_free_total_mib, extra_args=extra_args,
                           gpu_total_mib=gpu_free_total_mib[1] if gpu_free_total_mib else None)
-        members.append(Member(f"worker{i}", spec, port, tuple(previous[-1:]),
-                              pools[devs] if devs in pools and previous else None))
+        members.append(Member(f"worker{i}", spec, port, (), pools[devs] if devs in pools and previous else None,
+                              tuple(previous[-1:])))
     return members
 
 

@@ -3,7 +3,8 @@ start writes, and the pane body that runs it.
 
 All members run in the pane's process group, so `stop` ends them together, as it ends the one server; when one exits
 the pane ends the others (a router without workers, or a worker without its router, is not the service start
-promised). A member launches once every member in its `after` answers /health with 200.
+promised). A member launches once every member in its `after` answers /health with 200 and every one in its
+`after_pool` has logged SGLang's "Memory pool end" (its KV pool allocated) or serves.
 
 Writes in the state directory: members.json (start: name, command, port, after, and pool_mib for a worker that shares
 its GPU with workers launched before it: its fraction is re-fit to the memory free at its launch, refit_member) and
@@ -30,6 +31,7 @@ from llmhost.serve import gpu, serverlog
 from llmhost.serve.process import read_launch_env
 from llmhost.serve.router import Member
 from llmhost.serve.spec import gpu_reserve_mib
+from llmhost.serve.startup import KV_POOL_LINE
 
 MEMBERS_FILE = "members.json"
 FRACTION_FLAG = "--mem-fraction-static"
@@ -38,6 +40,7 @@ FRACTION_FLAG = "--mem-fraction-static"
 def write_members(members: Sequence[Member], state_dir: Path) -> None:
     """members.json for the pane, and every member's exact command in launch_command.txt, one a line."""
     records = [{"name": m.name, "command": m.spec.command, "port": m.port, "after": list(m.after),
+                "after_pool": list(m.after_pool),
                 **({"pool_mib": m.pool_mib} if m.pool_mib else {})} for m in members]
     write_text_atomic(state_dir / MEMBERS_FILE, json.dumps(records, indent=2) + "\n")
     write_text_atomic(state_dir / "launch_command.txt", "".join(m.spec.command_line + "\n" for m in members))
@@ -110,6 +113,18 @@ def _serves(port: int) -> bool:
         return False
 
 
+def _holds_pool(state_dir: Path, name: str, port: int) -> bool:
+    """Whether that worker allocated its KV pool: SGLang's line in its log (start moved older runs' logs aside), or
+    it serves (a version that logs the pool otherwise)."""
+    try:
+        with open(state_dir / f"{name}.log", "rb") as log:
+            if KV_POOL_LINE.encode() in log.read():
+                return True
+    except OSError:
+        pass
+    return _serves(port)
+
+
 def _launch(member: dict, state_dir: Path, env: dict[str, str], sinks: list, secrets: list) -> subprocess.Popen:
     proc = subprocess.Popen(member["command"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     write_text_atomic(state_dir / f"{member['name']}.pid", f"{proc.pid}\n")
@@ -144,9 +159,11 @@ def refit_fraction(command: list[str], pool_mib: float, free_mib: float, total_m
 
 def refit_member(member: dict, sinks: list) -> dict:
     """A worker that shares its GPU with workers launched before it, its fraction re-fit to the memory free now:
-    start planned it as if each held its static pool plus SGLang's whole runtime reserve, and a serving worker holds
-    less (on an H200, two workers planned 0.403 and 0.806 got KV pools of 352,876 and 415,389 tokens). Kept as
-    planned when the GPU's memory cannot be read."""
+    start planned it as if each held its static pool plus SGLang's whole runtime reserve, and a worker holds less
+    (on an H200, two workers planned 0.403 and 0.806 got KV pools of 352,876 and 415,389 tokens). It launches once
+    the one before it holds its pool, which may still be capturing graphs: the memory it then leaves free (free now -
+    its pool) holds that one's reserve too, and what that one takes later only shrinks what SGLang finds free when it
+    sizes this one's pool. Kept as planned when the GPU's memory cannot be read."""
     devices = command_env(member["command"]).get("CUDA_VISIBLE_DEVICES", "")
     first = devices.split(",")[0].strip()
     free_total = gpu.free_total_mib(int(first)) if first.isdigit() else None
@@ -168,7 +185,8 @@ def run_service(state_dir: Path, secrets: list[bytes], sinks: list) -> int:
     members = read_members(state_dir)
     for member in members:
         ports = [m["port"] for m in members if m["name"] in member["after"]]
-        while exited is None and not all(_serves(p) for p in ports):
+        pooled = [(m["name"], m["port"]) for m in members if m["name"] in member.get("after_pool", ())]
+        while exited is None and not (all(_holds_pool(state_dir, *w) for w in pooled) and all(map(_serves, ports))):
             exited = _first_exit(running)
             time.sleep(0.5)
         if exited:

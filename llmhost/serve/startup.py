@@ -20,18 +20,20 @@ from pathlib import Path
 # SGLang's stamp; a scheduler of several ranks adds its ranks (" TP0", " DP0 TP1"), SGLANG_LOG_MS milliseconds
 _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [^\]]*)?\] (.*)")
 
+KV_POOL_LINE = "Memory pool end"  # SGLang 0.5.17, once the KV cache is allocated
+
 # (phase, the log line that ends it, whether the LAST such line counts: the tokenizer workers start one by one)
 MARKERS: tuple[tuple[str, str, bool], ...] = (
     ("launcher", "server_args=ServerArgs(", False),  # python -m sglang.launch_server: imports, argument parsing
     ("scheduler start", "Init torch distributed begin", False),  # scheduler process spawned, its imports
     ("weights", "Load weight end", False),
-    ("KV pool", "Memory pool end", False),
+    ("KV pool", KV_POOL_LINE, False),
     ("prefill graphs", "Capture target prefill CUDA graph end", False),
     ("decode graphs", "Capture target decode CUDA graph end", False),
     ("HTTP + tokenizer workers", "Application startup complete", True),
 )
 
-EARLIER = "earlier workers"  # ROUTER=on: a worker launched only once those before it on its GPU served
+EARLIER = "earlier workers"  # ROUTER=on: a worker launched only once the one before it on its GPU held its KV pool
 ROUTED_END = "router + first generation"  # ROUTER=on: the router starts once every worker serves
 PHASE_ORDER = (EARLIER, *(name for name, _, _ in MARKERS), "first generation", ROUTED_END)  # every phase, in order
 

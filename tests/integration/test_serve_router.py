@@ -68,17 +68,20 @@ def member_pids(s: Serve) -> dict[str, int]:
 
 
 def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_together(routed):
-    s = routed()
+    # each worker holds its KV pool 1.6 s after its launch and serves 5.7 s after it (the stand-in's timeline)
+    s = routed(SERVER_ENV=f"PYTHONPATH={REPO / 'tests' / 'standin'} STANDIN_STARTUP_S=10")
     started = s("start")
     assert started.returncode == 0, started.stderr
     assert "ready after" in started.stdout
     assert "the router routes to all 2 workers, and each generated" in started.stdout
-    assert "launching worker1 once worker0 serve" in started.stdout  # one GPU: the second sizes its pool after
+    assert "launching worker1 once worker0 holds its KV pool" in started.stdout  # one GPU: the second sizes its pool
+    assert "launching router once worker0, worker1 serve" in started.stdout
     assert "garbage collector frozen after start-up (FREEZE_GC=on, 2 servers)" in started.stdout
     timeline = next(line for line in started.stdout.splitlines() if "ready in " in line)  # the slower worker's
     assert "weights " in timeline and "decode graphs " in timeline, timeline
     launched = {name: float((s.state / f"{name}.launched").read_text()) for name in ("worker0", "worker1", "router")}
-    assert launched["worker0"] <= launched["worker1"] <= launched["router"]  # each once those before it served
+    assert launched["worker0"] <= launched["worker1"] <= launched["router"]
+    assert launched["worker1"] - launched["worker0"] < 4.5  # once worker0's pool was allocated, not once it served
     assert timeline.split(", ")[-1].startswith("router + first generation "), timeline
     pane_start = startup.utc_epoch((s.state / "started_at").read_text())
     # worker1 counts its start-up from its own launch; the wait for worker0 before it is a phase of its own

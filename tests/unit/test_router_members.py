@@ -38,7 +38,7 @@ def test_local_workers_are_whole_servers_on_loopback_ports_after_port_and_the_ro
         assert flag(argv, "--host") == "127.0.0.1" and flag(argv, "--port") == str(30001 + i)
         assert flag(argv, "--tp-size") == "2" and "--dp-size" not in argv  # data parallel: the router's job
         assert flag(argv, "--tokenizer-worker-num") == "1" and "--enable-dynamic-batch-tokenizer" in argv
-        assert worker.after == ()  # own GPUs: both start at once
+        assert worker.after == worker.after_pool == ()  # own GPUs: both start at once
     assert env(workers[0])["CUDA_VISIBLE_DEVICES"] == "0,1" and env(workers[1])["CUDA_VISIBLE_DEVICES"] == "2,3"
 
 
@@ -63,10 +63,11 @@ def test_with_a_key_the_router_reads_it_from_the_workers_yaml_never_from_its_com
     assert all(flag(w.spec.argv, "--config") == yaml for w in workers)
 
 
-def test_two_workers_on_one_gpu_start_one_after_the_other_with_equal_pools(cfg):
+def test_two_workers_on_one_gpu_launch_in_turn_with_equal_pools(cfg):
     cfg = dataclasses.replace(cfg, gpus="0,0")
     first, second, _ = router.members(cfg, ["0", "0"], H200)
-    assert (first.after, second.after) == ((), ("worker0",))
+    assert (first.after, second.after) == ((), ())
+    assert (first.after_pool, second.after_pool) == ((), ("worker0",))  # launched once worker0 holds its KV pool
     assert flag(first.spec.argv, "--mem-fraction-static") == "0.403"
     assert flag(second.spec.argv, "--mem-fraction-static") == "0.806"
     assert env(first)["CUDA_VISIBLE_DEVICES"] == env(second)["CUDA_VISIBLE_DEVICES"] == "0"
@@ -175,3 +176,29 @@ def test_the_workers_the_router_routes_to_are_read_from_its_readiness_as_capture
     assert router.healthy_workers(body) == 2  # {"status":"ready","healthy_workers":2,"total_workers":2}
     assert router.healthy_workers('{"status":"not ready","reason":"insufficient healthy workers"}') is None
     assert router.healthy_workers("OK") is None
+
+
+def test_a_later_sharer_launched_while_the_earlier_one_captures_graphs_leaves_both_reserves_free(cfg):
+    """worker1 launches once worker0 holds its KV pool, before worker0's CUDA graphs and activations (SGLang's
+    runtime reserve): what worker1's pool leaves free must still hold worker0's reserve besides its own."""
+    cfg = dataclasses.replace(cfg, gpus="0,0")
+    _, second, _ = router.members(cfg, ["0", "0"], H200)
+    pool, reserve = router.shared_pool_mib(2, *H200), spec.gpu_reserve_mib(H200[1])
+    free_now = H200[0] - pool - 1024  # worker0: its static pool and a CUDA context, no graphs yet
+    _, _, now = service.refit_fraction(list(second.spec.command), pool, free_now, H200[1])
+    assert now * free_now == pytest.approx(pool, rel=1e-3)  # equal pools still
+    assert free_now - now * free_now >= 2 * reserve - 1024 - 1  # worker0's reserve (less what it holds) + worker1's
+
+
+def test_a_worker_holds_its_pool_once_sglang_logged_it_or_once_it_serves(tmp_path, monkeypatch):
+    serving: set[int] = set()
+    monkeypatch.setattr(service, "_serves", lambda port: port in serving)
+    assert not service._holds_pool(tmp_path, "worker0", 30001)  # no log yet
+    log = tmp_path / "worker0.log"
+    log.write_text("[2026-12-03 13:49:03] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 352876\n")
+    assert not service._holds_pool(tmp_path, "worker0", 30001)
+    with log.open("a") as out:
+        out.write("[2026-12-03 13:49:03] Memory pool end. avail mem=82.40 GB\n")  # captured: SGLang 0.5.17
+    assert service._holds_pool(tmp_path, "worker0", 30001)
+    serving.add(30002)
+    assert service._holds_pool(tmp_path, "worker1", 30002)  # a version that logs it otherwise: once it serves
