@@ -6,9 +6,9 @@ the pane ends the others (a router without workers, or a worker without its rout
 promised). A member launches once every member in its `after` answers /health with 200 and every one in its
 `after_pool` has logged SGLang's "Memory pool end" (its KV pool allocated) or serves.
 
-Writes in the state directory: members.json (start: name, command, port, after, and pool_mib for a worker that shares
-its GPU with workers launched before it: its fraction is re-fit to the memory free at its launch, refit_member) and
-launch_command.txt (their command lines as planned), then from the pane pgid (first:
+Writes in the state directory: members.json (start: name, command, port, after, after_pool, and pool_mib for a
+worker that shares its GPU with workers launched before it: its fraction is re-fit to the memory free at its launch,
+refit_member) and launch_command.txt (their command lines as planned), then from the pane pgid (first:
 start waits for it), <name>.pid, <name>.launched (the Unix time of its launch: a worker that waited for others
 starts its own start-up there), <name>.log (that member's output), server.log (every member's lines, prefixed [name]),
 pid (the router's: what clients reach), and a closing line naming who exited with what code.
@@ -161,9 +161,9 @@ def refit_member(member: dict, sinks: list) -> dict:
     """A worker that shares its GPU with workers launched before it, its fraction re-fit to the memory free now:
     start planned it as if each held its static pool plus SGLang's whole runtime reserve, and a worker holds less
     (on an H200, two workers planned 0.403 and 0.806 got KV pools of 352,876 and 415,389 tokens). It launches once
-    the one before it holds its pool, which may still be capturing graphs: the memory it then leaves free (free now -
-    its pool) holds that one's reserve too, and what that one takes later only shrinks what SGLang finds free when it
-    sizes this one's pool. Kept as planned when the GPU's memory cannot be read."""
+    the one before it holds its pool, which may still be capturing graphs: what this one's pool leaves free (free
+    now less that pool) holds that one's reserve too, and what that one takes later only shrinks what SGLang finds
+    free when it sizes this one's pool. Kept as planned when the GPU's memory cannot be read."""
     devices = command_env(member["command"]).get("CUDA_VISIBLE_DEVICES", "")
     first = devices.split(",")[0].strip()
     free_total = gpu.free_total_mib(int(first)) if first.isdigit() else None
