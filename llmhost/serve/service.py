@@ -4,7 +4,8 @@ start writes, and the pane body that runs it.
 All members run in the pane's process group, so `stop` ends them together, as it ends the one server; when one exits
 the pane ends the others (a router without workers, or a worker without its router, is not the service start
 promised). A member launches once every member in its `after` answers /health with 200 and every one in its
-`after_pool` has logged SGLang's "Memory pool end" (its KV pool allocated) or serves.
+`after_pool` has logged SGLang's "Memory pool end" (its KV pool allocated) or serves; each is asked until it first
+does (Waits).
 
 Writes in the state directory: members.json (start: name, command, port, after, after_pool, and pool_mib for a
 worker that shares its GPU with workers launched before it: its fraction is re-fit to the memory free at its launch,
@@ -113,16 +114,13 @@ def _serves(port: int) -> bool:
         return False
 
 
-def _holds_pool(state_dir: Path, name: str, port: int) -> bool:
-    """Whether that worker allocated its KV pool: SGLang's line in its log (start moved older runs' logs aside), or
-    it serves (a version that logs the pool otherwise)."""
+def _logged_pool(state_dir: Path, name: str) -> bool:
+    """Whether that worker's log has SGLang's line for its KV pool allocated (start moved older runs' logs aside)."""
     try:
         with open(state_dir / f"{name}.log", "rb") as log:
-            if KV_POOL_LINE.encode() in log.read():
-                return True
+            return KV_POOL_LINE.encode() in log.read()
     except OSError:
-        pass
-    return _serves(port)
+        return False
 
 
 def _launch(member: dict, state_dir: Path, env: dict[str, str], sinks: list, secrets: list) -> subprocess.Popen:
@@ -177,16 +175,40 @@ def refit_member(member: dict, sinks: list) -> dict:
     return {**member, "command": command}
 
 
+class Waits:
+    """Whether the members a launch waits for are there, each asked until it first says yes and never again: a
+    member that exits after that ends the service anyway, and SGLang 0.5.17's /health generates a token and sleeps a
+    second before it answers, so asking a worker that already served again delays every later launch by that."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir, self.serving, self.pooled = state_dir, set(), set()
+
+    def serves(self, port: int) -> bool:
+        if port not in self.serving and _serves(port):
+            self.serving.add(port)
+        return port in self.serving
+
+    def holds_pool(self, name: str, port: int) -> bool:
+        """SGLang logged its KV pool, or it serves (a version that logs the pool otherwise)."""
+        if name not in self.pooled and (_logged_pool(self.state_dir, name) or self.serves(port)):
+            self.pooled.add(name)
+        return name in self.pooled
+
+    def met(self, member: dict, members: Sequence[dict]) -> bool:
+        """Every member in `member`'s after_pool holds its KV pool, and every one in its after serves."""
+        return (all(self.holds_pool(m["name"], m["port"]) for m in members if m["name"] in member.get("after_pool", ()))
+                and all(self.serves(m["port"]) for m in members if m["name"] in member["after"]))
+
+
 def run_service(state_dir: Path, secrets: list[bytes], sinks: list) -> int:
     """Launch the members in order, each after those it waits for serve; end them all when one exits."""
     env = read_launch_env(state_dir)
     running: dict[str, subprocess.Popen] = {}
     exited = None
     members = read_members(state_dir)
+    waits = Waits(state_dir)
     for member in members:
-        ports = [m["port"] for m in members if m["name"] in member["after"]]
-        pooled = [(m["name"], m["port"]) for m in members if m["name"] in member.get("after_pool", ())]
-        while exited is None and not (all(_holds_pool(state_dir, *w) for w in pooled) and all(map(_serves, ports))):
+        while exited is None and not waits.met(member, members):
             exited = _first_exit(running)
             time.sleep(0.5)
         if exited:

@@ -193,12 +193,32 @@ def test_a_later_sharer_launched_while_the_earlier_one_captures_graphs_leaves_bo
 def test_a_worker_holds_its_pool_once_sglang_logged_it_or_once_it_serves(tmp_path, monkeypatch):
     serving: set[int] = set()
     monkeypatch.setattr(service, "_serves", lambda port: port in serving)
-    assert not service._holds_pool(tmp_path, "worker0", 30001)  # no log yet
+    waits = service.Waits(tmp_path)
+    assert not waits.holds_pool("worker0", 30001)  # no log yet
     log = tmp_path / "worker0.log"
     log.write_text("[2026-12-03 13:49:03] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 352876\n")
-    assert not service._holds_pool(tmp_path, "worker0", 30001)
+    assert not waits.holds_pool("worker0", 30001)
     with log.open("a") as out:
         out.write("[2026-12-03 13:49:03] Memory pool end. avail mem=82.40 GB\n")  # captured: SGLang 0.5.17
-    assert service._holds_pool(tmp_path, "worker0", 30001)
+    assert waits.holds_pool("worker0", 30001)
     serving.add(30002)
-    assert service._holds_pool(tmp_path, "worker1", 30002)  # a version that logs it otherwise: once it serves
+    assert waits.holds_pool("worker1", 30002)  # a version that logs it otherwise: once it serves
+
+
+def test_a_member_that_served_once_is_not_asked_again_while_later_launches_wait(tmp_path, monkeypatch):
+    """SGLang 0.5.17's /health sleeps a second before it answers: the router, waiting for worker1, must not ask
+    worker0 again on every poll."""
+    asked: list[int] = []
+    serving = {30001}
+    monkeypatch.setattr(service, "_serves", lambda port: asked.append(port) or port in serving)
+    members = [{"name": "worker0", "port": 30001, "after": [], "after_pool": []},
+               {"name": "worker1", "port": 30002, "after": [], "after_pool": ["worker0"]},
+               {"name": "router", "port": 30000, "after": ["worker0", "worker1"], "after_pool": []}]
+    waits = service.Waits(tmp_path)
+    assert waits.met(members[1], members)  # worker0 serves, so it holds its pool (no log here)
+    assert not waits.met(members[2], members) and not waits.met(members[2], members)
+    serving.add(30002)
+    assert waits.met(members[2], members)
+    assert asked == [30001, 30002, 30002, 30002]  # worker0 once, worker1 until it served
+    serving.clear()
+    assert waits.met(members[2], members) and asked[4:] == []  # never asked again: an exit ends the service
