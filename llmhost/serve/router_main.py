@@ -11,12 +11,24 @@ from __future__ import annotations
 import json
 import sys
 
+# sglang-router 0.3.2's launch_router imports its Python mini load balancer, which tries
+# `from sglang.srt.tracing.trace import ...` for its tracing. SGLang 0.5.17 has no such module, but Python imports the
+# `sglang` package first, which imports transformers and SGLang's own modules: on the H200, 8 s passed between the
+# router's launch and its Rust core's first log line. The Rust router we launch uses none of it; a None entry makes
+# that one import fail at once (the mini balancer then runs without tracing, as it does on 0.5.17 anyway).
+SGLANG_TRACING = "sglang.srt.tracing.trace"
+
+
+def keep_sglang_out() -> None:
+    sys.modules.setdefault(SGLANG_TRACING, None)
+
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--api-key-from"]:
         # the file start writes: one line `api-key: "<key as a JSON string>"`
         key = json.loads(open(argv[1]).read().split(":", 1)[1].strip())
         argv = [*argv[2:], "--api-key", key]
+    keep_sglang_out()
     from sglang_router.launch_router import launch_router, parse_router_args
 
     launch_router(parse_router_args(argv))

@@ -222,3 +222,22 @@ def test_a_member_that_served_once_is_not_asked_again_while_later_launches_wait(
     assert asked == [30001, 30002, 30002, 30002]  # worker0 once, worker1 until it served
     serving.clear()
     assert waits.met(members[2], members) and asked[4:] == []  # never asked again: an exit ends the service
+
+
+def test_the_router_process_never_imports_sglang_for_the_mini_balancers_tracing(tmp_path, repo):
+    """sglang-router 0.3.2's launch_router imports its mini load balancer, which tries SGLang's tracing module:
+    Python imports the `sglang` package first (transformers and SGLang's modules, most of 8 s on the H200)."""
+    package = tmp_path / "sglang"
+    (package / "srt" / "tracing").mkdir(parents=True)
+    (package / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    for sub in ("srt", "srt/tracing"):
+        (package / sub / "__init__.py").write_text("")
+    (package / "srt" / "tracing" / "trace.py").write_text("def trace_req_start(): pass\n")
+    mini_lb = ("try:\n    from sglang.srt.tracing.trace import trace_req_start\n    print('traced')\n"
+               "except ImportError:\n    print('untraced')\n")  # the shape of sglang_router/mini_lb.py's import
+    env = {"PYTHONPATH": f"{tmp_path}:{repo}"}
+    run = [sys.executable, "-c", "from llmhost.serve import router_main; router_main.keep_sglang_out()\n" + mini_lb]
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "untraced" and not (tmp_path / "imported").exists(), out.stderr
+    out = subprocess.run([sys.executable, "-c", mini_lb], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "traced" and (tmp_path / "imported").exists()  # what it spares the router

@@ -41,6 +41,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang._standin.args import CAPTURES, build_parser
 
+try:  # as the real launch_router's import of its mini load balancer does (sglang_router/mini_lb.py, 0.3.2)
+    from sglang.srt.tracing.trace import trace_req_start  # noqa: F401
+except ImportError:  # SGLang 0.5.17 has no such module: the real one runs untraced too
+    pass
+
 OPEN_ROUTES = ("/liveness", "/readiness", "/health", "/health_generate", "/v1/models", "/get_model_info",
                "/get_server_info", "/workers")
 KEYED_ROUTES = ("/v1/chat/completions", "/v1/completions", "/generate", "/flush_cache", "/get_loads")
