@@ -207,7 +207,7 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
     for note in (f"{m.name}: {n}" for m in members[:-1] for n in m.spec.notes):  # the workers' (the router's above)
         console.note(note)
     for member in members:
-        waits = [f"{', '.join(member.after)} serve"] if member.after else []
+        waits = [f"{', '.join(member.after)} answer HTTP"] if member.after else []
         waits += [f"{', '.join(member.after_pool)} holds its KV pool"] if member.after_pool else []
         console.info(f"launching {member.name}" + (f" once {' and '.join(waits)}" if waits else "")
                      + f": {member.spec.command_line}")

@@ -3,9 +3,10 @@
 The members, in launch order: DP_SIZE local workers (unless WORKER_URLS names servers elsewhere), each a whole
 SGLang server with --tp-size TP_SIZE on loopback port PORT+1+i and its TP_SIZE GPUs taken in GPUS order, then the
 router. Data parallelism is across these processes (the router balances), so no worker gets --dp-size. The router
-launches once every local worker serves (it then finds them healthy at once); a worker that shares its GPU launches
-once the one before it there holds its KV pool, the bulk of its memory, which the later one must see to size its own
-pool. What the earlier one takes after that (CUDA graphs, activations) comes out of the runtime reserves both are
+launches once every local worker's HTTP server answers, so its own start overlaps the workers' SGLang warm-up (2 s on
+the H200; /health says 503 until it is done, and the router registers a worker once its /health says 200); a worker
+that shares its GPU launches once the one before it there holds its KV pool, the bulk of its memory, which the later
+one must see to size its own pool. What the earlier one takes after that (CUDA graphs, activations) comes out of the runtime reserves both are
 planned with, so the later one's imports overlap the earlier one's graphs and HTTP start.
 
 Two workers on one GPU (GPUS=0,0 DP_SIZE=2) each take an equal static pool: with MEM_FRACTION_STATIC=auto, worker j of
@@ -40,7 +41,7 @@ class Member:
     name: str  # worker0, worker1, ..., router
     spec: ServerSpec
     port: int
-    after: tuple[str, ...]  # members that must serve (/health 200) before this one launches
+    after: tuple[str, ...]  # members whose HTTP server must answer before this one launches
     pool_mib: float | None = None  # a worker sharing its GPU: the static pool (weights + KV) it is sized for
     after_pool: tuple[str, ...] = ()  # workers on its GPU that must hold their KV pool before this one launches
 
@@ -138,7 +139,8 @@ def router_member(cfg: Config, urls: Sequence[str], after: Sequence[str]) -> Mem
     argv = (python, str(ROUTER_MAIN), *(("--api-key-from", key_file) if key_file else ()),
             "--host", cfg.host, "--port", str(cfg.port), "--worker-urls", *urls, "--policy", cfg.router_policy,
             "--prometheus-host", LOCAL_HOST, "--prometheus-port", str(cfg.router_metrics_port),
-            # sglang-router polls a starting worker every 30 s by default: ours already serve when it starts
+            # sglang-router retries a worker that is not healthy yet after 30 s by default (then 60 s, ...), after
+            # 1 s with this (then 2 s, ...): ours answer HTTP when it starts and finish their warm-up about then
             "--worker-startup-check-interval", "1")
     env = server_env(dataclasses.replace(cfg, gpus=""))  # SERVER_ENV too (a container's PYTHONPATH, say); no GPU
     return Member("router", ServerSpec(argv, env, key_file, ()), cfg.port, tuple(after))

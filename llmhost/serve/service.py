@@ -3,9 +3,8 @@ start writes, and the pane body that runs it.
 
 All members run in the pane's process group, so `stop` ends them together, as it ends the one server; when one exits
 the pane ends the others (a router without workers, or a worker without its router, is not the service start
-promised). A member launches once every member in its `after` answers /health with 200 and every one in its
-`after_pool` has logged SGLang's "Memory pool end" (its KV pool allocated) or serves; each is asked until it first
-does (Waits).
+promised). A member launches once every member in its `after` answers HTTP and every one in its `after_pool` has
+logged SGLang's "Memory pool end" (its KV pool allocated) or answers; each is asked until it first does (Waits).
 
 Writes in the state directory: members.json (start: name, command, port, after, after_pool, and pool_mib for a
 worker that shares its GPU with workers launched before it: its fraction is re-fit to the memory free at its launch,
@@ -23,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -105,12 +105,16 @@ def _prefixed(write: Callable[[bytes], None], name: str) -> Callable[[bytes], No
     return lambda data: write(b"".join(tag + line for line in data.splitlines(keepends=True)))
 
 
-def _serves(port: int) -> bool:
+def _answers(port: int) -> bool:
+    """Whether the server on that loopback port answers HTTP at all: SGLang starts its HTTP server once its KV pool and
+    CUDA graphs are done, and /model_info needs no generation (with a key it says 401: up all the same)."""
     try:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-                f"http://127.0.0.1:{port}/health", timeout=5) as reply:
-            return reply.status == 200
-    except OSError:  # refused, reset, 503 (HTTPError is an OSError), timeout
+                f"http://127.0.0.1:{port}/model_info", timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:  # refused, reset, timeout
         return False
 
 
@@ -177,31 +181,30 @@ def refit_member(member: dict, sinks: list) -> dict:
 
 class Waits:
     """Whether the members a launch waits for are there, each asked until it first says yes and never again: a
-    member that exits after that ends the service anyway, and SGLang 0.5.17's /health generates a token and sleeps a
-    second before it answers, so asking a worker that already served again delays every later launch by that."""
+    member that exits after that ends the service anyway, and asking again only slows every later launch."""
 
     def __init__(self, state_dir: Path):
-        self.state_dir, self.serving, self.pooled = state_dir, set(), set()
+        self.state_dir, self.answering, self.pooled = state_dir, set(), set()
 
-    def serves(self, port: int) -> bool:
-        if port not in self.serving and _serves(port):
-            self.serving.add(port)
-        return port in self.serving
+    def answers(self, port: int) -> bool:
+        if port not in self.answering and _answers(port):
+            self.answering.add(port)
+        return port in self.answering
 
     def holds_pool(self, name: str, port: int) -> bool:
-        """SGLang logged its KV pool, or it serves (a version that logs the pool otherwise)."""
-        if name not in self.pooled and (_logged_pool(self.state_dir, name) or self.serves(port)):
+        """SGLang logged its KV pool, or it answers HTTP (a version that logs the pool otherwise)."""
+        if name not in self.pooled and (_logged_pool(self.state_dir, name) or self.answers(port)):
             self.pooled.add(name)
         return name in self.pooled
 
     def met(self, member: dict, members: Sequence[dict]) -> bool:
-        """Every member in `member`'s after_pool holds its KV pool, and every one in its after serves."""
+        """Every member in `member`'s after_pool holds its KV pool, and every one in its after answers HTTP."""
         return (all(self.holds_pool(m["name"], m["port"]) for m in members if m["name"] in member.get("after_pool", ()))
-                and all(self.serves(m["port"]) for m in members if m["name"] in member["after"]))
+                and all(self.answers(m["port"]) for m in members if m["name"] in member["after"]))
 
 
 def run_service(state_dir: Path, secrets: list[bytes], sinks: list) -> int:
-    """Launch the members in order, each after those it waits for serve; end them all when one exits."""
+    """Launch the members in order, each once those it waits for are there; end them all when one exits."""
     env = read_launch_env(state_dir)
     running: dict[str, subprocess.Popen] = {}
     exited = None

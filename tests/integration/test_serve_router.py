@@ -75,7 +75,7 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
     assert "ready after" in started.stdout
     assert "the router routes to all 2 workers, and each generated" in started.stdout
     assert "launching worker1 once worker0 holds its KV pool" in started.stdout  # one GPU: the second sizes its pool
-    assert "launching router once worker0, worker1 serve" in started.stdout
+    assert "launching router once worker0, worker1 answer HTTP" in started.stdout
     assert "garbage collector frozen after start-up (FREEZE_GC=on, 2 servers)" in started.stdout
     timeline = next(line for line in started.stdout.splitlines() if "ready in " in line)  # the slower worker's
     assert "weights " in timeline and "decode graphs " in timeline, timeline

@@ -190,9 +190,9 @@ def test_a_later_sharer_launched_while_the_earlier_one_captures_graphs_leaves_bo
     assert free_now - now * free_now >= 2 * reserve - 1024 - 1  # worker0's reserve (less what it holds) + worker1's
 
 
-def test_a_worker_holds_its_pool_once_sglang_logged_it_or_once_it_serves(tmp_path, monkeypatch):
-    serving: set[int] = set()
-    monkeypatch.setattr(service, "_serves", lambda port: port in serving)
+def test_a_worker_holds_its_pool_once_sglang_logged_it_or_once_it_answers_http(tmp_path, monkeypatch):
+    answering: set[int] = set()
+    monkeypatch.setattr(service, "_answers", lambda port: port in answering)
     waits = service.Waits(tmp_path)
     assert not waits.holds_pool("worker0", 30001)  # no log yet
     log = tmp_path / "worker0.log"
@@ -201,27 +201,47 @@ def test_a_worker_holds_its_pool_once_sglang_logged_it_or_once_it_serves(tmp_pat
     with log.open("a") as out:
         out.write("[2026-12-03 13:49:03] Memory pool end. avail mem=82.40 GB\n")  # captured: SGLang 0.5.17
     assert waits.holds_pool("worker0", 30001)
-    serving.add(30002)
-    assert waits.holds_pool("worker1", 30002)  # a version that logs it otherwise: once it serves
+    answering.add(30002)
+    assert waits.holds_pool("worker1", 30002)  # a version that logs it otherwise: once its HTTP server is up
 
 
-def test_a_member_that_served_once_is_not_asked_again_while_later_launches_wait(tmp_path, monkeypatch):
-    """SGLang 0.5.17's /health sleeps a second before it answers: the router, waiting for worker1, must not ask
-    worker0 again on every poll."""
+def test_a_member_that_answered_once_is_not_asked_again_while_later_launches_wait(tmp_path, monkeypatch):
+    """The router waits for worker1's HTTP server: worker0, up long before, is not asked again on every poll."""
     asked: list[int] = []
-    serving = {30001}
-    monkeypatch.setattr(service, "_serves", lambda port: asked.append(port) or port in serving)
+    answering = {30001}
+    monkeypatch.setattr(service, "_answers", lambda port: asked.append(port) or port in answering)
     members = [{"name": "worker0", "port": 30001, "after": [], "after_pool": []},
                {"name": "worker1", "port": 30002, "after": [], "after_pool": ["worker0"]},
                {"name": "router", "port": 30000, "after": ["worker0", "worker1"], "after_pool": []}]
     waits = service.Waits(tmp_path)
-    assert waits.met(members[1], members)  # worker0 serves, so it holds its pool (no log here)
+    assert waits.met(members[1], members)  # worker0 answers, so it holds its pool (no log here)
     assert not waits.met(members[2], members) and not waits.met(members[2], members)
-    serving.add(30002)
+    answering.add(30002)
     assert waits.met(members[2], members)
-    assert asked == [30001, 30002, 30002, 30002]  # worker0 once, worker1 until it served
-    serving.clear()
+    assert asked == [30001, 30002, 30002, 30002]  # worker0 once, worker1 until it answered
+    answering.clear()
     assert waits.met(members[2], members) and asked[4:] == []  # never asked again: an exit ends the service
+
+
+def test_a_server_answers_http_with_any_status_and_not_before_it_listens(monkeypatch):
+    """SGLang's HTTP server comes up after its KV pool and CUDA graphs; with an API key /model_info says 401."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(401 if self.path == "/model_info" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        assert service._answers(port)
+        server.shutdown()
+    assert not service._answers(port)  # closed: refused
 
 
 def test_the_router_process_never_imports_sglang_for_the_mini_balancers_tracing(tmp_path, repo):
