@@ -68,8 +68,9 @@ def member_pids(s: Serve) -> dict[str, int]:
 
 
 def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_together(routed):
-    # each worker holds its KV pool 1.6 s after its launch and serves 5.7 s after it (the stand-in's timeline)
-    s = routed(SERVER_ENV=f"PYTHONPATH={REPO / 'tests' / 'standin'} STANDIN_STARTUP_S=10")
+    # each worker holds its KV pool 1.6 s after its launch, answers HTTP after 8 s and serves after 10 s (the
+    # stand-in's timeline); its /health takes a second, as SGLang 0.5.17's does once it serves
+    s = routed(SERVER_ENV=f"PYTHONPATH={REPO / 'tests' / 'standin'} STANDIN_STARTUP_S=10 STANDIN_HEALTH_S=1")
     started = s("start")
     assert started.returncode == 0, started.stderr
     assert "ready after" in started.stdout
@@ -82,6 +83,9 @@ def test_two_workers_on_one_gpu_behind_the_router_serve_the_smoke_test_and_stop_
     launched = {name: float((s.state / f"{name}.launched").read_text()) for name in ("worker0", "worker1", "router")}
     assert launched["worker0"] <= launched["worker1"] <= launched["router"]
     assert launched["worker1"] - launched["worker0"] < 4.5  # once worker0's pool was allocated, not once it served
+    fired_up = next(line for line in (s.state / "worker1.log").read_text().splitlines() if "fired up" in line)
+    # once worker1's HTTP server answered, during its warm-up, not once its /health said 200 (a second after ready)
+    assert launched["router"] < startup.log_epoch(fired_up[1:20]) + 1, fired_up
     assert timeline.split(", ")[-1].startswith("router + first generation "), timeline
     pane_start = startup.utc_epoch((s.state / "started_at").read_text())
     # worker1 counts its start-up from its own launch; the wait for worker0 before it is a phase of its own
