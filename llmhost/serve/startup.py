@@ -34,7 +34,7 @@ MARKERS: tuple[tuple[str, str, bool], ...] = (
 )
 
 EARLIER = "earlier workers"  # ROUTER=on: a worker launched only once the one before it on its GPU held its KV pool
-ROUTED_END = "router + first generation"  # ROUTER=on: the router starts once every worker serves
+ROUTED_END = "router + first generation"  # ROUTER=on: the router starts once every worker answers HTTP
 PHASE_ORDER = (EARLIER, *(name for name, _, _ in MARKERS), "first generation", ROUTED_END)  # every phase, in order
 
 
