@@ -6,8 +6,8 @@ router. Data parallelism is across these processes (the router balances), so no 
 launches once every local worker's HTTP server answers, so its own start overlaps the workers' SGLang warm-up (2 s on
 the H200; /health says 503 until it is done, and the router registers a worker once its /health says 200); a worker
 that shares its GPU launches once the one before it there holds its KV pool, the bulk of its memory, which the later
-one must see to size its own pool. What the earlier one takes after that (CUDA graphs, activations) comes out of the runtime reserves both are
-planned with, so the later one's imports overlap the earlier one's graphs and HTTP start.
+one must see to size its own pool. What the earlier one takes after that (CUDA graphs, activations) comes out of the
+runtime reserves both are planned with, so the later one's imports overlap the earlier one's graphs and HTTP start.
 
 Two workers on one GPU (GPUS=0,0 DP_SIZE=2) each take an equal static pool: with MEM_FRACTION_STATIC=auto, worker j of
 k sharing it gets the fraction of the memory free at ITS start (SGLang's rule) that is 1/k of the GPU's free memory

@@ -22,13 +22,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from llmhost.files import write_text_atomic
 from llmhost.serve import gpu, serverlog
+from llmhost.serve.endpoints import ServerClient
 from llmhost.serve.process import read_launch_env
 from llmhost.serve.router import Member
 from llmhost.serve.spec import gpu_reserve_mib
@@ -108,14 +107,7 @@ def _prefixed(write: Callable[[bytes], None], name: str) -> Callable[[bytes], No
 def _answers(port: int) -> bool:
     """Whether the server on that loopback port answers HTTP at all: SGLang starts its HTTP server once its KV pool and
     CUDA graphs are done, and /model_info needs no generation (with a key it says 401: up all the same)."""
-    try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-                f"http://127.0.0.1:{port}/model_info", timeout=5):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:  # refused, reset, timeout
-        return False
+    return ServerClient(f"http://127.0.0.1:{port}").get("/model_info").status != 0  # 0: refused, reset, timeout
 
 
 def _logged_pool(state_dir: Path, name: str) -> bool:
