@@ -59,6 +59,7 @@ class Config:
     server_extra_args: str
     server_env: str
     freeze_gc: str
+    scheduler_preload: str
     ready_timeout_s: int
     tmux_session: str
     bench_user_arms: str

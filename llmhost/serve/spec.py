@@ -23,6 +23,9 @@ from llmhost.serve import graphs, parallel
 from llmhost.serve.console import ServeError
 
 
+PRELOADED_LAUNCH = Path(__file__).resolve().parent / "launcher" / "preloaded_launch.py"
+
+
 class SpecError(ServeError):
     """A setting the launch command cannot be built from; the message is one line naming it."""
 
@@ -31,7 +34,7 @@ class SpecError(ServeError):
 class ServerSpec:
     """Exactly what start executes: `env K=V ... argv...` (the API key only inside config_file)."""
 
-    argv: tuple[str, ...]  # python -m sglang.launch_server --flag value ...
+    argv: tuple[str, ...]  # python -m sglang.launch_server --flag value ... (or python PRELOADED_LAUNCH sglang...)
     env: tuple[tuple[str, str], ...]  # additions to the inherited environment
     config_file: str | None  # 0600 YAML with `api-key`, passed by --config; None without a key
     notes: tuple[str, ...]  # choices worth telling the user (adapted defaults, replaced flags)
@@ -291,8 +294,32 @@ def build_spec(
     flags, notes = merge_extra(ours, _flag_groups(extra_tokens, "SERVER_EXTRA_ARGS"))
     notes[:0] = [fraction_note] if fraction_note else []
     notes += graph_notes
-    argv = (python, "-m", "sglang.launch_server", *flags)
-    return ServerSpec(argv, server_env(cfg), config_file, tuple(notes))
+    env = server_env(cfg)
+    runner, runner_note = launcher(cfg, flags, env)
+    notes += [runner_note] if runner_note else []
+    argv = (python, *runner, "sglang.launch_server", *flags)
+    return ServerSpec(argv, env, config_file, tuple(notes))
+
+
+# What the fork server cannot give SGLang's processes: each needs them started by spawn itself
+_NEEDS_SPAWN_FLAGS = {"--enable-memory-saver": "its LD_PRELOAD"}
+_NEEDS_SPAWN_ENV = {"SGLANG_NUMA_BIND_V2": "its numactl"}
+
+
+def launcher(cfg: Config, flags: Sequence[str], env: Sequence[tuple[str, str]]) -> tuple[tuple[str, ...], str | None]:
+    """What runs `sglang.launch_server`: `-m` (Python's own), or with SCHEDULER_PRELOAD=on the fork server of
+    llmhost/serve/launcher/preloaded_launch.py, which imports SGLang's scheduler while the launcher imports itself.
+    One host only: with NNODES > 1 every host runs the same `-m` command (the others run the printed command, where
+    this checkout may not be). With a flag or variable that needs spawn it is `-m`, and the note says why."""
+    if cfg.scheduler_preload != "on" or cfg.nnodes > 1:
+        return ("-m",), None
+    environment = {**os.environ, **dict(env)}
+    blockers = [f"{flag} ({why})" for flag, why in _NEEDS_SPAWN_FLAGS.items() if flag in flags]
+    blockers += [f"{key} ({why})" for key, why in _NEEDS_SPAWN_ENV.items() if environment.get(key, "").lower() not in ("", "0", "false")]
+    if blockers:
+        return ("-m",), (f"SCHEDULER_PRELOAD=on but {', '.join(blockers)} needs SGLang's processes spawned: "
+                         "launched with python -m sglang.launch_server")
+    return (str(PRELOADED_LAUNCH),), None
 
 
 def write_launch_files(spec: ServerSpec, state_dir: Path, api_key: str | None) -> None:

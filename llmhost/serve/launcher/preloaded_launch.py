@@ -1,0 +1,190 @@
+"""Start SGLang with its scheduler's imports done beside the launcher's, not after them (SCHEDULER_PRELOAD=on).
+
+    SGLANG_PYTHON llmhost/serve/launcher/preloaded_launch.py sglang.launch_server LAUNCH_SERVER_ARGS...
+
+does what `python -m sglang.launch_server LAUNCH_SERVER_ARGS...` does, sooner. That command first imports SGLang
+(torch, transformers, SGLang's own modules: 13 s on the H200 host); SGLang 0.5.17 then starts its scheduler and
+detokenizer with multiprocessing's "spawn", and each new interpreter imports SGLang again (the scheduler 15 s) before
+it touches the GPU. Here a fork server starts first and imports the scheduler's and the detokenizer's modules while the
+launcher imports its own; SGLang's `mp.set_start_method("spawn")` is pointed at that fork server, which forks each of
+SGLang's processes already imported.
+
+What spawn gave those processes, they keep:
+- the launcher's environment as it is when SGLang starts each one (SGLang sets NCCL, CUDA and Prometheus variables
+  just before; CUDA_VISIBLE_DEVICES per rank), applied before SGLang's code runs in it;
+- an interpreter that never initialised CUDA: the fork server only imports, and torch initialises CUDA lazily;
+- "spawn" for the processes they start themselves (the data-parallel controller's ranks);
+- SIGQUIT, which a failing scheduler sends its parent, reaches the launcher: the fork server passes it on, so
+  SGLang's own clean-up runs.
+What needs spawn itself (--enable-memory-saver's LD_PRELOAD, SGLANG_NUMA_BIND_V2's numactl) is launched without this
+file (llmhost/serve/spec.py).
+
+Run by path with the Python that has SGLang; stdlib only. Its folder holds only this file, because that folder becomes
+the first entry of sys.path in every SGLang process.
+"""
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import runpy
+import signal
+import sys
+from multiprocessing import context, forkserver
+
+MODULE = "preloaded_launch"  # this file's name on sys.path: the fork server's preload, and what run_in pickles as
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The outermost modules outside SGLang that SGLang 0.5.17's scheduler imports, torch first so that CUDA is guarded
+# before the rest (python -X importtime on the H200 host: 23 of its 27 s of imports). Not SGLang's own, nor sgl_kernel, flashinfer or triton: they read the
+# GPU's properties while imported, and CUDA initialised in the fork server cannot be used by a process forked from it
+# (torch refuses: "Cannot re-initialize CUDA in forked subprocess"). Those are imported after the fork, as with spawn.
+PRELOAD = ("torch", "torchvision.io", "torch._inductor.compile_fx", "transformers.generation.candidate_generator",
+           "transformers", "torch._dynamo.repro.after_dynamo", "transformers.models.llama", "openai.types.responses",
+           "transformers.modeling_layers", "compressed_tensors.config", "torch.utils.cpp_extension", "fastapi",
+           "numpy", "requests", "aiohttp")
+LAUNCHER_PID = "LLMHOST_PRELOAD_LAUNCHER"  # only in the fork server's start-up environment: whom SIGQUIT goes on to
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch.cuda.is_available() through NVML, without initialising CUDA
+
+
+class CudaTouched(ImportError):
+    """Raised in the fork server when an import initialises CUDA: that module is imported after the fork instead."""
+
+    raised = 0  # how many times, so that an import which caught it is told
+
+
+class LauncherEnviron(dict):
+    """The launcher's environment when SGLang starts a process. It is applied where it is unpickled: in the forked
+    process, before SGLang's target function and arguments are (unpickling them imports SGLang's modules)."""
+
+    def __reduce__(self):
+        return apply_environ, (dict(self),)
+
+
+def apply_environ(environ: dict[str, str]) -> dict[str, str]:
+    os.environ.clear()
+    os.environ.update(environ)
+    return environ
+
+
+def run_in(environ: dict[str, str], target, *args, **kwargs):
+    """In a forked process, SGLang's target with what spawn gives it: the launcher's environment (already applied by
+    unpickling it), a default SIGQUIT, "spawn" for the processes it starts, Prometheus set up from that environment."""
+    apply_environ(environ)
+    multiprocessing.set_start_method("spawn", force=True)
+    values = sys.modules.get("prometheus_client.values")
+    if values is not None:  # it picks multiprocess mode from PROMETHEUS_MULTIPROC_DIR when imported: pick again
+        values.ValueClass = values.get_value_class()
+    return target(*args, **kwargs)
+
+
+class PreloadedProcess(context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        if process_obj._target is not None:
+            process_obj._target = functools.partial(run_in, LauncherEnviron(os.environ), process_obj._target)
+        return context.ForkServerProcess._Popen(process_obj)
+
+
+class PreloadedContext(context.ForkServerContext):
+    Process = PreloadedProcess
+
+
+def point_spawn_at(ctx: PreloadedContext) -> None:
+    """SGLang's `mp.set_start_method("spawn", force=True)` makes `mp.Process` start in `ctx` instead."""
+    default = context._default_context
+    original = default.set_start_method
+
+    def set_start_method(method, force=False):
+        if method == "spawn":
+            original(method, force)  # spawn's own checks (an already-set method without force raises)
+            default._actual_context = ctx
+        else:
+            original(method, force)
+
+    default.set_start_method = set_start_method
+    multiprocessing.set_start_method = set_start_method
+
+
+def start_fork_server(ctx: PreloadedContext) -> None:
+    """The fork server, importing PRELOAD from now on; returns at once. It finds this file through PYTHONPATH:
+    Python 3.11's fork server imports its preload before it takes the launcher's sys.path."""
+    ctx.set_forkserver_preload([MODULE])
+    saved = {key: os.environ.get(key) for key in (LAUNCHER_PID, "PYTHONPATH")}
+    os.environ[LAUNCHER_PID] = str(os.getpid())
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (HERE, saved["PYTHONPATH"])))
+    try:
+        forkserver.ensure_running()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _when_fork_server() -> None:
+    """Run on import: in the fork server (started by start_fork_server), pass SIGQUIT on to the launcher and import
+    PRELOAD with CUDA kept uninitialised."""
+    launcher = os.environ.pop(LAUNCHER_PID, None)
+    if not (launcher and launcher.isdigit() and int(launcher) == os.getppid()):
+        return
+    signal.signal(signal.SIGQUIT, lambda *_: os.kill(int(launcher), signal.SIGQUIT))
+    os.environ[NVML_CHECK] = "1"
+    for name in PRELOAD:
+        before = CudaTouched.raised
+        try:
+            __import__(name)
+        except CudaTouched:
+            print(f"[preload] {name} initialises CUDA when imported: imported after the fork", file=sys.stderr)
+        except Exception:  # not installed, or broken: SGLang's own import after the fork says so
+            pass
+        else:
+            if CudaTouched.raised > before:
+                print(f"[preload] warning: {name} tried to initialise CUDA when imported and went on without it "
+                      "(set SCHEDULER_PRELOAD=off if SGLang misbehaves)", file=sys.stderr)
+        guard_cuda()
+    os.register_at_fork(after_in_child=after_fork)
+
+
+def after_fork() -> None:
+    """In each process the fork server forks, first: CUDA may be initialised, SIGQUIT is its own again."""
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is not None and hasattr(cuda._lazy_init, "__wrapped__"):
+        cuda._lazy_init = cuda._lazy_init.__wrapped__
+
+
+def guard_cuda() -> None:
+    """Once torch is imported: its lazy CUDA initialisation raises CudaTouched (after_fork undoes this)."""
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is None or hasattr(cuda._lazy_init, "__wrapped__"):
+        return
+    original = cuda._lazy_init
+
+    @functools.wraps(original)
+    def refuse():
+        CudaTouched.raised += 1
+        raise CudaTouched("torch.cuda._lazy_init in the fork server")
+
+    cuda._lazy_init = refuse
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0].startswith("-"):
+        sys.exit("usage: preloaded_launch.py MODULE [ARGS...]   (e.g. sglang.launch_server --model-path ...)")
+    ctx = PreloadedContext()
+    start_fork_server(ctx)
+    point_spawn_at(ctx)
+    sys.argv = [argv[0], *argv[1:]]
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+
+
+_when_fork_server()
+
+if __name__ == "__main__":
+    # this file again under its own name, so that run_in pickles by a name SGLang's processes can import
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import preloaded_launch
+
+    preloaded_launch.main(sys.argv[1:])

@@ -1,0 +1,137 @@
+"""SCHEDULER_PRELOAD's launcher against a fake SGLang that starts its processes as SGLang 0.5.17 does: spawn set
+with force, the environment changed just before each start, a pipe back, SIGQUIT to the parent on failure. A fake
+torch records where CUDA was initialised; a fake numpy (one of the preloaded modules) initialises it when imported."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from llmhost.serve.spec import PRELOADED_LAUNCH
+
+TORCH = '''
+import os
+IMPORTED_IN = os.getpid()  # the process that ran this module's code: with the preload, the fork server
+from torch import cuda
+'''
+
+TORCH_CUDA = '''
+import os
+INITIALISED_IN = None
+
+
+def _lazy_init():
+    global INITIALISED_IN
+    INITIALISED_IN = os.getpid()
+'''
+
+NUMPY = '''
+import os, torch
+torch.cuda._lazy_init()  # as SGLang's modules do, reading the GPU's properties while imported
+IMPORTED_IN = os.getpid()
+'''
+
+SCHEDULER = '''
+import multiprocessing, os, signal, sys
+import numpy, torch
+IMPORTED_IN = os.getpid()
+
+
+def run_scheduler_process(writer, fail):
+    if fail:  # SGLang: parent_process = psutil.Process().parent(); parent_process.send_signal(SIGQUIT)
+        os.kill(os.getppid(), signal.SIGQUIT)
+        return
+    torch.cuda._lazy_init()
+    writer.send({"pid": os.getpid(), "ppid": os.getppid(), "imported_in": IMPORTED_IN,
+                 "torch_imported_in": torch.IMPORTED_IN, "numpy_imported_in": numpy.IMPORTED_IN,
+                 "cuda_initialised_in": torch.cuda.INITIALISED_IN,
+                 "set_before_start": os.environ.get("SET_BEFORE_START"), "removed": os.environ.get("REMOVED"),
+                 "nested_start_method": multiprocessing.get_start_method(),
+                 "sigquit_default": signal.getsignal(signal.SIGQUIT) == signal.SIG_DFL,
+                 "main": sys.modules["__main__"].__name__})
+'''
+
+LAUNCH_SERVER = '''
+import json, multiprocessing as mp, os, signal, sys, time
+from sglang.srt.managers.scheduler import run_scheduler_process
+
+if __name__ == "__main__":
+    fail = sys.argv[1:] == ["--fail"]
+    signal.signal(signal.SIGQUIT, lambda *_: (print(json.dumps({"sigquit": True}), flush=True), os._exit(3)))
+    mp.set_start_method("spawn", force=True)
+    os.environ["SET_BEFORE_START"] = "yes"
+    os.environ.pop("REMOVED", None)
+    reader, writer = mp.Pipe(duplex=False)
+    proc = mp.Process(target=run_scheduler_process, args=(writer, fail))
+    proc.start()
+    if fail:
+        time.sleep(30)
+    print(json.dumps({"launcher": os.getpid(), "argv": sys.argv, "child": reader.recv()}), flush=True)
+    proc.join()
+'''
+
+
+@pytest.fixture
+def fake_sglang(tmp_path) -> Path:
+    managers = tmp_path / "sglang" / "srt" / "managers"
+    managers.mkdir(parents=True)
+    for folder in (tmp_path / "sglang", tmp_path / "sglang" / "srt", managers):
+        (folder / "__init__.py").write_text("")
+    (managers / "scheduler.py").write_text(textwrap.dedent(SCHEDULER))
+    (tmp_path / "sglang" / "launch_server.py").write_text(textwrap.dedent(LAUNCH_SERVER))
+    (tmp_path / "torch" / "cuda").mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text(textwrap.dedent(TORCH))
+    (tmp_path / "torch" / "cuda" / "__init__.py").write_text(textwrap.dedent(TORCH_CUDA))
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text(textwrap.dedent(NUMPY))
+    return tmp_path
+
+
+def launch(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root), "REMOVED": "before"}
+    return subprocess.run([sys.executable, str(PRELOADED_LAUNCH), "sglang.launch_server", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_scheduler_is_forked_with_torch_imported_and_the_launchers_environment_of_its_start(fake_sglang):
+    done = launch(fake_sglang, "--port", "1")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    child = out["child"]
+    assert out["argv"][1:] == ["--port", "1"]  # launch_server reads its own argv as under -m
+    assert child["ppid"] != out["launcher"]  # forked by the fork server, not spawned by the launcher
+    assert child["torch_imported_in"] == child["ppid"]  # preloaded there, before the fork
+    assert child["imported_in"] == child["pid"]  # SGLang's own modules are imported after it
+    assert child["set_before_start"] == "yes" and child["removed"] is None  # the environment at proc.start()
+    assert child["nested_start_method"] == "spawn" and child["sigquit_default"]
+    assert child["main"] == "__mp_main__"  # the main module re-run as spawn re-runs it
+
+
+def test_a_module_that_initialises_cuda_is_imported_after_the_fork_where_cuda_works(fake_sglang):
+    done = launch(fake_sglang)
+    child = json.loads(done.stdout.strip().splitlines()[-1])["child"]
+    assert "[preload] numpy initialises CUDA when imported: imported after the fork" in done.stderr
+    assert child["numpy_imported_in"] == child["pid"] == child["cuda_initialised_in"]
+
+
+def test_without_the_launcher_the_fake_spawns_as_sglang_does(fake_sglang):
+    env = {**os.environ, "PYTHONPATH": str(fake_sglang)}
+    done = subprocess.run([sys.executable, "-m", "sglang.launch_server"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    child = json.loads(done.stdout.strip().splitlines()[-1])["child"]
+    assert child["imported_in"] == child["pid"]  # spawn: the scheduler imported its own module
+
+
+def test_a_failing_schedulers_sigquit_reaches_the_launcher(fake_sglang):
+    done = launch(fake_sglang, "--fail")
+    assert done.returncode == 3 and json.loads(done.stdout.strip().splitlines()[-1]) == {"sigquit": True}
+
+
+def test_no_module_is_a_usage_line_not_a_traceback():
+    done = subprocess.run([sys.executable, str(PRELOADED_LAUNCH)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and done.stderr.startswith("usage:") and "Traceback" not in done.stderr
