@@ -315,7 +315,8 @@ def launcher(cfg: Config, flags: Sequence[str], env: Sequence[tuple[str, str]]) 
         return ("-m",), None
     environment = {**os.environ, **dict(env)}
     blockers = [f"{flag} ({why})" for flag, why in _NEEDS_SPAWN_FLAGS.items() if flag in flags]
-    blockers += [f"{key} ({why})" for key, why in _NEEDS_SPAWN_ENV.items() if environment.get(key, "").lower() not in ("", "0", "false")]
+    blockers += [f"{key} ({why})" for key, why in _NEEDS_SPAWN_ENV.items()
+                 if environment.get(key, "").lower() not in ("", "0", "false")]
     if blockers:
         return ("-m",), (f"SCHEDULER_PRELOAD=on but {', '.join(blockers)} needs SGLang's processes spawned: "
                          "launched with python -m sglang.launch_server")

@@ -5,14 +5,16 @@
 does what `python -m sglang.launch_server LAUNCH_SERVER_ARGS...` does, sooner. That command first imports SGLang
 (torch, transformers, SGLang's own modules: 13 s on the H200 host); SGLang 0.5.17 then starts its scheduler and
 detokenizer with multiprocessing's "spawn", and each new interpreter imports SGLang again (the scheduler 15 s) before
-it touches the GPU. Here a fork server starts first and imports the scheduler's and the detokenizer's modules while the
-launcher imports its own; SGLang's `mp.set_start_method("spawn")` is pointed at that fork server, which forks each of
-SGLang's processes already imported.
+it touches the GPU. Here a fork server starts first and imports the third-party modules the scheduler needs (torch,
+transformers, ...: most of its import time) while the launcher imports itself; SGLang's
+`mp.set_start_method("spawn")` is pointed at that fork server, which forks each of SGLang's processes with them
+imported. SGLang's own modules are imported after the fork: they read the GPU's properties while imported.
 
 What spawn gave those processes, they keep:
 - the launcher's environment as it is when SGLang starts each one (SGLang sets NCCL, CUDA and Prometheus variables
   just before; CUDA_VISIBLE_DEVICES per rank), applied before SGLang's code runs in it;
-- an interpreter that never initialised CUDA: the fork server only imports, and torch initialises CUDA lazily;
+- an interpreter that never initialised CUDA: in the fork server torch's lazy CUDA initialisation raises, so an
+  import that would touch the GPU is left to the forked process (server.log says which: "[preload] ...");
 - "spawn" for the processes they start themselves (the data-parallel controller's ranks);
 - SIGQUIT, which a failing scheduler sends its parent, reaches the launcher: the fork server passes it on, so
   SGLang's own clean-up runs.
@@ -34,10 +36,11 @@ from multiprocessing import context, forkserver
 
 MODULE = "preloaded_launch"  # this file's name on sys.path: the fork server's preload, and what run_in pickles as
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The outermost modules outside SGLang that SGLang 0.5.17's scheduler imports, torch first so that CUDA is guarded
-# before the rest (python -X importtime on the H200 host: 23 of its 27 s of imports). Not SGLang's own, nor sgl_kernel, flashinfer or triton: they read the
-# GPU's properties while imported, and CUDA initialised in the fork server cannot be used by a process forked from it
-# (torch refuses: "Cannot re-initialize CUDA in forked subprocess"). Those are imported after the fork, as with spawn.
+# The outermost modules outside SGLang that SGLang 0.5.17's scheduler imports (python -X importtime on the H200 host:
+# 23 of its 27 s of imports), torch first so that CUDA is guarded before the rest. Not SGLang's own, nor sgl_kernel,
+# flashinfer or triton: they read the GPU's properties while imported, and CUDA initialised in the fork server cannot
+# be used by a process forked from it (torch refuses: "Cannot re-initialize CUDA in forked subprocess"). Those are
+# imported after the fork, as with spawn.
 PRELOAD = ("torch", "torchvision.io", "torch._inductor.compile_fx", "transformers.generation.candidate_generator",
            "transformers", "torch._dynamo.repro.after_dynamo", "transformers.models.llama", "openai.types.responses",
            "transformers.modeling_layers", "compressed_tensors.config", "torch.utils.cpp_extension", "fastapi",
@@ -68,7 +71,7 @@ def apply_environ(environ: dict[str, str]) -> dict[str, str]:
 
 def run_in(environ: dict[str, str], target, *args, **kwargs):
     """In a forked process, SGLang's target with what spawn gives it: the launcher's environment (already applied by
-    unpickling it), a default SIGQUIT, "spawn" for the processes it starts, Prometheus set up from that environment."""
+    unpickling it), "spawn" for the processes it starts, Prometheus set up from that environment."""
     apply_environ(environ)
     multiprocessing.set_start_method("spawn", force=True)
     values = sys.modules.get("prometheus_client.values")
@@ -175,7 +178,7 @@ def main(argv: list[str]) -> None:
     ctx = PreloadedContext()
     start_fork_server(ctx)
     point_spawn_at(ctx)
-    sys.argv = [argv[0], *argv[1:]]
+    sys.argv = list(argv)  # run_module puts the module's file first, as -m does
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
 
 
