@@ -73,7 +73,8 @@ def one_request(client: Any, model: str, load: ChatLoad, number: int) -> dict[st
 def run_clients(client: Any, model: str, load: ChatLoad, seconds: float, label: str,
                 numbers: Iterator[int]) -> list[dict[str, Any]]:
     """`concurrency` closed-loop clients start requests for `seconds`, then finish the ones in flight; a progress
-    line `<label>: N ok, M failed, ~S s left` every few seconds. `numbers` numbers the requests across calls."""
+    line `<label>: N ok, M failed, ~S s left` every few seconds and once done. `numbers` numbers the requests across
+    calls."""
     deadline = time.monotonic() + seconds
     results: list[dict[str, Any]] = []
 
@@ -83,8 +84,9 @@ def run_clients(client: Any, model: str, load: ChatLoad, seconds: float, label: 
 
     with concurrent.futures.ThreadPoolExecutor(load.concurrency) as pool:
         futures = [pool.submit(loop) for _ in range(load.concurrency)]
-        while not all(f.done() for f in futures):
-            time.sleep(min(5.0, max(0.5, seconds / 4)))
+        finished = False
+        while not finished:  # a line every few seconds, and one when the last client is done (at once, no sleep)
+            finished = not concurrent.futures.wait(futures, timeout=min(5.0, max(0.5, seconds / 4))).not_done
             ok = sum(r["ok"] for r in results)
             left = max(0.0, deadline - time.monotonic())
             print(f"{label}: {ok} ok, {len(results) - ok} failed, ~{left:.0f}s left", flush=True)
