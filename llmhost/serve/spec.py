@@ -308,7 +308,8 @@ _NEEDS_SPAWN_ENV = {"SGLANG_NUMA_BIND_V2": "its numactl"}
 
 def launcher(cfg: Config, flags: Sequence[str], env: Sequence[tuple[str, str]]) -> tuple[tuple[str, ...], str | None]:
     """What runs `sglang.launch_server`: `-m` (Python's own), or with SCHEDULER_PRELOAD=on the fork server of
-    llmhost/serve/launcher/preloaded_launch.py, which imports SGLang's scheduler while the launcher imports itself.
+    llmhost/serve/launcher/preloaded_launch.py, which imports the scheduler's third-party modules (torch, ...) while
+    the launcher imports itself.
     One host only: with NNODES > 1 every host runs the same `-m` command (the others run the printed command, where
     this checkout may not be). With a flag or variable that needs spawn it is `-m`, and the note says why."""
     if cfg.scheduler_preload != "on" or cfg.nnodes > 1:

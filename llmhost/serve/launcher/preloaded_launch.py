@@ -69,10 +69,9 @@ def apply_environ(environ: dict[str, str]) -> dict[str, str]:
     return environ
 
 
-def run_in(environ: dict[str, str], target, *args, **kwargs):
-    """In a forked process, SGLang's target with what spawn gives it: the launcher's environment (already applied by
-    unpickling it), "spawn" for the processes it starts, Prometheus set up from that environment."""
-    apply_environ(environ)
+def run_in(environ: LauncherEnviron, target, *args, **kwargs):
+    """In a forked process, SGLang's target with what spawn gives it: the launcher's environment (`environ`, applied
+    when it was unpickled), "spawn" for the processes it starts, Prometheus set up from that environment."""
     multiprocessing.set_start_method("spawn", force=True)
     values = sys.modules.get("prometheus_client.values")
     if values is not None:  # it picks multiprocess mode from PROMETHEUS_MULTIPROC_DIR when imported: pick again
