@@ -40,7 +40,7 @@ def flag(argv, name):
 
 def test_the_articles_features_are_all_on(cfg):
     argv = build_spec(cfg).argv
-    assert argv[:3] == ("/opt/venv/bin/python", str(launch_spec.PRELOADED_LAUNCH), "sglang.launch_server")
+    assert argv[:3] == ("/opt/venv/bin/python", "-m", "sglang.launch_server")  # SGLang's documented start
     assert flag(argv, "--attention-backend") == ["flashinfer"]
     assert flag(argv, "--enable-metrics") == [] and flag(argv, "--enable-cache-report") == []
     assert flag(argv, "--tool-call-parser") == ["qwen"] and flag(argv, "--reasoning-parser") == ["qwen3"]
@@ -51,9 +51,11 @@ def test_the_articles_features_are_all_on(cfg):
 
 def test_scheduler_preload_runs_launch_server_through_the_fork_server_and_off_is_pythons_own_m(cfg):
     assert launch_spec.PRELOADED_LAUNCH.is_file()
+    on = build_spec(dataclasses.replace(cfg, scheduler_preload="on"))
     off = build_spec(dataclasses.replace(cfg, scheduler_preload="off"))
-    assert off.argv[1:3] == ("-m", "sglang.launch_server") and off.argv[3:] == build_spec(cfg).argv[3:]
-    assert not any("SCHEDULER_PRELOAD" in note for note in off.notes + build_spec(cfg).notes)
+    assert on.argv[1:3] == (str(launch_spec.PRELOADED_LAUNCH), "sglang.launch_server")
+    assert off.argv[1:3] == ("-m", "sglang.launch_server") and off.argv[3:] == on.argv[3:]
+    assert not any("SCHEDULER_PRELOAD" in note for note in off.notes + on.notes)
 
 
 @pytest.mark.parametrize("change, named", [
@@ -62,18 +64,18 @@ def test_scheduler_preload_runs_launch_server_through_the_fork_server_and_off_is
     ({"server_env": "SGLANG_NUMA_BIND_V2=true"}, "SGLANG_NUMA_BIND_V2"),
 ])
 def test_what_needs_sglangs_own_spawn_is_launched_with_m_and_told(cfg, change, named):
-    spec = build_spec(dataclasses.replace(cfg, **change))
+    spec = build_spec(dataclasses.replace(cfg, scheduler_preload="on", **change))
     assert spec.argv[1:3] == ("-m", "sglang.launch_server")
     assert [note for note in spec.notes if "SCHEDULER_PRELOAD=on but" in note and named in note]
 
 
 def test_numa_binding_switched_off_keeps_the_preload(cfg):
-    spec = build_spec(dataclasses.replace(cfg, server_env="SGLANG_NUMA_BIND_V2=0"))
+    spec = build_spec(dataclasses.replace(cfg, scheduler_preload="on", server_env="SGLANG_NUMA_BIND_V2=0"))
     assert spec.argv[1] == str(launch_spec.PRELOADED_LAUNCH)
 
 
 def test_every_host_of_several_runs_the_same_m_command(cfg):
-    several = dataclasses.replace(cfg, tp_size=4, nnodes=2, dist_init_addr="10.0.0.1:25000")
+    several = dataclasses.replace(cfg, scheduler_preload="on", tp_size=4, nnodes=2, dist_init_addr="10.0.0.1:25000")
     assert {build_spec(several, node_rank=rank).argv[1] for rank in (0, 1)} == {"-m"}
 
 
