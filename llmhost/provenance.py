@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -85,12 +86,15 @@ def _read(path: Path) -> str:
 
 
 def git_state(repo: Path = REPO) -> tuple[str | None, bool | None]:
-    """(HEAD commit, whether tracked files differ from it) of the checkout; (None, None) outside git."""
+    """(HEAD commit, whether tracked files differ from it) of the checkout; (None, None) outside git. Read-only:
+    GIT_OPTIONAL_LOCKS=0 keeps `git status` from refreshing the index under .git/index.lock, which a killed run
+    would leave behind for the user's next commit to trip over."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
+                              timeout=10, check=True, env=env).stdout.strip()
         changed = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+                                 capture_output=True, text=True, timeout=10, check=True, env=env).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None, None
     return head or None, bool(changed)

@@ -123,7 +123,10 @@ def test_a_full_disk_ends_with_one_line_naming_the_file_and_leaves_no_litter(ben
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
 
-    proc = subprocess.run([*BENCH, *ONE_POINT], env=bench_env, cwd=REPO, capture_output=True, text=True,
+    # No bytecode written under the limit: CPython keeps a short write as a truncated .pyc, which would break every
+    # later import of that module from the suite's shared BYTECODE_CACHE ("marshal data too short").
+    env = {**bench_env, "BYTECODE_CACHE": "", "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([*BENCH, *ONE_POINT], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=120, preexec_fn=small_files)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]

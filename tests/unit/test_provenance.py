@@ -1,8 +1,10 @@
 """Provenance: versions from another interpreter's metadata, git commit and dirty flag, secrets kept out."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 from llmhost import provenance
 
@@ -36,6 +38,21 @@ def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
     assert provenance.git_state(tmp_path)[1] is False
     (tmp_path / "a.txt").write_text("two")
     assert provenance.git_state(tmp_path) == (commit, True)
+
+
+def test_git_state_leaves_the_users_index_alone(tmp_path):
+    """A plain `git status` refreshes the index under .git/index.lock, which a killed or size-limited run leaves
+    behind (the user's next commit then fails) and which races the user's own git."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_text("one")
+    _git(tmp_path, "add", "a.txt")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    index = tmp_path / ".git" / "index"
+    before = index.read_bytes()
+    old = time.time() - 100
+    os.utime(tmp_path / "a.txt", (old, old))  # same content, other stat: git status would rewrite the index
+    assert provenance.git_state(tmp_path)[1] is False
+    assert index.read_bytes() == before and not (tmp_path / ".git" / "index.lock").exists()
 
 
 def test_secret_values_are_redacted_at_any_depth_and_other_values_kept():
