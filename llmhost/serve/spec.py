@@ -307,21 +307,30 @@ _NEEDS_SPAWN_ENV = {"SGLANG_NUMA_BIND_V2": "its numactl"}
 
 
 def launcher(cfg: Config, flags: Sequence[str], env: Sequence[tuple[str, str]]) -> tuple[tuple[str, ...], str | None]:
-    """What runs `sglang.launch_server`: `-m` (Python's own), or with SCHEDULER_PRELOAD=on the fork server of
-    llmhost/serve/launcher/preloaded_launch.py, which imports the scheduler's third-party modules (torch, ...) while
-    the launcher imports itself.
+    """What runs `sglang.launch_server`: `-m` (Python's own), or llmhost/serve/launcher/preloaded_launch.py, which
+    imports the scheduler's third-party modules (torch, ...) while the launcher imports itself: with
+    SCHEDULER_PRELOAD=on in a fork server that forks SGLang's processes, with =standby in spawned interpreters that
+    become them (one per process SGLang starts: standby_count).
     One host only: with NNODES > 1 every host runs the same `-m` command (the others run the printed command, where
     this checkout may not be). With a flag or variable that needs spawn it is `-m`, and the note says why."""
-    if cfg.scheduler_preload != "on" or cfg.nnodes > 1:
+    if cfg.scheduler_preload == "off" or cfg.nnodes > 1:
         return ("-m",), None
     environment = {**os.environ, **dict(env)}
     blockers = [f"{flag} ({why})" for flag, why in _NEEDS_SPAWN_FLAGS.items() if flag in flags]
     blockers += [f"{key} ({why})" for key, why in _NEEDS_SPAWN_ENV.items()
                  if environment.get(key, "").lower() not in ("", "0", "false")]
     if blockers:
-        return ("-m",), (f"SCHEDULER_PRELOAD=on but {', '.join(blockers)} needs SGLang's processes spawned: "
-                         "launched with python -m sglang.launch_server")
+        return ("-m",), (f"SCHEDULER_PRELOAD={cfg.scheduler_preload} but {', '.join(blockers)} needs SGLang's "
+                         "processes spawned as it starts them: launched with python -m sglang.launch_server")
+    if cfg.scheduler_preload == "standby":
+        return (str(PRELOADED_LAUNCH), "--standby", str(standby_count(cfg))), None
     return (str(PRELOADED_LAUNCH),), None
+
+
+def standby_count(cfg: Config) -> int:
+    """How many processes SGLang 0.5.17's launcher starts itself: a scheduler per tensor-parallel rank (with DP > 1
+    the data-parallel controller instead, which spawns the ranks) and the detokenizer."""
+    return (1 if cfg.dp_size > 1 else cfg.tp_size) + 1
 
 
 def write_launch_files(spec: ServerSpec, state_dir: Path, api_key: str | None) -> None:

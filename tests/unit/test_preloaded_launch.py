@@ -1,6 +1,7 @@
-"""SCHEDULER_PRELOAD's launcher against a fake SGLang that starts its processes as SGLang 0.5.17 does: spawn set
-with force, the environment changed just before each start, a pipe back, SIGQUIT to the parent on failure. A fake
-torch records where CUDA was initialised; a fake numpy (one of the preloaded modules) initialises it when imported."""
+"""SCHEDULER_PRELOAD's launcher (on: a fork server, standby: spawned standbys) against a fake SGLang that starts its
+processes as SGLang 0.5.17 does: spawn set with force, the environment changed just before each start, a pipe back,
+SIGQUIT to the parent on failure. A fake torch records where it was imported and where CUDA was initialised; a fake
+numpy (one of the preloaded modules) initialises it when imported."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from llmhost.serve.spec import PRELOADED_LAUNCH
 TORCH = '''
 import os
 IMPORTED_IN = os.getpid()  # the process that ran this module's code: with the preload, the fork server
+SAW_START_ENV = os.environ.get("SET_BEFORE_START")  # None: imported before the launcher started the process
 from torch import cuda
 '''
 
@@ -49,6 +52,7 @@ def run_scheduler_process(writer, fail):
     torch.cuda._lazy_init()
     writer.send({"pid": os.getpid(), "ppid": os.getppid(), "imported_in": IMPORTED_IN,
                  "torch_imported_in": torch.IMPORTED_IN, "numpy_imported_in": numpy.IMPORTED_IN,
+                 "torch_saw_start_env": torch.SAW_START_ENV,
                  "cuda_initialised_in": torch.cuda.INITIALISED_IN,
                  "set_before_start": os.environ.get("SET_BEFORE_START"), "removed": os.environ.get("REMOVED"),
                  "nested_start_method": multiprocessing.get_start_method(),
@@ -62,6 +66,10 @@ from sglang.srt.managers.scheduler import run_scheduler_process
 
 if __name__ == "__main__":
     fail = sys.argv[1:] == ["--fail"]
+    if sys.argv[1:] == ["--kill-standbys"]:  # each standby dies before SGLang starts its process
+        for standby in sys.modules["preloaded_launch"].STANDBYS:
+            os.kill(standby.pid, signal.SIGKILL)
+            os.waitpid(standby.pid, 0)
     signal.signal(signal.SIGQUIT, lambda *_: (print(json.dumps({"sigquit": True}), flush=True), os._exit(3)))
     mp.set_start_method("spawn", force=True)
     os.environ["SET_BEFORE_START"] = "yes"
@@ -71,8 +79,11 @@ if __name__ == "__main__":
     proc.start()
     if fail:
         time.sleep(30)
-    print(json.dumps({"launcher": os.getpid(), "argv": sys.argv, "child": reader.recv()}), flush=True)
+    child = reader.recv()
     proc.join()
+    standbys = [s.pid for s in sys.modules["preloaded_launch"].STANDBYS] if "preloaded_launch" in sys.modules else []
+    print(json.dumps({"launcher": os.getpid(), "argv": sys.argv, "child": child, "exitcode": proc.exitcode,
+                      "unused_standbys": standbys}), flush=True)
 '''
 
 
@@ -92,10 +103,13 @@ def fake_sglang(tmp_path) -> Path:
     return tmp_path
 
 
-def launch(root: Path, *args: str) -> subprocess.CompletedProcess:
+def launch(root: Path, *args: str, mode: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(root), "REMOVED": "before"}
-    return subprocess.run([sys.executable, str(PRELOADED_LAUNCH), "sglang.launch_server", *args], env=env,
+    return subprocess.run([sys.executable, str(PRELOADED_LAUNCH), *mode, "sglang.launch_server", *args], env=env,
                           capture_output=True, text=True, timeout=60)
+
+
+FORK, STANDBY = (), ("--standby", "2")
 
 
 def test_the_scheduler_is_forked_with_torch_imported_and_the_launchers_environment_of_its_start(fake_sglang):
@@ -106,16 +120,59 @@ def test_the_scheduler_is_forked_with_torch_imported_and_the_launchers_environme
     assert out["argv"][1:] == ["--port", "1"]  # launch_server reads its own argv as under -m
     assert child["ppid"] != out["launcher"]  # forked by the fork server, not spawned by the launcher
     assert child["torch_imported_in"] == child["ppid"]  # preloaded there, before the fork
+    assert child["torch_saw_start_env"] is None
     assert child["imported_in"] == child["pid"]  # SGLang's own modules are imported after it
     assert child["set_before_start"] == "yes" and child["removed"] is None  # the environment at proc.start()
     assert child["nested_start_method"] == "spawn" and child["sigquit_default"]
     assert child["main"] == "__mp_main__"  # the main module re-run as spawn re-runs it
 
 
-def test_a_module_that_initialises_cuda_is_imported_after_the_fork_where_cuda_works(fake_sglang):
-    done = launch(fake_sglang)
+def test_a_standby_becomes_the_scheduler_with_torch_imported_before_its_start_and_the_launchers_environment(
+        fake_sglang):
+    done = launch(fake_sglang, "--port", "1", mode=STANDBY)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    child = out["child"]
+    assert out["argv"][1:] == ["--port", "1"] and out["exitcode"] == 0  # joined as the launcher's own child
+    assert child["ppid"] == out["launcher"]  # spawned by the launcher itself, not forked
+    assert child["torch_imported_in"] == child["pid"] and child["torch_saw_start_env"] is None  # before the start
+    assert child["imported_in"] == child["pid"]  # SGLang's own modules: after the hand-over
+    assert child["set_before_start"] == "yes" and child["removed"] is None  # the environment at proc.start()
+    assert child["nested_start_method"] == "spawn" and child["sigquit_default"]
+    assert child["main"] == "__mp_main__"
+    assert len(out["unused_standbys"]) == 1  # the fake starts one process of the two standbys
+
+
+def test_a_standby_that_died_is_passed_over_and_the_process_spawned(fake_sglang):
+    done = launch(fake_sglang, "--kill-standbys", mode=STANDBY)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["child"]["torch_saw_start_env"] == "yes" and out["child"]["ppid"] == out["launcher"]  # spawned
+    assert done.stderr.count("is gone") == 2 and out["exitcode"] == 0
+
+
+def test_an_unused_standby_ends_with_the_launcher(fake_sglang):
+    done = launch(fake_sglang, mode=STANDBY)
+    (pid,) = json.loads(done.stdout.strip().splitlines()[-1])["unused_standbys"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _running(pid):
+        time.sleep(0.1)
+    assert not _running(pid)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("mode", [FORK, STANDBY], ids=["fork", "standby"])
+def test_a_module_that_initialises_cuda_is_imported_after_the_start_where_cuda_works(fake_sglang, mode):
+    done = launch(fake_sglang, mode=mode)
     child = json.loads(done.stdout.strip().splitlines()[-1])["child"]
-    assert "[preload] numpy initialises CUDA when imported: imported after the fork" in done.stderr
+    assert "[preload] numpy initialises CUDA when imported: left to SGLang's process" in done.stderr
     assert child["numpy_imported_in"] == child["pid"] == child["cuda_initialised_in"]
 
 
@@ -127,8 +184,9 @@ def test_without_the_launcher_the_fake_spawns_as_sglang_does(fake_sglang):
     assert child["imported_in"] == child["pid"]  # spawn: the scheduler imported its own module
 
 
-def test_a_failing_schedulers_sigquit_reaches_the_launcher(fake_sglang):
-    done = launch(fake_sglang, "--fail")
+@pytest.mark.parametrize("mode", [FORK, STANDBY], ids=["fork", "standby"])
+def test_a_failing_schedulers_sigquit_reaches_the_launcher(fake_sglang, mode):
+    done = launch(fake_sglang, "--fail", mode=mode)
     assert done.returncode == 3 and json.loads(done.stdout.strip().splitlines()[-1]) == {"sigquit": True}
 
 

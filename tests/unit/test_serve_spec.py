@@ -58,15 +58,24 @@ def test_scheduler_preload_runs_launch_server_through_the_fork_server_and_off_is
     assert not any("SCHEDULER_PRELOAD" in note for note in off.notes + on.notes)
 
 
+def test_standby_runs_launch_server_with_a_standby_per_process_sglang_starts(cfg):
+    argv = build_spec(dataclasses.replace(cfg, scheduler_preload="standby")).argv
+    assert argv[1:5] == (str(launch_spec.PRELOADED_LAUNCH), "--standby", "2", "sglang.launch_server")  # + detokenizer
+    tp4 = build_spec(dataclasses.replace(cfg, scheduler_preload="standby", tp_size=4)).argv
+    dp2 = build_spec(dataclasses.replace(cfg, scheduler_preload="standby", tp_size=2, dp_size=2)).argv
+    assert tp4[2:4] == ("--standby", "5") and dp2[2:4] == ("--standby", "2")  # DP: its controller spawns the ranks
+
+
 @pytest.mark.parametrize("change, named", [
     ({"server_extra_args": "--enable-memory-saver"}, "--enable-memory-saver"),
     ({"server_env": "SGLANG_NUMA_BIND_V2=1"}, "SGLANG_NUMA_BIND_V2"),
     ({"server_env": "SGLANG_NUMA_BIND_V2=true"}, "SGLANG_NUMA_BIND_V2"),
 ])
 def test_what_needs_sglangs_own_spawn_is_launched_with_m_and_told(cfg, change, named):
-    spec = build_spec(dataclasses.replace(cfg, scheduler_preload="on", **change))
-    assert spec.argv[1:3] == ("-m", "sglang.launch_server")
-    assert [note for note in spec.notes if "SCHEDULER_PRELOAD=on but" in note and named in note]
+    for preload in ("on", "standby"):
+        spec = build_spec(dataclasses.replace(cfg, scheduler_preload=preload, **change))
+        assert spec.argv[1:3] == ("-m", "sglang.launch_server")
+        assert [note for note in spec.notes if f"SCHEDULER_PRELOAD={preload} but" in note and named in note]
 
 
 def test_numa_binding_switched_off_keeps_the_preload(cfg):

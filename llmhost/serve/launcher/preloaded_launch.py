@@ -1,23 +1,28 @@
-"""Start SGLang with its scheduler's imports done beside the launcher's, not after them (SCHEDULER_PRELOAD=on).
+"""Start SGLang with its scheduler's imports done beside the launcher's, not after them (SCHEDULER_PRELOAD=on or
+standby).
 
-    SGLANG_PYTHON llmhost/serve/launcher/preloaded_launch.py sglang.launch_server LAUNCH_SERVER_ARGS...
+    SGLANG_PYTHON llmhost/serve/launcher/preloaded_launch.py [--standby N] sglang.launch_server LAUNCH_SERVER_ARGS...
 
 does what `python -m sglang.launch_server LAUNCH_SERVER_ARGS...` does, sooner. That command first imports SGLang
 (torch, transformers, SGLang's own modules: 13 s on the H200 host); SGLang 0.5.17 then starts its scheduler and
 detokenizer with multiprocessing's "spawn", and each new interpreter imports SGLang again (the scheduler 15 s) before
-it touches the GPU. Here a fork server starts first and imports the third-party modules the scheduler needs (torch,
-transformers, ...: most of its import time) while the launcher imports itself; SGLang's
-`mp.set_start_method("spawn")` is pointed at that fork server, which forks each of SGLang's processes with them
-imported. SGLang's own modules are imported after the fork: they read the GPU's properties while imported.
+it touches the GPU. Here the third-party modules the scheduler needs (PRELOAD: torch, transformers, ...: most of its
+import time) are imported while the launcher imports itself, and SGLang's `mp.set_start_method("spawn")` is pointed
+at the processes that hold them:
+- on (no --standby): a fork server, which forks each of SGLang's processes with them imported;
+- --standby N: N interpreters spawned at once by the launcher, each of which becomes one of SGLang's processes when
+  SGLang starts it (pickled as spawn pickles it, its pipes sent as the fork server sends them); no fork, and a
+  process beyond N is spawned as usual.
+SGLang's own modules are imported only then: they read the GPU's properties while imported.
 
 What spawn gave those processes, they keep:
 - the launcher's environment as it is when SGLang starts each one (SGLang sets NCCL, CUDA and Prometheus variables
   just before; CUDA_VISIBLE_DEVICES per rank), applied before SGLang's code runs in it;
-- an interpreter that never initialised CUDA: in the fork server torch's lazy CUDA initialisation raises, so an
-  import that would touch the GPU is left to the forked process (server.log says which: "[preload] ...");
+- an interpreter that had not initialised CUDA: while PRELOAD is imported torch's lazy CUDA initialisation raises, so
+  an import that would touch the GPU is left to SGLang's process (server.log says which: "[preload] ...");
 - "spawn" for the processes they start themselves (the data-parallel controller's ranks);
-- SIGQUIT, which a failing scheduler sends its parent, reaches the launcher: the fork server passes it on, so
-  SGLang's own clean-up runs.
+- SIGQUIT, which a failing scheduler sends its parent, reaches the launcher: the fork server passes it on (a standby
+  is the launcher's child), so SGLang's own clean-up runs.
 What needs spawn itself (--enable-memory-saver's LD_PRELOAD, SGLANG_NUMA_BIND_V2's numactl) is launched without this
 file (llmhost/serve/spec.py).
 
@@ -27,20 +32,24 @@ the first entry of sys.path in every SGLang process.
 from __future__ import annotations
 
 import functools
+import io
 import multiprocessing
 import os
 import runpy
 import signal
+import socket
+import struct
 import sys
-from multiprocessing import context, forkserver
+from multiprocessing import context, forkserver, popen_fork, popen_forkserver, popen_spawn_posix, process, reduction
+from multiprocessing import resource_tracker, spawn, util
 
 MODULE = "preloaded_launch"  # this file's name on sys.path: the fork server's preload, and what run_in pickles as
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The outermost modules outside SGLang that SGLang 0.5.17's scheduler imports (python -X importtime on the H200 host:
 # 23 of its 27 s of imports), torch first so that CUDA is guarded before the rest. Not SGLang's own, nor sgl_kernel,
 # flashinfer or triton: they read the GPU's properties while imported, and CUDA initialised in the fork server cannot
-# be used by a process forked from it (torch refuses: "Cannot re-initialize CUDA in forked subprocess"). Those are
-# imported after the fork, as with spawn.
+# be used by a process forked from it (torch refuses: "Cannot re-initialize CUDA in forked subprocess"), and a standby
+# has not yet got the environment of the process it becomes. Those are imported after the fork or the hand-over.
 PRELOAD = ("torch", "torchvision.io", "torch._inductor.compile_fx", "transformers.generation.candidate_generator",
            "transformers", "torch._dynamo.repro.after_dynamo", "transformers.models.llama", "openai.types.responses",
            "transformers.modeling_layers", "compressed_tensors.config", "torch.utils.cpp_extension", "fastapi",
@@ -50,7 +59,7 @@ NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch.cuda.is_available() throug
 
 
 class CudaTouched(ImportError):
-    """Raised in the fork server when an import initialises CUDA: that module is imported after the fork instead."""
+    """Raised while PRELOAD is imported when an import initialises CUDA: SGLang's process imports that module."""
 
     raised = 0  # how many times, so that an import which caught it is told
 
@@ -131,13 +140,19 @@ def _when_fork_server() -> None:
     if not (launcher and launcher.isdigit() and int(launcher) == os.getppid()):
         return
     signal.signal(signal.SIGQUIT, lambda *_: os.kill(int(launcher), signal.SIGQUIT))
+    preload_modules()
+    os.register_at_fork(after_in_child=after_fork)
+
+
+def preload_modules() -> None:
+    """Import PRELOAD with torch's lazy CUDA initialisation refused (undo_cuda_guard lifts it)."""
     os.environ[NVML_CHECK] = "1"
     for name in PRELOAD:
         before = CudaTouched.raised
         try:
             __import__(name)
         except CudaTouched:
-            print(f"[preload] {name} initialises CUDA when imported: imported after the fork", file=sys.stderr)
+            print(f"[preload] {name} initialises CUDA when imported: left to SGLang's process", file=sys.stderr)
         except Exception:  # not installed, or broken: SGLang's own import after the fork says so
             pass
         else:
@@ -145,12 +160,15 @@ def _when_fork_server() -> None:
                 print(f"[preload] warning: {name} tried to initialise CUDA when imported and went on without it "
                       "(set SCHEDULER_PRELOAD=off if SGLang misbehaves)", file=sys.stderr)
         guard_cuda()
-    os.register_at_fork(after_in_child=after_fork)
 
 
 def after_fork() -> None:
     """In each process the fork server forks, first: CUDA may be initialised, SIGQUIT is its own again."""
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    undo_cuda_guard()
+
+
+def undo_cuda_guard() -> None:
     cuda = sys.modules.get("torch.cuda")
     if cuda is not None and hasattr(cuda._lazy_init, "__wrapped__"):
         cuda._lazy_init = cuda._lazy_init.__wrapped__
@@ -171,11 +189,152 @@ def guard_cuda() -> None:
     cuda._lazy_init = refuse
 
 
+# --- standby: spawned interpreters that import PRELOAD before SGLang asks for a process ----------------------------
+
+MAX_FDS = 256  # file descriptors one hand-over may carry (SGLang passes a few pipes), as the fork server's limit
+
+
+class Standby:
+    """A spawned interpreter, a child of the launcher, that imported PRELOAD and waits on `sock` for a process to
+    become: what spawn would have started later, with the same Python, minus the wait for its imports."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        tracker_fd = resource_tracker.getfd()  # the launcher's resource tracker, as spawn passes it on
+        code = f"import {MODULE}; {MODULE}.standby_main({theirs.fileno()}, {tracker_fd})"
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (HERE, saved)))
+        try:
+            self.pid = util.spawnv_passfds(spawn.get_executable(),
+                                           [spawn.get_executable(), *util._args_from_interpreter_flags(), "-c", code],
+                                           [theirs.fileno(), tracker_fd])
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+        theirs.close()
+        self.sock = ours
+
+    def hand_over(self, fds: list[int], payload: bytes) -> int:
+        """Send the process to become (`fds` first, then `payload`); the read end of a pipe that the process holds
+        open until it exits: its sentinel."""
+        sentinel, held = os.pipe()
+        try:
+            reduction.sendfds(self.sock, [held, *fds])
+            self.sock.sendall(struct.pack("!Q", len(payload)) + payload)
+        finally:
+            os.close(held)
+        return sentinel
+
+
+STANDBYS: list[Standby] = []
+
+
+class StandbyPopen(popen_fork.Popen):
+    """multiprocessing's Popen for a process started in a standby: pickled as spawn pickles it (the launcher's
+    environment first), its file descriptors sent as the fork server sends them; waited on as the launcher's child."""
+
+    method = "spawn"
+    DupFd = popen_forkserver._DupFd  # in the standby: forkserver.get_inherited_fds()[i], set from what it received
+
+    def __init__(self, process_obj, standby: Standby):
+        self._fds: list[int] = []
+        self._standby = standby
+        super().__init__(process_obj)
+
+    def duplicate_for_child(self, fd: int) -> int:
+        self._fds.append(fd)
+        return len(self._fds) - 1
+
+    def _launch(self, process_obj) -> None:
+        payload = io.BytesIO()
+        context.set_spawning_popen(self)
+        try:
+            reduction.dump(dict(os.environ), payload)  # the launcher's environment at this start
+            reduction.dump(spawn.get_preparation_data(process_obj._name), payload)
+            reduction.dump(process_obj, payload)
+        finally:
+            context.set_spawning_popen(None)
+        self.sentinel = self._standby.hand_over(self._fds, payload.getvalue())
+        self.pid = self._standby.pid
+        self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel, self._standby.sock.detach()))
+
+
+class StandbyProcess(context.SpawnProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        while STANDBYS:
+            standby = STANDBYS.pop(0)
+            try:
+                return StandbyPopen(process_obj, standby)
+            except OSError as exc:  # it died before the hand-over: the next one, or spawn
+                print(f"[preload] standby {standby.pid} is gone ({exc.strerror or exc}): not used", file=sys.stderr)
+                standby.sock.close()
+                try:
+                    os.waitpid(standby.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+        return popen_spawn_posix.Popen(process_obj)  # none left: spawn itself
+
+
+class StandbyContext(context.SpawnContext):
+    Process = StandbyProcess
+
+
+def start_standbys(count: int) -> None:
+    STANDBYS.extend(Standby() for _ in range(count))
+
+
+def standby_main(sock_fd: int, tracker_fd: int) -> None:
+    """In a standby: import PRELOAD, then wait for the process to become and run it as spawn's child does; exit
+    quietly when the launcher ends without one."""
+    try:
+        preload_modules()
+        undo_cuda_guard()
+        sock = socket.socket(fileno=sock_fd)
+        fds = reduction.recvfds(sock, MAX_FDS + 1)
+        size = struct.unpack("!Q", _receive(sock, 8))[0]
+        payload = io.BytesIO(_receive(sock, size))
+    except (EOFError, OSError, RuntimeError, KeyboardInterrupt):
+        os._exit(0)
+    resource_tracker._resource_tracker._fd = tracker_fd
+    forkserver._forkserver._inherited_fds = fds[1:]  # what popen_forkserver._DupFd.detach() hands back
+    os.environ.clear()
+    os.environ.update(reduction.pickle.load(payload))
+    process.current_process()._inheriting = True
+    try:
+        spawn.prepare(reduction.pickle.load(payload))
+        process_obj = reduction.pickle.load(payload)
+    finally:
+        del process.current_process()._inheriting
+    sys.exit(process_obj._bootstrap(parent_sentinel=sock.detach()))
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def main(argv: list[str]) -> None:
+    standbys = None
+    if argv[:1] == ["--standby"] and len(argv) > 1 and argv[1].isdigit():
+        standbys, argv = int(argv[1]), argv[2:]
     if not argv or argv[0].startswith("-"):
-        sys.exit("usage: preloaded_launch.py MODULE [ARGS...]   (e.g. sglang.launch_server --model-path ...)")
-    ctx = PreloadedContext()
-    start_fork_server(ctx)
+        sys.exit("usage: preloaded_launch.py [--standby N] MODULE [ARGS...]   (e.g. sglang.launch_server "
+                 "--model-path ...)")
+    if standbys is None:
+        ctx = PreloadedContext()
+        start_fork_server(ctx)
+    else:
+        ctx = StandbyContext()
+        start_standbys(standbys)
     point_spawn_at(ctx)
     sys.argv = list(argv)  # run_module puts the module's file first, as -m does
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
