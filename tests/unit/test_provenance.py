@@ -26,12 +26,16 @@ def _git(repo, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
+def _repo_with_a_commit(repo) -> None:
+    _git(repo, "init", "-q")
+    (repo / "a.txt").write_text("one")
+    _git(repo, "add", "a.txt")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+
+
 def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
     assert provenance.git_state(tmp_path) == (None, None)
-    _git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_text("one")
-    _git(tmp_path, "add", "a.txt")
-    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    _repo_with_a_commit(tmp_path)
     commit, dirty = provenance.git_state(tmp_path)
     assert commit and len(commit) == 40 and dirty is False
     (tmp_path / "untracked.txt").write_text("not ours to count")
@@ -43,10 +47,7 @@ def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
 def test_git_state_leaves_the_users_index_alone(tmp_path):
     """A plain `git status` refreshes the index under .git/index.lock, which a killed or size-limited run leaves
     behind (the user's next commit then fails) and which races the user's own git."""
-    _git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_text("one")
-    _git(tmp_path, "add", "a.txt")
-    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    _repo_with_a_commit(tmp_path)
     index = tmp_path / ".git" / "index"
     before = index.read_bytes()
     old = time.time() - 100

@@ -31,6 +31,7 @@ the first entry of sys.path in every SGLang process.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import multiprocessing
@@ -120,11 +121,19 @@ def start_fork_server(ctx: PreloadedContext) -> None:
     """The fork server, importing PRELOAD from now on; returns at once. It finds this file through PYTHONPATH:
     Python 3.11's fork server imports its preload before it takes the launcher's sys.path."""
     ctx.set_forkserver_preload([MODULE])
-    saved = {key: os.environ.get(key) for key in (LAUNCHER_PID, "PYTHONPATH")}
-    os.environ[LAUNCHER_PID] = str(os.getpid())
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (HERE, saved["PYTHONPATH"])))
-    try:
+    with finding_this_file({LAUNCHER_PID: str(os.getpid())}):
         forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def finding_this_file(extra: dict[str, str] | None = None):
+    """The launcher's environment with this file's folder first on PYTHONPATH (and `extra`), for a process started
+    inside the block; restored after it."""
+    changes = {"PYTHONPATH": os.pathsep.join(filter(None, (HERE, os.environ.get("PYTHONPATH")))), **(extra or {})}
+    saved = {key: os.environ.get(key) for key in changes}
+    os.environ.update(changes)
+    try:
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
@@ -202,17 +211,10 @@ class Standby:
         ours, theirs = socket.socketpair()
         tracker_fd = resource_tracker.getfd()  # the launcher's resource tracker, as spawn passes it on
         code = f"import {MODULE}; {MODULE}.standby_main({theirs.fileno()}, {tracker_fd})"
-        saved = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (HERE, saved)))
-        try:
-            self.pid = util.spawnv_passfds(spawn.get_executable(),
-                                           [spawn.get_executable(), *util._args_from_interpreter_flags(), "-c", code],
+        python = spawn.get_executable()
+        with finding_this_file():
+            self.pid = util.spawnv_passfds(python, [python, *util._args_from_interpreter_flags(), "-c", code],
                                            [theirs.fileno(), tracker_fd])
-        finally:
-            if saved is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = saved
         theirs.close()
         self.sock = ours
 
