@@ -40,7 +40,9 @@ def flag(argv, name):
 
 def test_the_articles_features_are_all_on(cfg):
     argv = build_spec(cfg).argv
-    assert argv[:3] == ("/opt/venv/bin/python", "-m", "sglang.launch_server")  # SGLang's documented start
+    # the default start: launch_server with its scheduler and detokenizer waiting in standbys (SCHEDULER_PRELOAD)
+    assert argv[:5] == ("/opt/venv/bin/python", str(launch_spec.PRELOADED_LAUNCH), "--standby", "2",
+                        "sglang.launch_server")
     assert flag(argv, "--attention-backend") == ["flashinfer"]
     assert flag(argv, "--enable-metrics") == [] and flag(argv, "--enable-cache-report") == []
     assert flag(argv, "--tool-call-parser") == ["qwen"] and flag(argv, "--reasoning-parser") == ["qwen3"]
