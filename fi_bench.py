@@ -45,7 +45,7 @@ def add_sparse(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     sp.add_argument("--paths", type=choice_list(PATHS), default=tuple(PATHS),
                     help="decode kernels: cuda-core, tensor-core (default both)")
     sp.add_argument("--placements", type=choice_list(kv_layout.PLACEMENTS), default=tuple(kv_layout.PLACEMENTS),
-                    help="page placements (default contiguous,random,churned)")
+                    help="page placements (default: all, " + ",".join(kv_layout.PLACEMENTS) + ")")
     sp.add_argument("--repeat", type=int, default=30, help="timed iterations per case and timer (default 30)")
     sp.add_argument("--quick", action="store_true", help="page sizes 1,16, batch 64x4096, repeat 10")
     sp.set_defaults(run=cmd_sparse, subparser=sp)

@@ -12,6 +12,11 @@ all full except the last, which holds last_page_len[b] tokens. Three placements 
   step for every running request, interleaved), then the benchmark batch is allocated the same way. Its prompts land
   in whatever holes the churn left; its decode tokens interleave with the batch's other requests.
 
+Two more share pages between requests, as SGLang's radix cache does for a common system prompt: every SHARED_GROUP
+requests read one copy of their prompt's pages. shared: a group's requests side by side in the batch;
+shared-interleaved: groups dealt round-robin. Decode still reads the prompt once per request; whether the L2 cache
+serves the repeats depends on the requests reading it at the same time, which the batch order decides.
+
 Pure Python (no torch, no numpy): the GPU benchmark converts the lists to tensors.
 """
 from __future__ import annotations
@@ -217,11 +222,54 @@ def churned_pages(seq_lens: Sequence[int], page_size: int, pool_pages: int, seed
     return [r.pages for r in batch]
 
 
+# Shared prompts, as the radix cache stores them: requests in groups of SHARED_GROUP whose first pages are one
+# physical copy of their group's prompt (the agent workload: 64 agents over 16 system prompts, ~4.3k of ~4.6k tokens)
+SHARED_GROUP = 4
+SHARED_FRACTION = 15 / 16
+
+
+def group_of(position: int, batch: int, interleaved: bool) -> int:
+    """The shared prompt of the request at this batch position: side by side (grouped) or dealt round-robin, as
+    requests that arrive one at a time in a busy server end up."""
+    groups = -(-batch // SHARED_GROUP)
+    return position % groups if interleaved else position // SHARED_GROUP
+
+
+def shared_pages(seq_lens: Sequence[int], page_size: int, pool_pages: int, seed: int,
+                 interleaved: bool = False) -> list[list[int]]:
+    """Each group's prompt pages once (whole pages of SHARED_FRACTION of its shortest request), then each member's
+    own pages, laid out in order: only the sharing differs from contiguous, not the scatter."""
+    batch = len(seq_lens)
+    members: dict[int, list[int]] = {}
+    for position in range(batch):
+        members.setdefault(group_of(position, batch, interleaved), []).append(position)
+    pages: list[list[int]] = [[] for _ in seq_lens]
+    next_page = 0
+    for group in sorted(members):
+        who = members[group]
+        shared = int(min(seq_lens[b] for b in who) * SHARED_FRACTION) // page_size
+        prompt = list(range(next_page, next_page + shared))
+        next_page += shared
+        for b in who:
+            own = pages_needed(seq_lens[b], page_size) - shared
+            pages[b] = prompt + list(range(next_page, next_page + own))
+            next_page += own
+    _check_fits(next_page, pool_pages)
+    return pages
+
+
+def shared_interleaved_pages(seq_lens: Sequence[int], page_size: int, pool_pages: int, seed: int) -> list[list[int]]:
+    return shared_pages(seq_lens, page_size, pool_pages, seed, interleaved=True)
+
+
 PLACEMENTS: dict[str, Callable[[Sequence[int], int, int, int], list[list[int]]]] = {
     "contiguous": contiguous_pages,
     "random": random_pages,
     "churned": churned_pages,
+    "shared": shared_pages,
+    "shared-interleaved": shared_interleaved_pages,
 }
+SHARED_PLACEMENTS = ("shared", "shared-interleaved")  # requests read pages other requests read too
 
 
 def place(placement: str, seq_lens: Sequence[int], page_size: int, pool_pages: int, seed: int = 0) -> PageTable:
@@ -253,11 +301,26 @@ def kv_bytes(seq_lens: Sequence[int], num_kv_heads: int, head_dim: int, dtype_by
     return sum(seq_lens) * 2 * num_kv_heads * head_dim * dtype_bytes
 
 
+def distinct_tokens(table: PageTable) -> int:
+    """Valid tokens in distinct pages: what the pool holds for the batch (= sum of lengths unless pages are shared)."""
+    tokens: dict[int, int] = {}
+    for request in range(table.batch_size):
+        pages = table.pages_of(request)
+        for i, page in enumerate(pages):
+            held = table.page_size if i < len(pages) - 1 else table.last_page_len[request]
+            tokens[page] = max(tokens.get(page, 0), held)
+    return sum(tokens.values())
+
+
 def decode_bytes(table: PageTable, num_qo_heads: int, num_kv_heads: int, head_dim: int, kv_dtype_bytes: int,
                  q_dtype_bytes: int = 2) -> dict[str, int]:
-    """Bytes one decode step moves in one layer: KV read, q read, o written, page table read (int32)."""
+    """Bytes one decode step moves in one layer: KV read, q read, o written, page table read (int32). kv_bytes
+    counts every request's tokens (what the kernel reads); distinct_kv_bytes each shared page once (what HBM would
+    have to deliver if every repeated read of a page hit the L2 cache)."""
     q = table.batch_size * num_qo_heads * head_dim * q_dtype_bytes
     table_bytes = 4 * (len(table.indptr) + len(table.indices) + len(table.last_page_len))
     kv = kv_bytes(table.seq_lens, num_kv_heads, head_dim, kv_dtype_bytes)
-    return {"kv_bytes": kv, "q_bytes": q, "o_bytes": q, "page_table_bytes": table_bytes,
-            "total_bytes": kv + 2 * q + table_bytes}
+    distinct = kv_bytes([distinct_tokens(table)], num_kv_heads, head_dim, kv_dtype_bytes) \
+        if table.placement in SHARED_PLACEMENTS else kv
+    return {"kv_bytes": kv, "distinct_kv_bytes": distinct, "q_bytes": q, "o_bytes": q,
+            "page_table_bytes": table_bytes, "total_bytes": kv + 2 * q + table_bytes}

@@ -75,8 +75,10 @@ def _median(values: list[float]) -> float | None:
 
 def headline(doc: dict) -> dict:
     """Numbers for fi_summary.json from sparse.json: bandwidth, placement cost per page size, FP8 speedup and why,
-    the timers' disagreement, the planner's decisions and the checks."""
-    cases = [c for c in doc.get("cases", []) if c.get("median_us")]
+    the timers' disagreement, the planner's decisions and the checks. Bandwidth and the FP8 evidence come from the
+    cases whose requests read only their own pages; the shared placements are answered on their own."""
+    timed_cases = [c for c in doc.get("cases", []) if c.get("median_us")]
+    cases = [c for c in timed_cases if c["placement"] not in kv_layout.SHARED_PLACEMENTS]
     if not cases:
         return {}
     best = max(cases, key=lambda c: c["gb_s"])
@@ -92,6 +94,7 @@ def headline(doc: dict) -> dict:
             "fp8_over_bf16_speedup": {path: e["speedup"] for path, e in evidence.items()},
             "fp8_limit": {path: e["verdict"].split(":")[0] for path, e in evidence.items()},
             "pct_peak_by_kernel": pct_peak_by_kernel(cases), "timing": timer_comparison(cases, _label),
+            **shared_prompt_headline(timed_cases),
             "planner_split_cases": sum(1 for c in cases if c.get("split_kv")),
             "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok")),
             "checks_bitwise": sum(1 for c in doc.get("checks", []) if c.get("bitwise_equal")),
@@ -100,14 +103,37 @@ def headline(doc: dict) -> dict:
 
 
 def _label(case: dict) -> str:
-    return f"{case['dtype']} {case['path']} {case['batch']}x{case['seq_len']} page {case['page_size']} {case['placement']}"
+    return (f"{case['dtype']} {case['path']} {case['batch']}x{case['seq_len']} page {case['page_size']} "
+            f"{case['placement']}")
+
+
+def shared_prompt_headline(cases: list[dict]) -> dict:
+    """What reading a shared prompt's pages once per request costs against private pages, in SGLang's setting where
+    it was measured (bf16 tensor-core, the smallest page size): time / contiguous per shared placement, and the
+    bandwidth that counts each shared page once (near the peak: the L2 cache served the repeated reads)."""
+    shared = [c for c in cases if c["placement"] in kv_layout.SHARED_PLACEMENTS and c.get("vs_contiguous")]
+    like = [c for c in shared if (c["dtype"], c["path"]) == ("bf16", "tensor-core")] or shared
+    if not like:
+        return {}
+    like = [c for c in like if c["page_size"] == min(c2["page_size"] for c2 in like)]
+    out: dict = {"shared_prompt_over_private_time": {}, "shared_prompt_distinct_pct_peak": {}}
+    for placement in sorted({c["placement"] for c in like}):
+        group = [c for c in like if c["placement"] == placement]
+        out["shared_prompt_over_private_time"][placement] = _median([c["vs_contiguous"] for c in group])
+        pct = [c["distinct_gb_s"] / c["gb_s"] * c["pct_peak"] for c in group
+               if c.get("distinct_gb_s") and c.get("pct_peak")]
+        if pct:
+            out["shared_prompt_distinct_pct_peak"][placement] = _median(pct)
+    out["shared_prompt_case"] = f"{like[0]['dtype']} {like[0]['path']} page {like[0]['page_size']}, " \
+                                f"{kv_layout.SHARED_GROUP} requests per prompt"
+    return out
 
 
 def placement_ratios(cases: list[dict]) -> dict[str, dict[str, float]]:
     """{page size: {placement: median time / contiguous time}} over the scattered placements."""
     ratios: dict[str, dict[str, float]] = {}
     for page_size in sorted({c["page_size"] for c in cases}):
-        for placement in sorted({c["placement"] for c in cases} - {"contiguous"}):
+        for placement in sorted({c["placement"] for c in cases} - {"contiguous", *kv_layout.SHARED_PLACEMENTS}):
             got = _median([c["vs_contiguous"] for c in cases if c["page_size"] == page_size
                            and c["placement"] == placement and c.get("vs_contiguous")])
             if got is not None:

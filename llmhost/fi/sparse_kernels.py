@@ -119,7 +119,8 @@ class DecodeBench:
         return {"check": "torch reference (1/77/300 tokens, page 16, random)", "dtype": dtype, "path": path, **got}
 
     def _place(self, case: KernelCase, table: kv_layout.PageTable, k_pages: Any, v_pages: Any) -> None:
-        """Contiguous pages 0..n-1 hold the logical data; scattered placements get a byte copy at their pages."""
+        """Contiguous pages 0..n-1 hold the logical data; scattered placements get a byte copy at their pages (a
+        shared placement has fewer pages than requests read, so it has no contiguous twin and no copy)."""
         torch, shape = self.torch, self.shape
         group = (case.page_size, case.batch, case.seq_len)
         if self.logical is None or self.logical[0] != group:
@@ -129,7 +130,8 @@ class DecodeBench:
             self.query = torch.randn(case.batch, shape.num_qo_heads, shape.head_dim, dtype=torch.bfloat16,
                                      device="cuda")
             self.out = torch.empty_like(self.query)
-        if case.placement != "contiguous" and self.placed != (group, case.placement):
+        shared = case.placement in kv_layout.SHARED_PLACEMENTS  # reads the pool's pages as they are (checked below)
+        if case.placement != "contiguous" and not shared and self.placed != (group, case.placement):
             self.placed = (group, case.placement)
             where = torch.tensor(table.indices, dtype=torch.int64, device="cuda")
             k_pages.view(torch.uint8).index_copy_(0, where, self.logical[1])
@@ -161,12 +163,17 @@ class DecodeBench:
                   **bandwidth(moved["total_bytes"], timing["median_us"] / 1e3, ceilings.get("peak_gb_s"),
                               ceilings.get("copy_gb_s")),
                   "roofline": line, "mean_run_pages": self.mean_run[id(table)],
-                  "kv_over_l2": moved["kv_bytes"] / self.l2_bytes if self.l2_bytes else None}
+                  "kv_over_l2": moved["kv_bytes"] / self.l2_bytes if self.l2_bytes else None,
+                  "distinct_gb_s": (moved["total_bytes"] - moved["kv_bytes"] + moved["distinct_kv_bytes"])
+                  / (timing["median_us"] / 1e6) / 1e9}
         return result, check
 
     def _check(self, case: KernelCase, table: kv_layout.PageTable, k_pages: Any, v_pages: Any, plan: dict) -> dict:
-        """Contiguous: reference on the first two requests (+ controls). Scattered: bitwise equal to contiguous."""
+        """Contiguous: reference on the first two requests (+ controls). Scattered: bitwise equal to contiguous.
+        Shared: reference on two requests of one prompt and one of another."""
         key = (case.page_size, case.batch, case.seq_len, case.path)
+        if case.placement in kv_layout.SHARED_PLACEMENTS:
+            return self._check_shared(case, table, k_pages, v_pages)
         if case.placement == "contiguous":
             head = replace(table, seq_lens=table.seq_lens[:2], indptr=table.indptr[:3],
                            last_page_len=table.last_page_len[:2])
@@ -188,3 +195,24 @@ class DecodeBench:
                                  f"differ, max |diff| {worst:.3g}; same plan: {same_plan}): wrong pages read")
         return {"check": "scattered == contiguous, bitwise, same plan", **asdict(case), **got, "same_plan": same_plan,
                 "ok": True}
+
+    def _check_shared(self, case: KernelCase, table: kv_layout.PageTable, k_pages: Any, v_pages: Any) -> dict:
+        picks = shared_check_requests(table.batch_size, case.placement == "shared-interleaved")
+        sub = kv_layout.build_csr(case.placement, [table.seq_lens[b] for b in picks],
+                                  [table.pages_of(b) for b in picks], table.page_size)
+        where = self.torch.tensor(picks, device="cuda")
+        got = checks.check_reference(self.torch, self.out[where], self.query[where], k_pages, v_pages, sub)
+        if not got["ok"]:
+            raise AssertionError(f"{describe(case)}: differs from the float32 reference by rel err "
+                                 f"{got['rel_err']:.3g} > {checks.REL_TOL} (requests {picks})")
+        return {"check": "shared prompt pages == torch reference (two requests of one prompt, one of another)",
+                **asdict(case), **got}
+
+
+def shared_check_requests(batch: int, interleaved: bool) -> list[int]:
+    """Batch positions to check a shared placement on: the first request, another reading its prompt, and one
+    reading another prompt (the same prompt twice at different positions, so a wrong page offset shows)."""
+    own = kv_layout.group_of(0, batch, interleaved)
+    partner = next((b for b in range(1, batch) if kv_layout.group_of(b, batch, interleaved) == own), None)
+    other = next((b for b in range(1, batch) if kv_layout.group_of(b, batch, interleaved) != own), None)
+    return [0, *(b for b in (partner, other) if b is not None)]

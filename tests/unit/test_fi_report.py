@@ -210,3 +210,51 @@ def test_the_headline_answers_questions_from_the_summary_and_folds_the_rest():
     html = fi_page.headline_table(head)
     assert html.index("question") < html.index("<details>") and "Every summary number" in html
     assert headline.rows({"sparse": {"decode_pct_peak_best": 90}}) == []  # a partial summary: the folded table only
+
+
+def shared_cases(base: list[dict]) -> list[dict]:
+    """The bf16 tensor-core cases again, under both shared placements: grouped reads 60% of the time (the L2 cache
+    served repeats), interleaved 95%; each shared page counted once is a third of the bytes read."""
+    out = []
+    for c in base:
+        if (c["dtype"], c["path"], c["placement"]) == ("bf16", "tensor-core", "contiguous"):
+            for placement, factor in (("shared", 0.6), ("shared-interleaved", 0.95)):
+                us = c["median_us"] * factor
+                got = bandwidth(c["total_bytes"], us / 1e3, 4800.0, 4100.0)
+                out.append({**c, "placement": placement, "median_us": us, **got, "distinct_gb_s": got["gb_s"] / 3})
+    return out
+
+
+def test_shared_prompt_pages_are_answered_on_their_own_and_left_out_of_the_bandwidth_and_placement_numbers(tmp_path):
+    doc = synthetic_sparse()
+    plain = sparse.headline(doc)
+    doc["cases"] += shared_cases(doc["cases"])
+    sparse.add_ratios(doc["cases"])
+    doc["checks"].append({"check": "shared prompt pages == torch reference", "ok": True, "detects_drop": True})
+    head = sparse.headline(doc)
+    assert head["shared_prompt_over_private_time"] == {"shared": pytest.approx(0.6),
+                                                       "shared-interleaved": pytest.approx(0.95)}
+    # 4800 GB/s peak: read at contiguous speed / factor, distinct a third of that
+    contiguous = next(c for c in doc["cases"] if (c["dtype"], c["path"], c["page_size"], c["placement"], c["batch"])
+                      == ("bf16", "tensor-core", 1, "contiguous", 64))
+    assert head["shared_prompt_distinct_pct_peak"]["shared"] == pytest.approx(contiguous["pct_peak"] / 0.6 / 3)
+    assert head["shared_prompt_case"].startswith("bf16 tensor-core page 1")
+    for key in ("decode_gb_s_best", "scattered_over_contiguous_time", "pct_peak_by_kernel", "fp8_over_bf16_speedup"):
+        assert head[key] == plain[key]  # repeated reads are not bandwidth, and sharing is not a placement cost
+    (tmp_path / "sparse.json").write_text(json.dumps(doc))
+    html = page.build(tmp_path)["html"].read_text()
+    assert "Shared prompt pages: does decode read them once per request?" in html
+    assert re.search(r"Does decode read a shared prompt(&#x27;|')s pages once per request\?</td><td>time / private "
+                     r"pages shared: 0\.6", html)
+
+
+def test_a_shared_placement_is_checked_on_two_requests_of_one_prompt_and_one_of_another():
+    from llmhost.fi import kv_layout
+    from llmhost.fi.sparse_kernels import shared_check_requests
+
+    for interleaved, expected in ((False, [0, 1, 4]), (True, [0, 16, 1])):
+        picks = shared_check_requests(64, interleaved)
+        assert picks == expected
+        groups = [kv_layout.group_of(b, 64, interleaved) for b in picks]
+        assert groups[0] == groups[1] != groups[2]
+    assert shared_check_requests(1, False) == [0]  # one request: nothing to pair it with

@@ -33,6 +33,7 @@ def _sparse(s: dict) -> list[tuple[str, str]]:
         ("Which kernel path, at what share of peak?", _pairs(s.get("pct_peak_by_kernel") or {})),
         ("Does scattering KV pages cost time?",
          f"scattered / contiguous time {_spread(s.get('scattered_over_contiguous_time') or {})}"),
+        *_shared_prompt(s),
         ("Does FP8 KV pay?", f"FP8 / BF16 speed-up {_pairs(s.get('fp8_over_bf16_speedup') or {}, 'x')} "
                              f"(limited by: {_pairs(s.get('fp8_limit') or {})})"),
         ("Are the outputs right?",
@@ -43,6 +44,15 @@ def _sparse(s: dict) -> list[tuple[str, str]]:
          f"{timing.get('method', '-')} timing; CUDA events read {fmt(timing.get('event_over_precise_median'))}x "
          f"(median), up to {fmt(timing.get('event_over_precise_max'))}x"),
     ]
+
+
+def _shared_prompt(s: dict) -> list[tuple[str, str]]:
+    if not s.get("shared_prompt_over_private_time"):  # not measured (placements left out, or an older summary)
+        return []
+    return [("Does decode read a shared prompt's pages once per request?",
+             f"time / private pages {_pairs(s['shared_prompt_over_private_time'], 'x')}; counting each shared page "
+             f"once, % of peak {_pairs(s.get('shared_prompt_distinct_pct_peak') or {}, '%')} "
+             f"({s.get('shared_prompt_case', '-')})")]
 
 
 def _balance(b: dict) -> list[tuple[str, str]]:

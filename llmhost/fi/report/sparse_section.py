@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from llmhost.fi import roofline
+from llmhost.fi import kv_layout, roofline
 from llmhost.fi.report import diagrams
 from llmhost.fi.report.figures import charts, fmt, plot_html, table
 
@@ -32,13 +32,18 @@ def render_section(doc: dict | None, out_dir: str) -> str | None:
         "<p>Each case decodes one step of one layer for a batch with equal total tokens, calling FlashInfer as "
         "SGLang does. <b>contiguous</b> puts each request's pages in order, <b>random</b> scatters them over the "
         "whole pool, <b>churned</b> replays SGLang's allocator after background traffic (prompts in the holes "
-        "evictions leave, decode tokens interleaved across the batch).</p>"
+        "evictions leave, decode tokens interleaved across the batch). <b>shared</b> and <b>shared-interleaved</b> "
+        f"store one copy of a prompt's pages for every {kv_layout.SHARED_GROUP} requests, as SGLang's prefix cache "
+        "does for a common system prompt, with a prompt's requests side by side in the batch or dealt "
+        "round-robin.</p>"
         f"<p>Correctness, before any timing: {len(found) - len(failed)} of {len(found)} checks passed. Contiguous "
         "cases match a float32 reference within 1% of each request's output norm — a tolerance that a dropped or "
         "duplicated token of a 300-token request fails (the small-batch checks show the margin); "
         f"{len(blind)} reference check(s) on 16K-token requests could not have seen one token (reported, not "
-        f"hidden). {bitwise} scattered cases are bit-identical to their contiguous case under the same plan.</p>"
-        f"{errors}{timing_block(doc)}{charts(figures, doc)}{roofline_block(doc)}{cases_table(doc)}"
+        f"hidden). {bitwise} scattered cases are bit-identical to their contiguous case under the same plan; shared "
+        "cases, whose pages hold other data, match the reference on two requests of one prompt and one of "
+        f"another.</p>{errors}{timing_block(doc)}{charts(figures, doc)}{shared_block(doc)}{roofline_block(doc)}"
+        f"{cases_table(doc)}"
         "<p>First plan() + run() of each kernel (module load from the JIT cache, or a compile):</p>"
         + table(["KV dtype / path", "seconds"], sorted((doc.get("first_call_s") or {}).items())))
 
@@ -60,6 +65,26 @@ def timing_block(doc: dict) -> str:
              c["event_over_precise"]] for c in worst]
     return text + table(["case (largest gaps)", f"{method} us", "event us", "difference us", "event / " + method],
                         rows)
+
+
+def shared_block(doc: dict) -> str:
+    """Shared prompt pages against private ones: time, the bandwidth decode reads at, and the HBM bandwidth it would
+    need if every repeated read of a shared page hit the L2 cache."""
+    shared = [c for c in doc["cases"] if c["placement"] in kv_layout.SHARED_PLACEMENTS]
+    if not shared:
+        return ""
+    rows = [[c["dtype"], c["path"], f"{c['batch']}x{c['seq_len']}", c["page_size"], c["placement"], c["median_us"],
+             c.get("vs_contiguous"), c["gb_s"], c["pct_peak"], c.get("distinct_gb_s"),
+             c["distinct_gb_s"] / c["gb_s"] * c["pct_peak"] if c.get("distinct_gb_s") and c.get("pct_peak") else None]
+            for c in shared]
+    return (f"<h3>Shared prompt pages: does decode read them once per request?</h3><p>Every {kv_layout.SHARED_GROUP}"
+            f" requests share the first {kv_layout.SHARED_FRACTION:.0%} of their tokens. The kernel reads them for "
+            "each request, so a time / contiguous near 1 means HBM delivered every read; below 1, the L2 cache "
+            "served repeats (requests of one prompt reading the same pages at the same time). The last columns count "
+            "each shared page once: near the peak, the repeats cost nothing. Side by side against round-robin is "
+            "what the order of the batch is worth.</p>"
+            + table(["KV dtype", "path", "batch", "page", "placement", "median us", "time / contiguous",
+                     "GB/s read", "% peak read", "GB/s distinct", "% peak distinct"], rows))
 
 
 def roofline_block(doc: dict) -> str:
@@ -99,7 +124,7 @@ def figures(doc: dict) -> str:
 
     df = _frame(doc)
     parts = []
-    scattered = df[df["placement"] != "contiguous"]
+    scattered = df[~df["placement"].isin(["contiguous", *kv_layout.SHARED_PLACEMENTS])]
     if not scattered.empty:
         fig = px.bar(scattered, x="page size", y="vs_contiguous", color="placement", barmode="group",
                      facet_row="kernel", facet_col="batch shape", height=220 * df["kernel"].nunique() + 120,
@@ -107,6 +132,7 @@ def figures(doc: dict) -> str:
         fig.add_hline(y=1.0, line_dash="dot", line_color="#555")
         parts.append(plot_html(fig, "Each bar is a decode step's time divided by the same batch stored contiguously "
                                     "(1 = no cost); rows are KV dtype and kernel path, columns batch shapes."))
+    df = df[~df["placement"].isin(kv_layout.SHARED_PLACEMENTS)]  # their bytes count repeats: in their own table
     if df["pct_peak"].notna().any():
         fig = px.line(df, x="page size", y="pct_peak", color="kernel", line_dash="placement", markers=True,
                       facet_col="batch shape", height=420, labels={"pct_peak": "% of peak HBM bandwidth"},
