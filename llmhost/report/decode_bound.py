@@ -10,10 +10,12 @@ concurrency c with mean context L tokens (prompt + half the output, the mean ove
     Qwen3-4B, agent c=64 (H200):  64 x 4,579 x 147,456 B = 43.2 GB / 4.8 TB/s = 9.0 ms
     weight read per step = 8.04 GB / 4.8 TB/s = 1.68 ms       roofline step = 10.7 ms, measured 10.0 ms
 
-These are the bytes the kernels ask for. A measured step below their floor means the GPU served part of them from
-its L2 cache rather than HBM: requests of one prefix group decode side by side and ask for the same prefix pages
-(agent c=64 on the H200: floor 10.7 ms, measured 10.0 ms, 64 running). The reading stays the same: the KV bytes
-are what the step spends its time on.
+These are the bytes the kernels ask for, not what HBM delivers: requests of one prefix group decode side by side
+and ask for the same prefix pages, and the L2 cache serves most of the repeats. `fi_bench.py sparse` measured how
+much on the H200: with every 4 of 64 requests × 4,608 tokens sharing 15/16 of their pages, decode attention took
+0.54-0.61x the time of private pages. So where most prompt tokens came from the prefix cache, the KV part is an
+upper bound, a floor near the measured step does not show that the bytes bind (agent c=64: floor 10.7 ms, measured
+10.0 ms, but its attention ~5.6 ms by that measurement), and the reading says so instead of naming the bytes.
 
 The requests a step carries are SGLang's own running-requests gauge over the steady window (telemetry) when it was
 sampled, else the closed loop's c: a request between turns or in prefill is not decoding, so c overstates the
@@ -38,6 +40,9 @@ from llmhost.report.load import Run
 # below that, more than half the step is something else (compute, launch overhead, scheduling), and cutting bytes
 # would shorten the step by less than that something else.
 MEMORY_BOUND_SHARE = 0.5
+# At least this share of the prompt tokens from the prefix cache, the KV part is read as an upper bound: where the
+# cached prefix is one that requests decoding together share, the L2 cache serves most of its repeated reads.
+CACHED_SHARE = 0.5
 # KV cache dtypes by bytes per element (SGLang's --kv-cache-dtype; "auto" is the model's dtype, any "fp8_*" 1).
 # FP4 and MX formats carry block scales besides their elements and are not counted.
 KV_DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "float16": 2}
@@ -99,13 +104,20 @@ def _ms(n_bytes: float, peak: float | None) -> float:
     return math.nan if ms is None else ms
 
 
-def reading(kv_ms: float, weights_ms: float, measured_ms: float, kv_bytes_each: int) -> str:
-    """One line: which reads bound the step, or that the step is far above its byte floor."""
+def reading(kv_ms: float, weights_ms: float, measured_ms: float, kv_bytes_each: int,
+            cached_share: float = math.nan) -> str:
+    """One line: which reads bound the step, or that the step is far above its byte floor; with most prompt tokens
+    from the prefix cache, that the KV reads are an upper bound."""
     roofline = kv_ms + weights_ms
     if not (math.isfinite(roofline) and math.isfinite(measured_ms) and measured_ms > 0):
         return "no step time to compare" if math.isfinite(roofline) else "no peak bandwidth for this GPU"
     if roofline < MEMORY_BOUND_SHARE * measured_ms:
         return f"the step is {measured_ms / roofline:.1f}× its byte floor: compute or overhead, not memory, binds"
+    if kv_ms > weights_ms and cached_share >= CACHED_SHARE:
+        return (f"KV reads at most {kv_ms:.1f} of {measured_ms:.1f} ms: {100 * cached_share:.0f}% of the prompt tokens "
+                "came from the prefix cache, and the L2 cache serves most repeated reads of a prefix that requests "
+                "decoding together share (fi_bench.py sparse --placements contiguous,shared measures how much on "
+                "this GPU): profile the step before cutting KV bytes")
     if kv_ms > weights_ms:
         lever = "FP8 KV" if kv_bytes_each > 1 else "shorter contexts or fewer running requests"
         share = (f"KV reads {kv_ms:.1f} of {measured_ms:.1f} ms" if roofline <= measured_ms else
@@ -114,6 +126,12 @@ def reading(kv_ms: float, weights_ms: float, measured_ms: float, kv_bytes_each: 
         return f"{share}: fewer KV bytes per step ({lever}) would do more here than scheduling"
     return (f"weight reads {weights_ms:.1f} of {measured_ms:.1f} ms bound it: a larger batch shares them over more "
             "tokens")
+
+
+def cached_share(row: dict[str, Any]) -> float:
+    """Mean prefix-cached prompt tokens / mean prompt tokens over the steady window; nan when not reported."""
+    cached, prompt = row.get("cached_tokens_mean", math.nan), row["prompt_tokens_mean"]
+    return cached / prompt if math.isfinite(cached) and prompt > 0 else math.nan
 
 
 def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | None,
@@ -130,13 +148,14 @@ def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | 
     measured, whose = measured_step(row)
     line = (f"KV cache dtype {dtype} is not counted here" if not each else
             f"weights quantized with {quant} are not counted here" if not weights else
-            reading(kv_ms, weights_ms, measured, each))
+            reading(kv_ms, weights_ms, measured, each, cached_share(row)))
     return {"arm": row["arm"], "workload": row["workload"], "load": row["load"], "concurrency": row["concurrency"],
             "running": running, "running_by": running_by, "context_tokens": context, "kv_cache_dtype": dtype,
             "quantization": quant, "kv_bytes_per_token": per_token,
             "kv_bytes": kv_bytes, "weight_bytes": weights, "weights_ms": weights_ms, "kv_ms": kv_ms,
             "roofline_ms": kv_ms + weights_ms, "measured_ms": measured, "measured_by": whose,
-            "kv_share_pct": 100 * kv_ms / measured if measured > 0 else math.nan, "reading": line}
+            "kv_share_pct": 100 * kv_ms / measured if measured > 0 else math.nan,
+            "cached_share_pct": 100 * cached_share(row), "reading": line}
 
 
 def bound_rows(run: Run, steady_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,9 +16,10 @@ INTRO = ("<p class=read>Each decode step reads the weights once and, for every r
          "bandwidth, and their sum is the step's byte floor (roofline), set against the measured step: SGLang's own "
          "mean time per output token over the steady window (else the client's). n is SGLang's running-requests "
          "gauge over the window (else the concurrency c, which overstates it: a request between turns or in prefill "
-         "is not decoding). A measured step below its floor means the GPU's L2 cache served part of the shared "
-         "prefix pages the requests asked for. A floor that explains most of the step says memory reads bind and "
-         "which bytes to cut; one under "
+         "is not decoding). The L2 cache serves most repeated reads of a prefix that requests decoding together "
+         "share (fi_bench.py sparse's shared placements measure how much), so where most prompt tokens came from "
+         "the prefix cache the KV ms is an upper bound, and a step below its floor is that. Otherwise a floor that "
+         "explains most of the step says memory reads bind and which bytes to cut; one under "
          f"{decode_bound.MEMORY_BOUND_SHARE:.0%} of it says compute or overhead binds instead.</p>")
 
 
@@ -35,7 +36,8 @@ COLUMNS: list[tuple[str, page.Cell]] = [
     ("KV ms", lambda r: num(r["kv_ms"], 2)), ("Roofline ms", lambda r: num(r["roofline_ms"], 2)),
     ("Measured ms", lambda r: num(r["measured_ms"], 2) + (f" <span class=noise>({esc(r['measured_by'])})</span>"
                                                           if r["measured_by"] else "")),
-    ("KV share of step %", lambda r: num(r["kv_share_pct"], 0)), ("Reading", lambda r: esc(r["reading"]))]
+    ("KV share of step %", lambda r: num(r["kv_share_pct"], 0)),
+    ("Prompt tokens cached %", lambda r: num(r.get("cached_share_pct"), 0)), ("Reading", lambda r: esc(r["reading"]))]
 
 
 def section_html(run: Run, rows: list[dict[str, Any]]) -> str:

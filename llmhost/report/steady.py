@@ -37,7 +37,8 @@ class RepeatWindow:
     client_cpu_pct: float = math.nan  # the load generator's mean CPU over the window, % of one core
     arrivals: waves.Waves = waves.Waves(math.nan, math.nan, 0)  # how the window's requests were sent (lockstep?)
     itl: tuple[float, float] = (math.nan, math.nan)  # SGLang's mean time per output token over the window, client's
-    tokens: tuple[float, float] = (math.nan, math.nan)  # mean prompt, output tokens of its successful requests
+    # mean prompt, output and prefix-cached prompt tokens of its successful requests
+    tokens: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     running: float = math.nan  # SGLang's mean running requests over the window (telemetry), nan without it
     client_headers_ms: float = math.nan  # the client's mean time to response headers over server_ttft's requests
     # the steady window's successful requests' times to response headers (finite ones; empty: not recorded)
@@ -79,7 +80,9 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
     itl = client_overhead.itl_means(telemetry, point.point_id, w.t_start, w.t_end, first, end,
                                     r.output_tokens[order][timed])
     done = in_window & ok
-    tokens = (_mean_of(r.prompt_tokens[order][done]), _mean_of(r.output_tokens[order][done]))
+    cached = r.cached_tokens[order][done]
+    tokens = (_mean_of(r.prompt_tokens[order][done]), _mean_of(r.output_tokens[order][done]),
+              _mean_of(cached[np.isfinite(cached)]))  # a request whose reply carried no cached_tokens: not counted
     steady_headers = r.headers_ms[order][done]
     pace = waves.headers_pace_ms(start[done], steady_headers)
     cpu_waves = client_overhead.client_cpu_at_waves(telemetry, point.point_id, w.t_start, w.t_end,
@@ -129,6 +132,7 @@ def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:
     scale with, llmhost.report.decode_bound)."""
     return {"prompt_tokens_mean": _mean([r.tokens[0] for r in steady]),
             "output_tokens_mean": _mean([r.tokens[1] for r in steady]),
+            "cached_tokens_mean": _mean([r.tokens[2] for r in steady]),
             "running_reqs_mean": _mean([r.running for r in steady])}
 
 

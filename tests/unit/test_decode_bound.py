@@ -160,6 +160,8 @@ def test_every_steady_closed_loop_point_gets_a_row_from_its_own_requests(run: lo
         assert b["context_tokens"] == r["prompt_tokens_mean"] + r["output_tokens_mean"] / 2
         assert b["kv_cache_dtype"] == decode_bound.kv_dtype(run, r["arm"])
         assert b["kv_ms"] > 0 and b["weights_ms"] == pytest.approx(1.676, abs=1e-3)  # the fixture's H200
+        assert b["cached_share_pct"] == pytest.approx(100 * r["cached_tokens_mean"] / r["prompt_tokens_mean"])
+    assert any(0 < b["cached_share_pct"] < 100 for b in bound)  # the fixture's replies carry cached_tokens
     assert any(b["kv_cache_dtype"].startswith("fp8") and b["kv_bytes_per_token"] == 73_728 for b in bound)
 
 
@@ -202,3 +204,23 @@ def test_the_rows_edges_a_gauge_of_zero_a_server_without_a_kv_dtype_a_step_of_ze
     arm = next(iter(run.servers))
     silent = dataclasses.replace(run, servers={arm: dataclasses.replace(run.servers[arm], server_info={})})
     assert decode_bound.kv_dtype(silent, arm) == "auto"  # a server that did not say: the model's own dtype
+
+
+def test_with_most_prompt_tokens_from_the_prefix_cache_the_kv_reads_are_an_upper_bound() -> None:
+    # agent c=64: ~4.1k of 4,222 prompt tokens are the shared system prompt, which the L2 cache mostly serves
+    row = decode_bound.bound_row({**AGENT_C64, "cached_tokens_mean": 4096.0}, QWEN3_4B, "auto", H200_GB_S)
+    assert row["cached_share_pct"] == pytest.approx(97.0, abs=0.1)
+    assert row["kv_ms"] == pytest.approx(8.55, abs=0.01)  # the bytes asked for are still counted
+    assert row["reading"].startswith("KV reads at most 8.6 of 10.1 ms: 97% of the prompt tokens came from the "
+                                     "prefix cache") and "profile the step" in row["reading"]
+    assert "would do more here than scheduling" not in row["reading"]
+    # under half cached (a multi-turn chat's own history): the bytes are read as before
+    chat = decode_bound.bound_row({**AGENT_C64, "cached_tokens_mean": 1000.0}, QWEN3_4B, "auto", H200_GB_S)
+    assert chat["reading"].endswith("would do more here than scheduling")
+    # not reported: nan, the reading as before
+    unknown = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)
+    assert math.isnan(unknown["cached_share_pct"]) and "at most" not in unknown["reading"]
+    # far above the floor, overhead binds whatever was cached
+    slow = decode_bound.bound_row({**AGENT_C64, "cached_tokens_mean": 4096.0, "server_itl_mean_ms": 30.0}, QWEN3_4B,
+                                  "auto", H200_GB_S)
+    assert "compute or overhead, not memory, binds" in slow["reading"]
