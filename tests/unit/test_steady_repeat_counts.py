@@ -17,7 +17,7 @@ def _request(t: float, ttft: float | None = 100.0, ok: bool = True) -> RequestRe
         return RequestRecord(start_s=t, ok=False, error="reset", prompt_tokens=100, output_tokens=0, ttft_ms=None,
                              itl_ms=(), e2e_ms=1000.0)
     return RequestRecord(start_s=t, ok=True, error="", prompt_tokens=100, output_tokens=10, ttft_ms=ttft,
-                         itl_ms=(100.0,) * 9, e2e_ms=1000.0)  # TPOT (1000 - 100) / 9 = 100 ms
+                         itl_ms=(100.0,) * 9, e2e_ms=1000.0, cached_tokens=64)  # TPOT (1000 - 100) / 9 = 100 ms
 
 
 def _repeat() -> steady.RepeatWindow:
@@ -51,6 +51,7 @@ def test_a_failed_steady_request_counts_as_sent_but_never_good() -> None:
 
 def test_the_token_means_are_over_the_successful_steady_requests() -> None:
     r = _repeat()
-    assert r.tokens == pytest.approx((100.0, 10.0))  # the failed request's 0 output tokens are not averaged in
+    # the failed request's 0 output tokens (and its unreported cached tokens) are not averaged in
+    assert r.tokens == pytest.approx((100.0, 10.0, 64.0))
     assert r.window.output_throughput == pytest.approx(70 / 4)
     assert np.array_equal(r.steady_sent[0], [True, True, True, True, False, True, True, True])
