@@ -21,6 +21,9 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
     ./run_bench.py --tune --slo-ttft-ms 500 --slo-itl-ms 50 --budget-min 30 [--apply]   # search launch flags
                                              # for goodput on the agent workload (llmhost.tune); --apply writes
                                              # the winner to config.local.env
+    ./run_bench.py --arms baseline --workloads agent --concurrency 64 --repeat 1 --kernel-profile   # + where a
+                                             # forward pass's GPU time goes under that load: decode and extend
+                                             # attention, GEMMs, idle (llmhost.bench.load_profile)
     ./run_bench.py --startup 3 --arm tok1="--tokenizer-worker-num 1"   # start-up only: ready time and phase
                                              # medians per arm over 3 restarts each (llmhost.bench.startup_bench)
     ./run_bench.py --startup 2 --import-profile   # + per arm, the import seconds of the server's processes by
@@ -31,7 +34,8 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
                                              # SGLang's instruments on for that run, the server left on the last arm)
 
 Writes $RESULTS_DIR/bench/<run_id>/ (manifest.json, points.jsonl, requests/, telemetry.jsonl, toolcalls.jsonl,
-servers/, sittings.jsonl, raw/) and points $RESULTS_DIR/bench/latest at it; ./make_dashboard.py turns it into HTML.
+servers/, sittings.jsonl, point_kernels.jsonl with --kernel-profile, raw/) and points $RESULTS_DIR/bench/latest at
+it; ./make_dashboard.py turns it into HTML.
 The lines before the last say how the run did against the estimate it was planned with, over all its sittings
 (the first run and each --resume), and how far its ETA swung (llmhost.bench.reckoning). The last stdout line is one
 JSON document: {"run_dir", "points_ok", "points_failed", ..., "estimate_s", "actual_s", "sittings", ...}.
@@ -51,7 +55,7 @@ import time
 from llmhost.bench import arms as arms_mod
 from llmhost import config, deps, files, provenance
 from llmhost.bench import budget, costs, dryrun, options, points, preflight, records, runlock, runner, startup_bench
-from llmhost.bench import model_shape, reckoning, run_end, single_stream, sittings, store, telemetry
+from llmhost.bench import load_profile, model_shape, reckoning, run_end, single_stream, sittings, store, telemetry
 from llmhost.bench.eta import Eta, fmt_s
 from llmhost.bench.runner import BenchError
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
@@ -140,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[bench] {line}")
             done = run.done_points(opts.only_missing)
             left = [p for p in plan if p.point_id not in done]
-        print_dry_run(left, arms, model, quick, planned, tune, ready if isinstance(ready, str) else None)
+        print_dry_run(with_profiles(left, opts.kernel_profile), arms, model, quick, planned, tune,
+                      ready if isinstance(ready, str) else None)
     if isinstance(ready, str):
         print(f"[bench] error: {ready}", file=sys.stderr)
         return 1
@@ -159,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # a new run's (a resumed one keeps its first); a tune's dry run prices only its coarse stage (the
             # refine stage spends what is left): no estimate to hold it to
-            estimate = dryrun.estimate(plan, arms, model, quick, planned) if run is None and not tune else None
+            estimate = dryrun.estimate(with_profiles(plan, opts.kernel_profile), arms, model, quick, planned) \
+                if run is None and not tune else None
             run = open_store(run, opts, cfg, arms, plan, seed, help_text, tune, estimate)
         except files.WriteError as exc:  # nothing half-written is left: an empty new run directory is removed
             print(f"[bench] error: {exc} — free space or fix permissions, then run again", file=sys.stderr)
@@ -170,11 +176,17 @@ def main(argv: list[str] | None = None) -> int:
             for line in store.resume_lines(run, plan, opts.only_missing):
                 print(f"[bench] {line}", flush=True)
         sampler = telemetry.Sampler(cfg.base_url, run.append_telemetry, cfg.api_key())
-        bench = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), only_missing=opts.only_missing)
+        bench = runner.Bench(cfg, run, module, seed, env, sampler, total=len(plan), only_missing=opts.only_missing,
+                             kernel_profile=opts.kernel_profile)
         stages = tune_cli.stages_hook(tune, model, run.read_manifest().slo or opts.slo, run, cfg,
                                       tune_cli.config_target() if opts.apply else None, bool(opts.resume)) \
             if tune else None  # a tune's coarse and refine stages run in place of the plain arm loop
         return execute(bench, arms, plan, quick, model, planned.budget_s if planned else None, began_at, stages)
+
+
+def with_profiles(plan: list[points.Point], kernel_profile: bool) -> list[points.Point]:
+    """The plan and, with --kernel-profile, the profile pass each closed-loop load adds (so estimates count it)."""
+    return plan + load_profile.passes(plan) if kernel_profile else plan
 
 
 def print_dry_run(plan: list[points.Point], arms: list[arms_mod.Arm], model: costs.CostModel, quick: bool,
@@ -226,7 +238,7 @@ def execute(b: runner.Bench, arms: list[arms_mod.Arm], plan: list[points.Point],
     b.sampler.start()
     left = {p.arm for p in plan if p.point_id not in done_before}
     b.done = len(done_before)
-    b.clock = Eta(model, [p for p in plan if p.point_id not in done_before],
+    b.clock = Eta(model, with_profiles([p for p in plan if p.point_id not in done_before], b.kernel_profile),
                   len(runner.boots([a for a in arms if a.name in left])), quick)
     b.budget_end = time.monotonic() + budget_s if budget_s else None
     runner.interrupt_on_sigterm()

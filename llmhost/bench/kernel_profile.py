@@ -55,11 +55,12 @@ def category(name: str) -> str:
     return next((label for label, pattern in CATEGORIES if re.search(pattern, low)), OTHER)
 
 
-def start(server: ServerClient, out_dir: Path, steps: int) -> str:
-    """Ask the server to profile its next `steps` forward passes into out_dir; '' when it agreed, else why not."""
+def start(server: ServerClient, out_dir: Path, steps: int, prefix: str = "single-stream") -> str:
+    """Ask the server to profile its next `steps` forward passes into out_dir (trace files named <prefix>-...);
+    '' when it agreed, else why not."""
     out_dir.mkdir(parents=True, exist_ok=True)
     reply = server.post("/start_profile", {"output_dir": str(out_dir.resolve()), "num_steps": steps,
-                                           "activities": ["GPU"], "profile_prefix": "single-stream",
+                                           "activities": ["GPU"], "profile_prefix": prefix,
                                            "with_stack": False, "record_shapes": False})  # least host overhead
     if reply.status != 200:
         return f"/start_profile answered {reply.status}: {reply.text.strip()[:200] or 'no body'}"

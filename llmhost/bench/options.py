@@ -42,6 +42,7 @@ class Options:
     startup: int | None = None  # --startup N: restarts per arm, no load points
     single_stream: int | None = None  # --single-stream N: measured requests per arm, no load points
     import_profile: bool = False  # --import-profile (with --startup): the server's processes profile their imports
+    kernel_profile: bool = False  # --kernel-profile: each closed-loop load's first repeat once more, GPU-profiled
 
 
 def parse_args(argv: list[str], doc: str) -> Options:
@@ -86,6 +87,11 @@ def parse_args(argv: list[str], doc: str) -> Options:
                         help="SLO recorded with the run: mean inter-token latency, ms (default: 50)")
     parser.add_argument("--slo-pct", type=float, default=SLO_DEFAULTS["pct"],
                         help="SLO recorded with the run: percent of requests meeting both (default: 99)")
+    parser.add_argument("--kernel-profile", action="store_true", help="after the first repeat of each closed-loop "
+                        "load, run it once more, unmeasured, with SGLang's profiler on for 100 forward passes in its "
+                        "steady stretch: GPU kernel time per pass by kind (attention of decode steps and of extends, "
+                        "GEMM, norm, ...) and the idle between kernels, in point_kernels.jsonl and the dashboard "
+                        "(one extra pass per load: counted in the estimate)")
     tune_cli.add_arguments(parser)
     startup_bench.add_arguments(parser)
     single_stream.add_arguments(parser)
@@ -105,7 +111,7 @@ def parse_args(argv: list[str], doc: str) -> Options:
         if args.budget_min is None else args.budget_min
     return Options(names, args.arm, workloads, args.quick, args.repeat, budget_min, loads, args.seed, args.tag,
                    args.resume, args.only_missing, args.dry_run, slo, list(argv), args.tune, args.apply, args.startup,
-                   args.single_stream, args.import_profile)
+                   args.single_stream, args.import_profile, args.kernel_profile)
 
 
 def usage_problem(args: argparse.Namespace) -> str | None:
@@ -133,6 +139,9 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     problem = tune_cli.problem(args)
     if problem:
         return problem
+    if args.kernel_profile and (args.tune or args.startup is not None or args.single_stream is not None):
+        return ("--kernel-profile profiles the closed-loop points of a plain run: not with --tune, --startup or "
+                "--single-stream (--single-stream profiles one stream's passes itself)")
     if args.seed < 0:  # bench_serving seeds numpy with it: a negative seed fails every point
         return f"--seed must be >= 0 (got {args.seed})"
     if args.tag and not re.fullmatch(rf"[A-Za-z0-9_-]{{1,{TAG_MAX}}}", args.tag):

@@ -13,12 +13,13 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from llmhost.bench import arms as arms_mod
 from llmhost import config
-from llmhost.bench import budget, costs, points, records, salvage, sittings, store, telemetry, toolcalls
+from llmhost.bench import budget, costs, load_profile, points, records, salvage, sittings, store, telemetry, toolcalls
+from llmhost.bench.loadgen import completed_file
 from llmhost.bench.eta import Eta, fmt_s
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
@@ -63,6 +64,7 @@ class Bench:
     check_tool_calls: bool = True  # False in a tune: its levers schedule requests, they do not change the answers
     started_at: float = dataclasses.field(default_factory=time.time)  # a ./serve.sh stop after this is the user's
     serving: arms_mod.Arm | None = None  # the arm the server was last started with: the run leaves it serving
+    kernel_profile: bool = False  # --kernel-profile: each closed-loop load's first repeat once more, profiled
 
     def progress(self, text: str) -> None:
         """A progress line with the ETA, which the sitting records too (the run's end tells how far it swung)."""
@@ -202,14 +204,18 @@ def dataset_argvs(b: Bench, todo: list[points.Point]) -> list[list[str]]:
             for prime in ((False, True) if points.is_primed(p) else (False,))]
 
 
-def measure(b: Bench, point: points.Point, stem: str, prime: bool = False) -> tuple[dict[str, float] | None, str]:
+def measure(b: Bench, point: points.Point, stem: str, prime: bool = False,
+            also: Callable[[], str] | None = None) -> tuple[dict[str, float] | None, str]:
     """One pass of the point through the boot's load generator -> (the module's totals, '') or (None, error).
-    Its request records land in <stem>[.prime].requests.jsonl, the module's own output in <stem>[.prime].jsonl."""
+    Its request records land in <stem>[.prime].requests.jsonl, the module's own output in <stem>[.prime].jsonl.
+    `also`: polled every second of the pass with the server watch (a profile trigger)."""
     base = f"{stem}.prime" if prime else stem
     argv = point_argv(b, point, Path(f"{base}.jsonl"), prime)
     assert b.loadgen is not None
+    dead = server_watch(b.cfg)
+    watch = dead if also is None else (lambda: dead() or also())
     totals, error = b.loadgen.run(argv, Path(f"{base}.requests.jsonl"), limit_s=points.timeout_s(point),
-                                  watch=server_watch(b.cfg))
+                                  watch=watch)
     store.redact_jsonl(Path(f"{base}.jsonl"))  # bench_serving copies /server_info, API key included, into it
     return totals, error
 
@@ -238,6 +244,25 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
                             requests_file=rel or f"requests/{point.point_id}.jsonl")
     b.sampler.point_id = None
     return record
+
+
+def profile_point(b: Bench, point: points.Point) -> None:
+    """--kernel-profile: the point once more, unmeasured, with SGLang's profiler on for PROFILE_STEPS forward passes
+    in its steady stretch (llmhost.bench.load_profile); the record lands in point_kernels.jsonl, a failure as its
+    reason. The pass counts in the ETA as its own point."""
+    started = time.monotonic()
+    pass_ = load_profile.profile_pass(point)
+    stem = str(b.store.raw_dir() / f"{pass_.point_id}.{int(time.time())}")
+    b.progress(f"{pass_.point_id}: running once more, profiled")
+    trigger = load_profile.Trigger(info_client(b.cfg), b.store.raw_dir() / f"profile-{point.point_id}",
+                                   completed_file(Path(f"{stem}.requests.jsonl")), load_profile.after_requests(point))
+    _, error = measure(b, point, stem, also=trigger)  # no flush: the prefix cache stays as the measured pass left it
+    shape = b.store.read_manifest().model_shape
+    record = load_profile.collect(pass_, trigger, shape.num_layers if shape else 0, error)
+    b.store.append_point_kernels(record)
+    if b.clock:
+        b.clock.point_done(pass_, time.monotonic() - started)
+    print(f"[bench] {load_profile.line(record)}", flush=True)
 
 
 def measure_point(b: Bench, point: points.Point, stem: str) -> tuple[PointSummary | None, str, str]:
@@ -303,6 +328,8 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
             b.spend(point, record.ended_at - record.started_at)
             b.progress(f"{point.point_id} ok {record.ended_at - record.started_at:.1f}s "
                        f"({s.completed} done, {s.failed} failed, {s.output_throughput:.0f} tok/s){note}")
+            if b.kernel_profile and load_profile.is_profiled(point):
+                profile_point(b, point)
             return True
         print(f"[bench] {point.point_id} attempt {attempt} failed: {record.error}", flush=True)
         if attempt != attempts[-1] and not server_alive(b.cfg):

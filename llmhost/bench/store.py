@@ -13,6 +13,7 @@
     stream_requests.jsonl     StreamRequestRecord: one line per measured request of a --single-stream run
     stream_arms.jsonl         StreamArmRecord: one line per arm of a --single-stream run
     stream_kernels.jsonl      StreamKernelRecord: its GPU kernels per forward pass, one line per arm
+    point_kernels.jsonl       PointKernelRecord: --kernel-profile's GPU kernels per forward pass under a load
     raw/                      bench_serving's own output, start-time records and logs, per attempt
 
 Every write goes through llmhost.files: JSON files are replaced atomically, JSONL lines are appended whole and
@@ -30,7 +31,7 @@ from pathlib import Path
 from llmhost import files
 from llmhost.bench import records
 from llmhost.bench.records import Manifest, PointRecord, RecordError, RequestRecord, ServerRecord, TelemetrySample
-from llmhost.bench.stream_records import StreamArmRecord, StreamKernelRecord, StreamRequestRecord
+from llmhost.bench.stream_records import PointKernelRecord, StreamArmRecord, StreamKernelRecord, StreamRequestRecord
 from llmhost.provenance import redact_secrets
 
 
@@ -164,6 +165,13 @@ class RunStore:
         name = "stream_arms.jsonl" if isinstance(record, StreamArmRecord) else \
             "stream_kernels.jsonl" if isinstance(record, StreamKernelRecord) else "stream_requests.jsonl"
         records.append_records(self.root / name, [record])
+
+    def append_point_kernels(self, record: PointKernelRecord) -> None:
+        records.append_records(self.root / "point_kernels.jsonl", [record])
+
+    def read_point_kernels(self) -> records.Loaded[PointKernelRecord]:
+        return records.read_records(self.root / "point_kernels.jsonl", PointKernelRecord.from_dict,
+                                    shown_as="point_kernels.jsonl")
 
     def read_stream_kernels(self) -> records.Loaded[StreamKernelRecord]:
         return records.read_records(self.root / "stream_kernels.jsonl", StreamKernelRecord.from_dict,

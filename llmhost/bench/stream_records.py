@@ -4,6 +4,10 @@ run (llmhost.bench.records: one writer `to_dict`, one reader `from_dict`, the ru
     stream_requests.jsonl     StreamRequestRecord  one measured request: its chunk gaps
     stream_arms.jsonl         StreamArmRecord      one arm: client and server figures per output token
     stream_kernels.jsonl      StreamKernelRecord   one arm: GPU kernel time per forward pass (SGLang's profiler)
+
+and of `run_bench.py --kernel-profile` (llmhost.bench.load_profile):
+
+    point_kernels.jsonl       PointKernelRecord    one closed-loop load: GPU kernel time per forward pass under it
 """
 from __future__ import annotations
 
@@ -70,3 +74,25 @@ class StreamKernelRecord(Record):
     trace_file: str  # under raw/profile-<arm>/
     error: str = ""
 
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PointKernelRecord(Record):
+    """One closed-loop load's profiled forward passes (llmhost.bench.load_profile); None / empty = not measured."""
+
+    point_id: str  # the profile pass: its point's id + ".profile"
+    arm: str
+    workload: str
+    concurrency: int
+    status: Status
+    steps: int  # forward passes profiled
+    decode_steps: int  # of them decode steps, the rest extends (prefills) of arriving requests
+    extend_passes: int
+    kernel_ms: float | None  # GPU kernel time per forward pass (decode and extend alike)
+    span_ms: float | None  # first kernel start to last kernel end, per forward pass
+    by_category: dict[str, float]  # ms per forward pass, largest first
+    top: tuple[KernelShare, ...]  # the kernels that took longest
+    decode_attention_ms: float | None  # attention kernels per decode step
+    extend_attention_ms: float | None  # causal attention kernels per extend
+    trace_file: str  # under raw/profile-<point id>/
+    error: str = ""

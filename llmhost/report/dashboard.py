@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import cost, files, stats
-from llmhost.report import (decode_bound, decode_bound_page, environment, figures, kpis, layouts, page, steady,
-                            steady_page, tables, timeline, tuner)
+from llmhost.report import (decode_bound, decode_bound_page, environment, figures, kpis, layouts, load_kernels_page,
+                            page, steady, steady_page, tables, timeline, tuner)
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
 
@@ -48,13 +48,15 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
     steady_rows = steady.steady_rows(groups, windows, slo, seed)
     paired, unsteady = steady.paired_rows(run, groups, windows, slo), steady.not_steady_rows(groups, windows)
     bound = decode_bound.bound_rows(run, steady_rows)
+    profiled = load_kernels_page.rows(run)
     headline = kpis.steady_view(rows, steady_rows, slo.pct)  # the cards' numbers: steady windows where there are
     cards = kpis.build_cards(run, headline, slo, price)
     sections = [("overview", "Overview", env_card(run, slo) + page.cards(cards, colors)),
                 ("baseline", "Settings vs baseline", baseline_html(ctx)),
                 ("steady", "Steady state and repeats", steady_page.section_html(run, steady_rows, paired, unsteady,
                                                                                  slo)),
-                ("bound", "What bounds a decode step", decode_bound_page.section_html(run, bound))]
+                ("bound", "What bounds a decode step", decode_bound_page.section_html(run, bound)
+                 + load_kernels_page.section_html(run, profiled))]
     tuner_html, tuner_ranking = tuner.section(run, slo, price)
     if tuner_html:  # a --tune run: its trials right after the overview
         sections.insert(1, ("tuner", "Tuner", tuner_html))
@@ -70,7 +72,7 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
               "</p>")
     meta = {"run_id": run.run_id, "slo": dataclasses.asdict(slo), "compared_with": other.run_id if other else None,
             "baseline": ctx.baseline, "tune": tuner_ranking, "steady": steady_rows, "paired": paired, "not_steady": unsteady,
-            "decode_bound": bound,
+            "decode_bound": bound, "point_kernels": profiled,
             "layouts": layouts.arm_layouts(run), "estimate": run.reckoning and run.reckoning.to_json(),
             "cost": price and {**dataclasses.asdict(price), "points": kpis.cost_rows(
                 headline, [a.name for a in run.arms], price.usd_per_hour)}}

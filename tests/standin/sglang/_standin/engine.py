@@ -257,7 +257,7 @@ class Engine:
                     if self.decode_log is not None:
                         self.decode_log.step(len(self.running), self._pool)
                 if self.profiler is not None:
-                    self.profiler.step()  # one forward pass: the prefill (i = 0) or a decode step
+                    self.profiler.step(extend=i == 0)  # one forward pass: the prefill (i = 0) or a decode step
                 piece = rng.choice(GARBAGE)
                 req.output.append(piece)
                 if i == 0:

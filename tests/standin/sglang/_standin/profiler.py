@@ -10,7 +10,10 @@ events (ts and dur in µs) among runtime and flow events.
 The kernels here are Qwen3-4B's decode step at batch 1 as an H200 trace of SGLang 0.5.17 recorded them (CUDA 13,
 FlashInfer 0.6.15, dummy weights, one 4.5k-token request): the names as captured with their argument lists cut, each
 kernel's mean duration over 99 passes, in the order one pass runs them. That pass ran 523 kernels, 3.42 ms of them in
-a 3.61 ms span. One forward pass here is one token of any request, as the stand-in has no batch.
+a 3.61 ms span. One forward pass here is one token of any request, as the stand-in has no batch. A request's first
+pass is its extend (prefill): there the attention kernel is the same paged kernel with a causal mask (MaskMode 1),
+as SGLang 0.5.17 runs an extend inside its piecewise prefill graphs (flashinfer_backend.forward_extend with
+use_ragged off: prefill_wrapper_paged.forward(causal=True)); read from its code, not captured.
 """
 from __future__ import annotations
 
@@ -62,8 +65,13 @@ PASS_TAIL: tuple[Kernel, ...] = (("nvjet_sm90_tst_384x8_64x4_2x1_v_bz_TNT", 183.
 GAP_US = 0.37  # between kernels replayed from a CUDA graph: (3.61 - 3.42) ms over 523 kernels
 
 
-def one_pass() -> list[Kernel]:
-    return [*PASS_HEAD, *PER_LAYER * LAYERS, *PASS_TAIL]
+DECODE_ATTENTION = PER_LAYER[4][0]
+EXTEND_ATTENTION = (DECODE_ATTENTION.replace("MaskMode)0", "MaskMode)1"), 24.0)
+
+
+def one_pass(extend: bool = False) -> list[Kernel]:
+    layer = [EXTEND_ATTENTION if extend and name == DECODE_ATTENTION else (name, us) for name, us in PER_LAYER]
+    return [*PASS_HEAD, *layer * LAYERS, *PASS_TAIL]
 
 
 class Profiler:
@@ -89,12 +97,12 @@ class Profiler:
             self.clock_us = time.time() * 1e6
         self.log(f"Profiling starts. Traces will be saved to: {out_dir} (with profile id: {profile_id})")
 
-    def step(self) -> None:
+    def step(self, extend: bool = False) -> None:
         with self.lock:
             if self.left <= 0 or self.path is None:
                 return
             ts = max(self.clock_us, time.time() * 1e6)
-            for name, us in one_pass():
+            for name, us in one_pass(extend):
                 self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts,
                                     "dur": us, "args": {"stream": 7, "device": 0}})
                 ts += us + GAP_US

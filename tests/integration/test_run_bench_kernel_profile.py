@@ -1,0 +1,48 @@
+"""run_bench.py --kernel-profile end to end against the SGLang stand-in: the closed-loop point runs once more,
+unmeasured, SGLang's profiler is asked once a third of that pass's requests have finished, the trace's passes are
+split into decode steps and extends, and the dashboard shows them under What bounds a decode step."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchrun import QWEN3_4B, REPO, bench
+from benchrun import rows as _rows
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="serve.sh needs tmux")
+ARGS = ("--arms", "baseline", "--workloads", "agent", "--patterns", "concurrency", "--concurrency", "8", "--repeat",
+        "1", "--kernel-profile")
+
+
+def test_a_profiled_load_records_its_passes_by_kind_and_the_dashboard_shows_them(paced_env):
+    (Path(paced_env["MODEL_DIR"]) / "config.json").write_text(json.dumps(QWEN3_4B))
+    dry = bench(paced_env, *ARGS, "--dry-run", timeout=60)
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    assert "baseline.agent.concurrency.c8.r1.profile" in dry.stdout  # priced like a point
+
+    proc = bench(paced_env, *ARGS, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    assert [p["point_id"] for p in _rows(run / "points.jsonl")] == ["baseline.agent.concurrency.c8.r1"]  # unmeasured
+    [rec] = _rows(run / "point_kernels.jsonl")
+    assert (rec["point_id"], rec["status"], rec["steps"]) == ("baseline.agent.concurrency.c8.r1.profile", "ok", 100)
+    assert rec["decode_steps"] + rec["extend_passes"] == 100 and rec["decode_steps"] > 50
+    # the stand-in's decode step: 36 layers x (9.1 µs of tensor-core attention + its 1.8 µs merge)
+    assert rec["decode_attention_ms"] == pytest.approx(36 * (9.1 + 1.8) / 1000, rel=1e-6)
+    assert rec["extend_attention_ms"] is None or rec["extend_attention_ms"] == pytest.approx(36 * (24.0 + 1.8) / 1000)
+    assert list((run / "raw" / "profile-baseline.agent.concurrency.c8.r1").glob("load-*-TP-0.trace.json.gz"))
+    assert "[bench] kernel profile baseline agent c=8: 100 forward passes" in proc.stdout
+
+    dash = subprocess.run([sys.executable, str(REPO / "make_dashboard.py"), str(run)], env=paced_env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert dash.returncode == 0, dash.stderr[-2000:]
+    written = json.loads(dash.stdout.strip().splitlines()[-1])
+    html = Path(written["html"]).read_text()
+    assert "GPU kernels under load" in html and "Attention ms per decode step" in html
+    summary = json.loads(Path(written["summary_json"]).read_text())
+    assert [r["point_id"] for r in summary["point_kernels"]] == [rec["point_id"]]
