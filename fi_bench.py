@@ -4,7 +4,7 @@
 Runs on the GPU host with the server's Python (torch + flashinfer); `report` runs anywhere (charts need plotly: the
 toolkit venv; without it the page keeps every table):
 
-    python3 fi_bench.py sparse            # page size x placement x batch x KV dtype x decode path (~2 min, H200)
+    python3 fi_bench.py sparse            # page size x placement x batch x KV dtype x decode path (~3 min, H200)
     python3 fi_bench.py sparse --quick    # page sizes 1,16, one batch shape, fewer repeats (~30 s)
     python3 fi_bench.py balance           # split-KV auto/off/forced/graph x lengths x batch, planning cost (~1 min)
     python3 fi_bench.py jit               # JIT compile / cached-load cost per variant (~2 min; after fi_jit_setup.sh)

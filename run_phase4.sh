@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # run_phase4.sh — open FlashInfer up: kernel benchmarks, JIT cost, a live trace of the server, one HTML report.
 #
-#   ./run_phase4.sh all                  # kernels, jit, trace, report (in that order; est. ~8-9 min on an H200)
+#   ./run_phase4.sh all                  # kernels, jit, trace, report (in that order; est. ~9-10 min on an H200)
 #   ./run_phase4.sh kernels report       # any subset of the stages, run in the order given
 #   ./run_phase4.sh all --quick          # sparse --quick, 5 JIT variants, 20 s of trace traffic (est. ~5 min)
 #
 # Stages (H200 estimates at full size):
-#   kernels  fi_bench.py sparse + balance     ~3 min  (server stopped meanwhile: the GPU must be ours alone)
+#   kernels  fi_bench.py sparse + balance     ~4 min  (server stopped meanwhile: the GPU must be ours alone)
 #   jit      fi_jit_setup.sh, then fi_bench.py jit in the clean environment it prints: 10 variants, compiled 4 at a
 #            time on 16 cores                 ~2 min  (server stopped too)
 #   trace    fi_trace.py capture: server start with the tracer, warm-up, 40 s of traffic (tracer off/on/on/off),

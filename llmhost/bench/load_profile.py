@@ -17,8 +17,8 @@ non-causal: its one query token sees the whole context) or BatchDecodeWithPagedK
 causal kernel over its new tokens once per layer — BatchPrefillWithRaggedKVCacheKernel, or inside SGLang's
 piecewise prefill graphs the paged kernel with a causal mask (MaskMode 1) — plus, on the ragged path, the paged
 kernel over the cached prefix and a merge. So extends = causal attention kernels / layers, the rest are decode
-steps, and the attention time splits the same way (the ragged path's prefix part counts as decode: a bias the
-record names).
+steps, and the attention time splits by layer: a layer's attention kernels run back to back (between its KV write
+and o_proj), and a run of them with a causal kernel in it is an extend's, merges and prefix part included.
 """
 from __future__ import annotations
 
@@ -89,18 +89,22 @@ class Trigger:
 
 
 def attention_split(kernels: list[tuple[str, float, float]], layers: int) -> tuple[int, float, float]:
-    """(extend passes, decode attention µs, extend attention µs) over the trace's kernels."""
+    """(extend passes, decode attention µs, extend attention µs) over the trace's kernels: each run of consecutive
+    attention kernels (one layer's) goes to the extend when a causal kernel is in it, else to the decode step."""
     decode_us = extend_us = 0.0
     causal = 0
-    for name, _, dur in kernels:
-        if kernel_profile.category(name) != "attention":
+    run: list[tuple[str, float]] = []
+    for name, _, dur in [*sorted(kernels, key=lambda k: k[1]), ("", 0.0, 0.0)]:  # the sentinel ends the last run
+        if name and kernel_profile.category(name) == "attention":
+            run.append((name.lower(), dur))
             continue
-        low = name.lower()
-        if _CAUSAL.search(low):
-            extend_us += dur
-            causal += 1 if _ATTENTION_MAIN.search(low) else 0
+        mains = sum(1 for low, _ in run if _CAUSAL.search(low) and _ATTENTION_MAIN.search(low))
+        if mains:
+            extend_us += sum(d for _, d in run)
+            causal += mains
         else:
-            decode_us += dur
+            decode_us += sum(d for _, d in run)
+        run = []
     return round(causal / layers) if layers else 0, decode_us, extend_us
 
 

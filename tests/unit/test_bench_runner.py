@@ -31,6 +31,7 @@ class FakeBench:
         self.cfg = SimpleNamespace(state_dir=root / "state")
         self.started_at = time.time()
         self.done, self.lines, self.boots = 0, [], []
+        self.kernel_profile = False
 
     def progress(self, text: str) -> None:
         self.lines.append(text)

@@ -13,8 +13,8 @@ def test_fp8_kv_halves_the_kv_bytes_but_not_q_and_o():
     # page table (int32): indptr 2 + indices 7 + last_page_len 1 = 10 ints = 40 bytes
     table = kv.place("contiguous", [100], 16, pool_pages=10)
     got = kv.decode_bytes(table, num_qo_heads=32, num_kv_heads=8, head_dim=128, kv_dtype_bytes=1)
-    assert got == {"kv_bytes": 204_800, "q_bytes": 8_192, "o_bytes": 8_192, "page_table_bytes": 40,
-                   "total_bytes": 204_800 + 2 * 8_192 + 40}
+    assert got == {"kv_bytes": 204_800, "distinct_kv_bytes": 204_800, "q_bytes": 8_192, "o_bytes": 8_192,
+                   "page_table_bytes": 40, "total_bytes": 204_800 + 2 * 8_192 + 40}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

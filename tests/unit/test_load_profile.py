@@ -47,19 +47,20 @@ def test_passes_are_split_into_decode_steps_and_extends_by_their_attention_kerne
                       [(RAGGED, 150.0), (DECODE, 40.0), (MERGE, 5.0)]):  # decode, extend, decode, ragged extend
         more, t = forward(attention, t)
         kernels += more
-    extends, decode_us, extend_us = load_profile.attention_split(kernels, LAYERS)
+    # the order of the kernels in the trace, not in the list, decides the layer each belongs to
+    extends, decode_us, extend_us = load_profile.attention_split(kernels[::-1], LAYERS)
     assert extends == 2
-    assert extend_us == LAYERS * (200.0 + 150.0)  # the causal kernels
-    assert decode_us == LAYERS * (55.0 + 55.0 + 45.0)  # the ragged path's prefix part counts as decode: named
+    assert extend_us == LAYERS * (200.0 + 150.0 + 40.0 + 5.0)  # the ragged path's prefix part and merge with it
+    assert decode_us == LAYERS * (55.0 + 55.0)
     point = load_profile.profile_pass(points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1))
     rec = load_profile.summarize(point, kernels, 4, LAYERS, "t.trace.json.gz")
     assert (rec.status, rec.steps, rec.decode_steps, rec.extend_passes) == ("ok", 4, 2, 2)
-    assert rec.decode_attention_ms == pytest.approx(LAYERS * 155.0 / 2 / 1000)
-    assert rec.extend_attention_ms == pytest.approx(LAYERS * 350.0 / 2 / 1000)
+    assert rec.decode_attention_ms == pytest.approx(LAYERS * 110.0 / 2 / 1000)
+    assert rec.extend_attention_ms == pytest.approx(LAYERS * 395.0 / 2 / 1000)
     assert rec.by_category["GEMM"] == pytest.approx(LAYERS * 100.0 / 1000)  # per pass, both kinds
     assert rec.span_ms > rec.kernel_ms and (rec.point_id, rec.concurrency) == (point.point_id, 64)
     line = load_profile.line(rec)
-    assert "4 forward passes (2 decode, 2 extend)" in line and "attention 0.15 ms a decode step" in line
+    assert "4 forward passes (2 decode, 2 extend)" in line and "attention 0.11 ms a decode step" in line
 
 
 def test_a_trace_of_decode_steps_only_has_no_extend_attention():
