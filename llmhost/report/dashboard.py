@@ -47,8 +47,8 @@ def build(run: Run, slo: stats.Slo, other: Run | None = None, seed: int = 0,
     windows = steady.window_groups(run, groups, seed)
     steady_rows = steady.steady_rows(groups, windows, slo, seed)
     paired, unsteady = steady.paired_rows(run, groups, windows, slo), steady.not_steady_rows(groups, windows)
-    bound = decode_bound.bound_rows(run, steady_rows)
     profiled = load_kernels_page.rows(run)
+    bound = decode_bound.with_profiles(decode_bound.bound_rows(run, steady_rows), profiled)
     headline = kpis.steady_view(rows, steady_rows, slo.pct)  # the cards' numbers: steady windows where there are
     cards = kpis.build_cards(run, headline, slo, price)
     sections = [("overview", "Overview", env_card(run, slo) + page.cards(cards, colors)),

@@ -158,6 +158,18 @@ def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | 
             "cached_share_pct": 100 * cached_share(row), "reading": line}
 
 
+def with_profiles(bound: list[dict[str, Any]], profiled: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with its load's --kernel-profile (llmhost.report.load_kernels_page rows, same arm, workload and
+    concurrency): the attention a decode step measured and a pass's span, beside the bytes it asked for."""
+    by_load = {(p["arm"], p["workload"], p["load"]): p for p in profiled if p["status"] == "ok"}
+    out = []
+    for row in bound:
+        found = by_load.get((row["arm"], row["workload"], f"c={row['concurrency']}"))
+        out.append({**row, "profiled_attention_ms": found["decode_attention_ms"] if found else None,
+                    "profiled_span_ms": found["span_ms"] if found else None})
+    return out
+
+
 def bound_rows(run: Run, steady_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A row per steady closed-loop point (at least one steady repeat); none when the run has no model shape."""
     shape = run.manifest.model_shape

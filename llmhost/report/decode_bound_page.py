@@ -20,7 +20,9 @@ INTRO = ("<p class=read>Each decode step reads the weights once and, for every r
          "share (fi_bench.py sparse's shared placements measure how much), so where most prompt tokens came from "
          "the prefix cache the KV ms is an upper bound, and a step below its floor is that. Otherwise a floor that "
          "explains most of the step says memory reads bind and which bytes to cut; one under "
-         f"{decode_bound.MEMORY_BOUND_SHARE:.0%} of it says compute or overhead binds instead.</p>")
+         f"{decode_bound.MEMORY_BOUND_SHARE:.0%} of it says compute or overhead binds instead. Attention ms "
+         "(profiled): what a decode step's attention kernels took under that load, where the run has a "
+         "--kernel-profile of it (GPU kernels under load, below).</p>")
 
 
 def _gb(n_bytes: Any) -> str:
@@ -37,6 +39,7 @@ COLUMNS: list[tuple[str, page.Cell]] = [
     ("Measured ms", lambda r: num(r["measured_ms"], 2) + (f" <span class=noise>({esc(r['measured_by'])})</span>"
                                                           if r["measured_by"] else "")),
     ("KV share of step %", lambda r: num(r["kv_share_pct"], 0)),
+    ("Attention ms (profiled)", lambda r: num(r.get("profiled_attention_ms"), 2)),
     ("Prompt tokens cached %", lambda r: num(r.get("cached_share_pct"), 0)), ("Reading", lambda r: esc(r["reading"]))]
 
 

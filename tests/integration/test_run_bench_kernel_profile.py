@@ -46,3 +46,7 @@ def test_a_profiled_load_records_its_passes_by_kind_and_the_dashboard_shows_them
     assert "GPU kernels under load" in html and "Attention ms per decode step" in html
     summary = json.loads(Path(written["summary_json"]).read_text())
     assert [r["point_id"] for r in summary["point_kernels"]] == [rec["point_id"]]
+    # the decode-bound row of the load (when its repeat was steady) carries the attention the profile measured
+    bound = summary["decode_bound"]
+    assert len(bound) == sum(1 for r in summary["steady"] if r["repeats_steady"])
+    assert all(b["profiled_attention_ms"] == pytest.approx(rec["decode_attention_ms"]) for b in bound)

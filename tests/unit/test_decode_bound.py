@@ -224,3 +224,19 @@ def test_with_most_prompt_tokens_from_the_prefix_cache_the_kv_reads_are_an_upper
     slow = decode_bound.bound_row({**AGENT_C64, "cached_tokens_mean": 4096.0, "server_itl_mean_ms": 30.0}, QWEN3_4B,
                                   "auto", H200_GB_S)
     assert "compute or overhead, not memory, binds" in slow["reading"]
+
+
+def test_a_loads_kernel_profile_joins_its_row_by_arm_workload_and_concurrency() -> None:
+    row = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)
+    profiled = [{"arm": "baseline", "workload": "agent", "load": "c=64", "status": "ok", "decode_attention_ms": 5.6,
+                 "span_ms": 9.4},
+                {"arm": "baseline", "workload": "chat", "load": "c=64", "status": "ok", "decode_attention_ms": 1.0,
+                 "span_ms": 5.0},
+                {"arm": "baseline", "workload": "agent", "load": "c=128", "status": "ok", "decode_attention_ms": 9.0,
+                 "span_ms": 15.0}]
+    [joined] = decode_bound.with_profiles([row], profiled)
+    assert (joined["profiled_attention_ms"], joined["profiled_span_ms"]) == (5.6, 9.4)
+    assert {k: v for k, v in joined.items() if not k.startswith("profiled_")} == row  # the row itself unchanged
+    failed = [{**profiled[0], "status": "failed", "decode_attention_ms": None, "span_ms": None}]
+    assert decode_bound.with_profiles([row], failed)[0]["profiled_attention_ms"] is None
+    assert decode_bound.with_profiles([row], [])[0]["profiled_span_ms"] is None
