@@ -314,6 +314,8 @@ def test_an_arm_given_with_arm_runs_beside_the_arms_listed(env):
     (["--startup", "--single-stream"], 2, "--startup measures restarts only, no load points: drop --single-stream"),
     (["--single-stream", "--arms", "nope"], 2, "unknown arm nope"),
     (["--import-profile"], 2, "--import-profile profiles the server's start: give it with --startup N"),
+    (["--startup", "2", "--kernel-profile"], 2, "--kernel-profile profiles the closed-loop points of a plain run"),
+    (["--tune", "--kernel-profile"], 2, "not with --tune, --startup or --single-stream"),
 ])
 def test_bad_input_ends_with_one_line_and_a_usage_exit(env, args, code, needle):
     proc = bench(env, *args, timeout=60)
