@@ -120,8 +120,7 @@ def shared_prompt_headline(cases: list[dict]) -> dict:
     for placement in sorted({c["placement"] for c in like}):
         group = [c for c in like if c["placement"] == placement]
         out["shared_prompt_over_private_time"][placement] = _median([c["vs_contiguous"] for c in group])
-        pct = [c["distinct_gb_s"] / c["gb_s"] * c["pct_peak"] for c in group
-               if c.get("distinct_gb_s") and c.get("pct_peak")]
+        pct = [c["distinct_pct_peak"] for c in group if c.get("distinct_pct_peak")]
         if pct:
             out["shared_prompt_distinct_pct_peak"][placement] = _median(pct)
     out["shared_prompt_case"] = f"{like[0]['dtype']} {like[0]['path']} page {like[0]['page_size']}, " \

@@ -221,7 +221,8 @@ def shared_cases(base: list[dict]) -> list[dict]:
             for placement, factor in (("shared", 0.6), ("shared-interleaved", 0.95)):
                 us = c["median_us"] * factor
                 got = bandwidth(c["total_bytes"], us / 1e3, 4800.0, 4100.0)
-                out.append({**c, "placement": placement, "median_us": us, **got, "distinct_gb_s": got["gb_s"] / 3})
+                out.append({**c, "placement": placement, "median_us": us, **got, "distinct_gb_s": got["gb_s"] / 3,
+                            "distinct_pct_peak": got["pct_peak"] / 3})
     return out
 
 
@@ -258,3 +259,13 @@ def test_a_shared_placement_is_checked_on_two_requests_of_one_prompt_and_one_of_
         groups = [kv_layout.group_of(b, 64, interleaved) for b in picks]
         assert groups[0] == groups[1] != groups[2]
     assert shared_check_requests(1, False) == [0]  # one request: nothing to pair it with
+
+
+def test_the_distinct_bandwidth_counts_each_shared_page_once_by_hand():
+    from llmhost.fi.sparse_kernels import distinct_bandwidth
+
+    # 1 GB asked for, of it 0.8 GB KV of which 0.2 GB distinct: 0.4 GB in 0.1 ms = 4,000 GB/s = 83.3% of 4,800
+    moved = {"total_bytes": 10**9, "kv_bytes": 8 * 10**8, "distinct_kv_bytes": 2 * 10**8}
+    got = distinct_bandwidth(moved, 0.1, 4800.0)
+    assert got["distinct_gb_s"] == pytest.approx(4000.0) and got["distinct_pct_peak"] == pytest.approx(83.333, 1e-4)
+    assert distinct_bandwidth(moved, 0.1, None)["distinct_pct_peak"] is None  # an unknown GPU: no share

@@ -74,8 +74,7 @@ def shared_block(doc: dict) -> str:
     if not shared:
         return ""
     rows = [[c["dtype"], c["path"], f"{c['batch']}x{c['seq_len']}", c["page_size"], c["placement"], c["median_us"],
-             c.get("vs_contiguous"), c["gb_s"], c["pct_peak"], c.get("distinct_gb_s"),
-             c["distinct_gb_s"] / c["gb_s"] * c["pct_peak"] if c.get("distinct_gb_s") and c.get("pct_peak") else None]
+             c.get("vs_contiguous"), c["gb_s"], c["pct_peak"], c.get("distinct_gb_s"), c.get("distinct_pct_peak")]
             for c in shared]
     return (f"<h3>Shared prompt pages: does decode read them once per request?</h3><p>Every {kv_layout.SHARED_GROUP}"
             f" requests share the first {kv_layout.SHARED_FRACTION:.0%} of their tokens. The kernel reads them for "
