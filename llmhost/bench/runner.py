@@ -343,6 +343,8 @@ def run_point(b: Bench, arm: arms_mod.Arm, point: points.Point, last: PointRecor
     check_user_stop(b)  # a stop during the last attempt: say so now, not at the next arm
     b.done += 1
     b.spend(point, time.monotonic() - started)
+    if b.kernel_profile and load_profile.is_profiled(point) and b.clock:
+        b.clock.point_done(load_profile.profile_pass(point), 0.0)  # a failed point is not profiled: off the ETA
     return False
 
 

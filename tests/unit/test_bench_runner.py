@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -279,3 +280,20 @@ def test_the_load_generator_keeps_its_bytecode_where_the_server_does(monkeypatch
     assert env["OPENAI_API_KEY"] == "sk-test"
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
     assert "PYTHONPYCACHEPREFIX" not in runner.loadgen_env(dataclasses.replace(cfg, api_key_file=""))
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_with_kernel_profile_an_ok_point_is_profiled_and_a_failed_one_leaves_the_eta_without_its_pass(
+        tmp_path, monkeypatch, ok):
+    bench = FakeBench(tmp_path)
+    bench.kernel_profile = True
+    done: list[tuple[str, float]] = []
+    bench.clock = SimpleNamespace(point_done=lambda p, wall_s: done.append((p.point_id, wall_s)))
+    point = points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1)
+    profiled = []
+    monkeypatch.setattr(runner, "attempt_point", lambda b, p, attempt: _record(p, attempt, ok))
+    monkeypatch.setattr(runner, "server_alive", lambda cfg: True)
+    monkeypatch.setattr(runner, "profile_point", lambda b, p: profiled.append(p.point_id))
+    assert runner.run_point(bench, arms.REGISTRY["baseline"], point, last=None) is ok
+    assert profiled == ([point.point_id] if ok else [])
+    assert done == ([] if ok else [(point.point_id + ".profile", 0.0)])  # profile_point itself counts an ok one
