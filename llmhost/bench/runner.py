@@ -220,6 +220,18 @@ def measure(b: Bench, point: points.Point, stem: str, prime: bool = False,
     return totals, error
 
 
+def prepare(b: Bench, point: points.Point, stem: str) -> str:
+    """The start every pass of a point has: the prefix cache flushed, then primed for a primed point; '' or why
+    not."""
+    flush = flush_all(b.cfg, wait_s=120)  # flushed only once SGLang emptied the tree (each worker's, behind a router)
+    if not flush:
+        return f"prefix cache flush failed: {flush.detail}"
+    if points.is_primed(point):
+        _, prime_error = measure(b, point, stem, prime=True)
+        return f"priming pass failed: {prime_error}" if prime_error else ""  # else cold would be published as warm
+    return ""
+
+
 def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     """Run one attempt of a point; returns its points.jsonl record (failures are data, named with the server
     log's cause when it has one)."""
@@ -227,36 +239,36 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     started = time.time()
     stem = str(b.store.raw_dir() / f"{point.point_id}.a{attempt}.{int(started)}")  # unique per attempt
     log_offset = serverlog.size(b.cfg.state_dir / "server.log")
-    flush = flush_all(b.cfg, wait_s=120)  # flushed only once SGLang emptied the tree (each worker's, behind a router)
-    error = "" if flush else f"prefix cache flush failed: {flush.detail}"
+    error = prepare(b, point, stem)
+    flushed = not error.startswith("prefix cache flush failed")
     summary, rel = None, ""
-    if flush and points.is_primed(point):
-        _, prime_error = measure(b, point, stem, prime=True)
-        error = f"priming pass failed: {prime_error}" if prime_error else ""  # else cold would be published as warm
-    if flush and not error:
+    if not error:
         summary, rel, error = measure_point(b, point, stem)
     if error:
         cause = serverlog.error_cause(b.cfg.state_dir / "server.log", log_offset)
         error = f"{error} — server log: {cause}"[:400] if cause else error
     record = PointRecord.of(point, attempt=attempt, status="failed" if error else "ok", error=error or None,
                             started_at=started, ended_at=time.time(),
-                            cache_flushed=bool(flush) and not points.is_primed(point), summary=summary,
+                            cache_flushed=flushed and not points.is_primed(point), summary=summary,
                             requests_file=rel or f"requests/{point.point_id}.jsonl")
     b.sampler.point_id = None
     return record
 
 
 def profile_point(b: Bench, point: points.Point) -> None:
-    """--kernel-profile: the point once more, unmeasured, with SGLang's profiler on for PROFILE_STEPS forward passes
-    in its steady stretch (llmhost.bench.load_profile); the record lands in point_kernels.jsonl, a failure as its
-    reason. The pass counts in the ETA as its own point."""
+    """--kernel-profile: the point once more, unmeasured and from the same start (flushed, primed), with SGLang's
+    profiler on for a request's lifetime of forward passes in its steady stretch (llmhost.bench.load_profile); the
+    record lands in point_kernels.jsonl, a failure as its reason. The pass counts in the ETA as its own point."""
     started = time.monotonic()
     pass_ = load_profile.profile_pass(point)
     stem = str(b.store.raw_dir() / f"{pass_.point_id}.{int(time.time())}")
     b.progress(f"{pass_.point_id}: running once more, profiled")
     trigger = load_profile.Trigger(info_client(b.cfg), b.store.raw_dir() / f"profile-{point.point_id}",
-                                   completed_file(Path(f"{stem}.requests.jsonl")), load_profile.after_requests(point))
-    _, error = measure(b, point, stem, also=trigger)  # no flush: the prefix cache stays as the measured pass left it
+                                   completed_file(Path(f"{stem}.requests.jsonl")), load_profile.after_requests(point),
+                                   load_profile.profile_steps(point))
+    error = prepare(b, point, stem)
+    if not error:
+        _, error = measure(b, point, stem, also=trigger)
     shape = b.store.read_manifest().model_shape
     record = load_profile.collect(pass_, trigger, shape.num_layers if shape else 0, error)
     b.store.append_point_kernels(record)

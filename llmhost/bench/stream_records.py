@@ -96,3 +96,6 @@ class PointKernelRecord(Record):
     extend_attention_ms: float | None  # causal attention kernels per extend
     trace_file: str  # under raw/profile-<point id>/
     error: str = ""
+    # GPU wall time per pass, idle included (None: the trace's passes could not be told apart, or none of the kind)
+    decode_step_ms: float | None = None
+    extend_pass_ms: float | None = None

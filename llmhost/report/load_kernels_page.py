@@ -12,11 +12,14 @@ from llmhost.report.load import Run
 from llmhost.report.page import esc, num
 
 INTRO = ("<p class=read>GPU kernels under load (<code>--kernel-profile</code>): the first repeat of each closed-loop "
-         "load ran once more, unmeasured, with SGLang's profiler on for 100 consecutive forward passes once a third "
-         "of its requests had finished (llmhost/bench/load_profile.py). Passes are decode steps or extends "
-         "(prefills of arriving requests), told apart by their attention kernels: an extend runs a causal one per "
-         "layer. Milliseconds per forward pass, averaged over both kinds, except the two attention columns: per "
-         "decode step and per extend. Idle = the span from the first kernel to the last minus the kernels.</p>")
+         "load ran once more, unmeasured, from the same flushed (and primed) cache, with SGLang's profiler on for "
+         "a quarter more consecutive forward passes than a request has output tokens, once a third of its requests "
+         "had finished (llmhost/bench/load_profile.py): every slot of the closed loop finishes a request and "
+         "extends the next inside that window. Passes are decode steps or extends (prefills of arriving requests), "
+         "told apart by their attention kernels: an extend runs a causal one per layer. Milliseconds per forward "
+         "pass, averaged over both kinds, except the columns per decode step and per extend; the two \"on the GPU's "
+         "clock\" columns are a pass's wall time, idle included, from its first attention kernel to the next pass's. "
+         "Idle = the span from the first kernel to the last minus the kernels.</p>")
 
 
 def rows(run: Run) -> list[dict[str, Any]]:
@@ -32,6 +35,7 @@ def row(rec: PointKernelRecord) -> dict[str, Any]:
             "extend_passes": rec.extend_passes, "kernel_ms": rec.kernel_ms, "span_ms": rec.span_ms,
             "idle_ms": rec.span_ms - rec.kernel_ms if ok else None,
             "decode_attention_ms": rec.decode_attention_ms, "extend_attention_ms": rec.extend_attention_ms,
+            "decode_step_ms": rec.decode_step_ms, "extend_pass_ms": rec.extend_pass_ms,
             "by_category": dict(rec.by_category), "top": [{"name": k.name, "ms_per_step": k.ms_per_step,
                                                           "calls_per_step": k.calls_per_step} for k in rec.top]}
 
@@ -54,6 +58,8 @@ def section_html(run: Run, profiled: list[dict[str, Any]]) -> str:
         ("Passes (decode / extend)", lambda r: f"{r['steps']} ({r['decode_steps']} / {r['extend_passes']})"),
         ("Span ms", lambda r: num(r["span_ms"], 2)), ("Kernels ms", lambda r: num(r["kernel_ms"], 2)),
         ("Idle ms", lambda r: num(r["idle_ms"], 2)),
+        ("Decode step ms, GPU clock", lambda r: num(r["decode_step_ms"], 2)),
+        ("Extend ms, GPU clock", lambda r: num(r["extend_pass_ms"], 2)),
         ("Attention ms per decode step", lambda r: num(r["decode_attention_ms"], 2)),
         ("Attention ms per extend", lambda r: num(r["extend_attention_ms"], 2)),
         *[(f"{c} ms", _category(c)) for c in categories]]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmhost.bench import kernel_profile, load_profile, points
+from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 LAYERS = 2
 # names as SGLang 0.5.17 runs them on an H200 (decode: the tensor-core paged kernel without a mask, and the split-KV
@@ -41,6 +42,12 @@ def test_only_the_first_repeat_of_a_closed_loop_load_is_profiled():
     assert load_profile.after_requests(plan[0]) == plan[0].num_prompts // 3
 
 
+def test_the_window_spans_a_whole_request_so_that_a_closed_loop_wave_of_extends_falls_inside():
+    agent = points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1)
+    output = WORKLOADS["agent"].output_len
+    assert load_profile.profile_steps(agent) == max(load_profile.MIN_STEPS, -(-5 * output // 4)) >= output
+
+
 def test_passes_are_split_into_decode_steps_and_extends_by_their_attention_kernels():
     kernels, t = [], 0.0
     for attention in ([(DECODE, 50.0), (MERGE, 5.0)], [(EXTEND, 200.0)], [(DECODE, 50.0), (MERGE, 5.0)],
@@ -48,7 +55,7 @@ def test_passes_are_split_into_decode_steps_and_extends_by_their_attention_kerne
         more, t = forward(attention, t)
         kernels += more
     # the order of the kernels in the trace, not in the list, decides the layer each belongs to
-    extends, decode_us, extend_us = load_profile.attention_split(kernels[::-1], LAYERS)
+    extends, decode_us, extend_us = load_profile.attention_split(load_profile.layer_runs(kernels[::-1]), LAYERS)
     assert extends == 2
     assert extend_us == LAYERS * (200.0 + 150.0 + 40.0 + 5.0)  # the ragged path's prefix part and merge with it
     assert decode_us == LAYERS * (55.0 + 55.0)
@@ -59,8 +66,21 @@ def test_passes_are_split_into_decode_steps_and_extends_by_their_attention_kerne
     assert rec.extend_attention_ms == pytest.approx(LAYERS * 395.0 / 2 / 1000)
     assert rec.by_category["GEMM"] == pytest.approx(LAYERS * 100.0 / 1000)  # per pass, both kinds
     assert rec.span_ms > rec.kernel_ms and (rec.point_id, rec.concurrency) == (point.point_id, 64)
+    # each pass on the GPU's clock, idle included: GEMM 100 + 10 idle, then each attention kernel + 10, per layer
+    assert rec.decode_step_ms == pytest.approx(LAYERS * (110 + 60 + 15) / 1000)
+    # the last pass ends with the trace's last kernel (its trailing 10 µs of idle is not in the trace)
+    assert rec.extend_pass_ms == pytest.approx((LAYERS * (110 + 210) + LAYERS * (110 + 160 + 50 + 15) - 10) / 2 / 1000)
     line = load_profile.line(rec)
     assert "4 forward passes (2 decode, 2 extend)" in line and "attention 0.11 ms a decode step" in line
+    assert "on the GPU's clock 0.37 ms a decode step, 0.65 ms an extend" in line
+
+
+def test_passes_cannot_be_told_apart_when_a_layers_attention_is_split():
+    kernels, t = forward([(DECODE, 50.0)], 0.0)
+    kernels += [(GEMM, t, 100.0), (DECODE, t + 110.0, 50.0)]  # a third attention run in a pass of two layers
+    runs = load_profile.layer_runs(kernels)
+    assert len(runs) == 3 and load_profile.pass_spans(runs, LAYERS, 1, 0.0, t + 160.0) == (None, None)
+    assert load_profile.pass_spans(runs[:2], LAYERS, 1, 0.0, t - 10.0) == (pytest.approx((t - 10.0) / 1000), None)
 
 
 def test_a_trace_of_decode_steps_only_has_no_extend_attention():
@@ -106,11 +126,11 @@ def test_the_trigger_asks_once_when_enough_requests_have_finished_and_counts_onl
 
 def test_collect_says_why_there_is_no_profile(tmp_path: Path):
     point = points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1)
-    early = load_profile.Trigger(FakeServer(), tmp_path / "a", tmp_path / "none.jsonl", after=128)
+    early = load_profile.Trigger(FakeServer(), tmp_path / "a", tmp_path / "none.jsonl", after=128, steps=320)
     rec = load_profile.collect(point, early, 36, pass_error="load generator exceeded 300s")
     assert rec.status == "failed" and rec.error == ("not profiled: 0 of the 128 requests to wait for finished (load "
                                                     "generator exceeded 300s)")
-    refused = load_profile.Trigger(FakeServer(status=400), tmp_path / "b", tmp_path / "c.jsonl", after=1)
+    refused = load_profile.Trigger(FakeServer(status=400), tmp_path / "b", tmp_path / "c.jsonl", after=1, steps=320)
     (tmp_path / "c.jsonl").write_text("{}\n")
     refused()
     assert load_profile.collect(point, refused, 36).error.startswith("/start_profile answered 400: profiler busy")
