@@ -43,7 +43,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (  # the specific before the broad: Fl
     ("rope", r"rope|rotary"),
     ("activation", r"silu|gelu|act_and_mul|swiglu"),
     ("sampling", r"argmax|sampl|topk|top_k|top_p|softmax|multinomial|logit"),
-    ("attention", r"batchdecode|batchprefill|mergestates|attention|fmha|flash_fwd|paged|mla"),
+    ("attention", r"batchdecode|batchprefill|mergestate|attention|fmha|flash_fwd|paged|mla"),
     ("GEMM", r"gemm|gemv|nvjet|xmma|cutlass|matmul|splitk|cublas"),
     ("copy / KV write", r"copy|memcpy|memset|store|set_kv|scatter|gather|index|cat"),
 )

@@ -17,12 +17,12 @@ two waves and see no extend at all (100 passes did so on an H200, agent c=64).
 
 Under load the passes are of two kinds: decode steps, and extends (prefills) of arriving requests. FlashInfer names
 a kernel by what it reads, not by the pass: SGLang's decode runs BatchPrefillWithPagedKVCacheKernel (tensor cores,
-non-causal: its one query token sees the whole context) or BatchDecodeWithPagedKVCacheKernel; an extend runs a
-causal kernel over its new tokens once per layer — BatchPrefillWithRaggedKVCacheKernel, or inside SGLang's
-piecewise prefill graphs the paged kernel with a causal mask (MaskMode 1) — plus, on the ragged path, the paged
-kernel over the cached prefix and a merge. So extends = causal attention kernels / layers, the rest are decode
-steps, and the attention time splits by layer: a layer's attention kernels run back to back (between its KV write
-and o_proj), and a run of them with a causal kernel in it is an extend's, merges and prefix part included.
+no mask: its one query token sees the whole context) or BatchDecodeWithPagedKVCacheKernel, and a split-KV merge; an
+extend runs, once per layer, a kernel over its new tokens — the ragged one (on an H200, SGLang 0.5.17: FlashInfer's
+SM90 PrefillWithKVCacheKernel<...RaggedParams...>, seen in its traces), or inside piecewise prefill graphs the paged
+kernel with a causal mask (MaskMode 1) — then the paged kernel over the cached prefix and a merge, with a fill
+between them. So a layer's attention is what runs between its QKV and output projections (two GEMMs); a layer with
+a ragged or causal kernel is an extend's, prefix part and merge included; extends = such layers / layers per pass.
 """
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ MIN_STEPS = 100  # forward passes: ~1 s of agent c=64 decode on an H200
 WINDOW_PER_OUTPUT = 1.25  # passes per output token of the workload: one whole request's lifetime, and some
 START_AFTER = 1 / 3  # of the pass's requests finished: past the start-up wave of a closed loop
 PROFILE_SUFFIX = ".profile"
-_CAUSAL = re.compile(r"raggedkvcache|maskmode\)1")  # an extend's attention over its new tokens
-_ATTENTION_MAIN = re.compile(r"batch(prefill|decode)with(paged|ragged)kvcachekernel")
+# An extend's attention over its new tokens: FlashInfer's ragged kernel (BatchPrefillWithRaggedKVCacheKernel, or on
+# Hopper the SM90 PrefillWithKVCacheKernel<CollectiveMainloop<RaggedParams...>>), or the paged one with a causal mask
+_CAUSAL = re.compile(r"ragged|maskmode\)1")
 
 
 def is_profiled(point: Point) -> bool:
@@ -103,31 +104,33 @@ class Trigger:
 class LayerRun:
     """One layer's attention in one forward pass: a run of consecutive attention kernels."""
     start_us: float
-    causal: int  # causal main kernels in it (an extend's attention over its new tokens)
+    causal: int  # causal kernels in it (an extend's attention over its new tokens)
     us: float  # the run's kernel time
 
 
 def layer_runs(kernels: list[tuple[str, float, float]]) -> list[LayerRun]:
-    """The trace's attention kernels grouped into runs of consecutive ones, in time order."""
+    """Each layer's attention, in time order: the kernels between two GEMMs (a layer's QKV and output projections)
+    with an attention kernel among them; their attention kernels' time (the rope, KV store or fill between them
+    are not attention)."""
     runs: list[LayerRun] = []
-    run: list[tuple[str, float, float]] = []
-    for name, start, dur in [*sorted(kernels, key=lambda k: k[1]), ("", 0.0, 0.0)]:  # the sentinel ends the last
-        if name and kernel_profile.category(name) == "attention":
-            run.append((name.lower(), start, dur))
-        elif run:
-            causal = sum(1 for low, _, _ in run if _CAUSAL.search(low) and _ATTENTION_MAIN.search(low))
-            runs.append(LayerRun(run[0][1], causal, sum(d for _, _, d in run)))
-            run = []
+    between: list[tuple[str, float, float]] = []
+    for name, start, dur in [*sorted(kernels, key=lambda k: k[1]), ("gemm", 0.0, 0.0)]:  # the sentinel ends the last
+        kind = kernel_profile.category(name)
+        if kind == "attention":
+            between.append((name.lower(), start, dur))
+        elif kind == "GEMM" and between:
+            causal = sum(1 for low, _, _ in between if _CAUSAL.search(low))
+            runs.append(LayerRun(between[0][1], causal, sum(d for _, _, d in between)))
+            between = []
     return runs
 
 
 def attention_split(runs: list[LayerRun], layers: int) -> tuple[int, float, float]:
-    """(extend passes, decode attention µs, extend attention µs): a run with a causal kernel in it is an extend's
-    layer, merges and prefix part included; the rest are decode steps'."""
-    causal = sum(r.causal for r in runs)
+    """(extend passes, decode attention µs, extend attention µs): a layer whose attention has a causal kernel is an
+    extend's, merges and prefix part included; the rest are decode steps'."""
     extend_us = sum(r.us for r in runs if r.causal)
     decode_us = sum(r.us for r in runs if not r.causal)
-    return round(causal / layers) if layers else 0, decode_us, extend_us
+    return round(sum(1 for r in runs if r.causal) / layers) if layers else 0, decode_us, extend_us
 
 
 def pass_spans(runs: list[LayerRun], layers: int, steps: int, begin_us: float,

@@ -54,9 +54,9 @@ def test_single_stream_splits_the_time_per_token_from_the_servers_own_decode_lin
     assert set(cats) == {"GEMM", "attention", "norm", "activation", "rope", "copy / KV write", "sampling", "other"}
     # the stand-in's Qwen3-4B step as the H200 traced it: 36 layers x (qkv 11.2 + o 7.9 + gate_up 29.2 + down 15.1
     # + two split-K reduces of 1.8) µs of GEMM + the 183.7 µs lm_head; attention 9.1 + its split-KV merge 1.8 a
-    # decode step, and the request's first pass, its extend, runs the causal kernel instead (24 µs)
+    # decode step, and the request's first pass, its extend, runs the ragged path instead (10 + 120 + 3 µs)
     assert cats["GEMM"] == pytest.approx((36 * (11.2 + 7.9 + 29.2 + 15.1 + 2 * 1.8) + 183.7) / 1000, rel=1e-6)
-    assert cats["attention"] == pytest.approx(36 * (99 * (9.1 + 1.8) + 24.0 + 1.8) / 100 / 1000, rel=1e-6)
+    assert cats["attention"] == pytest.approx(36 * (99 * (9.1 + 1.8) + 10.0 + 120.0 + 3.0) / 100 / 1000, rel=1e-6)
     kern = final["kernels"]["baseline"]
     assert kern["kernel_ms"] == pytest.approx(sum(cats.values())) and kern["span_ms"] > kern["kernel_ms"]
     assert any(line.startswith("[bench] baseline: GPU kernels per forward pass (100 profiled by SGLang): ")

@@ -21,11 +21,19 @@ DECODE = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::Kernel
 MERGE = "void flashinfer::PersistentVariableLengthMergeStatesKernel<8u, 16u, 8u, 4u, __nv_bfloat16>"
 EXTEND = DECODE.replace("MaskMode)0", "MaskMode)1")
 RAGGED = "void flashinfer::BatchPrefillWithRaggedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)1, 16u>>"
+# an extend as SGLang 0.5.17 ran it on an H200 (captured): FlashInfer's SM90 ragged kernel over the new tokens, a
+# fill, the paged kernel (128-row tiles, no mask) over the cached prefix, and the merge of the two
+SM90_RAGGED = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::CollectiveMainloop<RaggedParams::AdditionalParams, "
+               "flashinfer::AttentionKernelTraits<true, 128, 128, 128, 128, 2, cutlass::bfloat16_t>, true>>")
+FILL = "void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul> >"
+PREFIX = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)0, 128u, 2u>>"
+MERGE_STATE = "void flashinfer::MergeStateKernel<8u, __nv_bfloat16, __nv_bfloat16>(__nv_bfloat16*, float*)"
 GEMM = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
 
 
 def forward(attention: list[tuple[str, float]], t: float) -> tuple[list[tuple[str, float, float]], float]:
-    """One pass of LAYERS layers: a 100 µs GEMM, then the attention kernels; 10 µs idle after each kernel."""
+    """One pass of LAYERS layers: a 100 µs GEMM, then the attention kernels (and what runs between them); 10 µs
+    idle after each kernel."""
     out = []
     for _ in range(LAYERS):
         for name, us in [(GEMM, 100.0), *attention]:
@@ -81,6 +89,17 @@ def test_passes_cannot_be_told_apart_when_a_layers_attention_is_split():
     runs = load_profile.layer_runs(kernels)
     assert len(runs) == 3 and load_profile.pass_spans(runs, LAYERS, 1, 0.0, t + 160.0) == (None, None)
     assert load_profile.pass_spans(runs[:2], LAYERS, 1, 0.0, t - 10.0) == (pytest.approx((t - 10.0) / 1000), None)
+
+
+def test_an_extend_as_captured_on_an_h200_counts_its_prefix_part_and_merge_but_not_the_fill_between():
+    kernels, t = forward([(DECODE, 50.0), (MERGE, 5.0)], 0.0)
+    more, t = forward([(SM90_RAGGED, 50.0), (FILL, 7.0), (PREFIX, 600.0), (MERGE_STATE, 15.0)], t)
+    point = points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1)
+    rec = load_profile.summarize(point, kernels + more, 2, LAYERS, "t")
+    assert (rec.decode_steps, rec.extend_passes) == (1, 1)
+    assert rec.extend_attention_ms == pytest.approx(LAYERS * (50.0 + 600.0 + 15.0) / 1000)
+    assert rec.decode_attention_ms == pytest.approx(LAYERS * 55.0 / 1000)
+    assert kernel_profile.category(MERGE_STATE) == "attention" and kernel_profile.category(FILL) == "other"
 
 
 def test_a_trace_of_decode_steps_only_has_no_extend_attention():
