@@ -36,14 +36,15 @@ TOP_KERNELS = 8
 # (Inductor) names a kernel triton_<kind>_fused_<its ops joined by _>: at batch 1 it writes a matrix-vector product as
 # a reduction fused with its neighbours (triton_red_fused__to_copy_add_mean_mm_mul_pow_rsqrt_t_1: an RMSNorm and the
 # projection after it), so one with mm/bmm/addmm among its ops is a GEMM (the weights are its bytes); its RMSNorms
-# are mean + pow (the variance) and rsqrt. Inductor lists the ops in alphabetical order.
+# are mean + pow (the variance) and rsqrt. Inductor lists the ops in alphabetical order. SGLang's Triton attention
+# backend names its kernels _fwd_kernel (extend), _fwd_grouped_kernel_stage1 and _fwd_kernel_stage2 (decode).
 CATEGORIES: tuple[tuple[str, str], ...] = (  # the specific before the broad: FlashInfer names its norms too
     ("GEMM", r"^triton_\w*fused\w*?(?<![a-z])(?:add)?b?mm(?![a-z])"),
     ("norm", r"norm|rsqrt|^triton_\w*_mean_\w*pow"),
     ("rope", r"rope|rotary"),
     ("activation", r"silu|gelu|act_and_mul|swiglu"),
     ("sampling", r"argmax|sampl|topk|top_k|top_p|softmax|multinomial|logit"),
-    ("attention", r"batchdecode|batchprefill|mergestate|attention|fmha|flash_fwd|paged|mla"),
+    ("attention", r"batchdecode|batchprefill|mergestate|attention|fmha|flash_fwd|paged|mla|^_fwd_(grouped_)?kernel"),
     ("GEMM", r"gemm|gemv|nvjet|xmma|cutlass|matmul|splitk|cublas"),
     ("copy / KV write", r"copy|memcpy|memset|store|set_kv|scatter|gather|index|cat"),
 )

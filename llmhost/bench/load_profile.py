@@ -42,8 +42,9 @@ WINDOW_PER_OUTPUT = 1.25  # passes per output token of the workload: one whole r
 START_AFTER = 1 / 3  # of the pass's requests finished: past the start-up wave of a closed loop
 PROFILE_SUFFIX = ".profile"
 # An extend's attention over its new tokens: FlashInfer's ragged kernel (BatchPrefillWithRaggedKVCacheKernel, or on
-# Hopper the SM90 PrefillWithKVCacheKernel<CollectiveMainloop<RaggedParams...>>), or the paged one with a causal mask
-_CAUSAL = re.compile(r"ragged|maskmode\)1")
+# Hopper the SM90 PrefillWithKVCacheKernel<CollectiveMainloop<RaggedParams...>>), or the paged one with a causal mask;
+# on SGLang's Triton backend (--attention-backend or --prefill-attention-backend triton) its extend kernel
+_CAUSAL = re.compile(r"ragged|maskmode\)1|^_fwd_kernel$")
 
 
 def is_profiled(point: Point) -> bool:

@@ -102,6 +102,15 @@ def test_an_extend_as_captured_on_an_h200_counts_its_prefix_part_and_merge_but_n
     assert kernel_profile.category(MERGE_STATE) == "attention" and kernel_profile.category(FILL) == "other"
 
 
+def test_sglangs_triton_backend_is_told_apart_by_its_extend_kernel():
+    kernels, t = forward([("_fwd_grouped_kernel_stage1", 40.0), ("_fwd_kernel_stage2", 5.0)], 0.0)  # decode
+    more, t = forward([("_fwd_kernel", 700.0)], t)  # an extend (as seen on an H200 with --prefill-attention-backend triton)
+    point = points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1)
+    rec = load_profile.summarize(point, kernels + more, 2, LAYERS, "t")
+    assert (rec.decode_steps, rec.extend_passes) == (1, 1) and rec.extend_pass_ms is not None
+    assert rec.extend_attention_ms == pytest.approx(LAYERS * 0.7) and rec.decode_attention_ms == pytest.approx(LAYERS * 0.045)
+
+
 def test_a_trace_of_decode_steps_only_has_no_extend_attention():
     kernels, _ = forward([(DECODE, 50.0)], 0.0)
     point = points.make_point("baseline", "agent", "concurrency", 8, None, 48, 1)
