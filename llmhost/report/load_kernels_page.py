@@ -19,7 +19,10 @@ INTRO = ("<p class=read>GPU kernels under load (<code>--kernel-profile</code>): 
          "told apart by their attention kernels: an extend runs a causal one per layer. Milliseconds per forward "
          "pass, averaged over both kinds, except the columns per decode step and per extend; the two \"on the GPU's "
          "clock\" columns are a pass's wall time, idle included, from its first attention kernel to the next pass's. "
-         "Idle = the span from the first kernel to the last minus the kernels.</p>")
+         "Idle = the span from the first kernel to the last minus the kernels. Decode-only bound = the load's "
+         "concurrency of tokens per decode step: what the closed loop would produce if no pass were an extend and "
+         "every slot decoded in each step; the measured throughput's distance from it is what extends and idle "
+         "cost, and only a faster decode step raises it.</p>")
 
 
 def rows(run: Run) -> list[dict[str, Any]]:
@@ -36,8 +39,14 @@ def row(rec: PointKernelRecord) -> dict[str, Any]:
             "idle_ms": rec.span_ms - rec.kernel_ms if ok else None,
             "decode_attention_ms": rec.decode_attention_ms, "extend_attention_ms": rec.extend_attention_ms,
             "decode_step_ms": rec.decode_step_ms, "extend_pass_ms": rec.extend_pass_ms,
+            "decode_only_tok_s": decode_only_bound(rec),
             "by_category": dict(rec.by_category), "top": [{"name": k.name, "ms_per_step": k.ms_per_step,
                                                           "calls_per_step": k.calls_per_step} for k in rec.top]}
+
+
+def decode_only_bound(rec: PointKernelRecord) -> float | None:
+    """Output tok/s if every pass were a decode step of the whole closed loop: concurrency per decode step."""
+    return rec.concurrency * 1000 / rec.decode_step_ms if rec.decode_step_ms and rec.concurrency else None
 
 
 def _category(name: str) -> page.Cell:
@@ -60,6 +69,7 @@ def section_html(run: Run, profiled: list[dict[str, Any]]) -> str:
         ("Idle ms", lambda r: num(r["idle_ms"], 2)),
         ("Decode step ms, GPU clock", lambda r: num(r["decode_step_ms"], 2)),
         ("Extend ms, GPU clock", lambda r: num(r["extend_pass_ms"], 2)),
+        ("Decode-only bound, output tok/s", lambda r: num(r["decode_only_tok_s"], 0)),
         ("Attention ms per decode step", lambda r: num(r["decode_attention_ms"], 2)),
         ("Attention ms per extend", lambda r: num(r["extend_attention_ms"], 2)),
         *[(f"{c} ms", _category(c)) for c in categories]]

@@ -49,7 +49,9 @@ def test_a_profiled_load_records_its_passes_by_kind_and_the_dashboard_shows_them
     html = Path(written["html"]).read_text()
     assert "GPU kernels under load" in html and "Attention ms per decode step" in html
     summary = json.loads(Path(written["summary_json"]).read_text())
-    assert [r["point_id"] for r in summary["point_kernels"]] == [rec["point_id"]]
+    [row] = summary["point_kernels"]
+    assert row["point_id"] == rec["point_id"] and "Decode-only bound, output tok/s" in html
+    assert row["decode_only_tok_s"] == pytest.approx(8 * 1000 / rec["decode_step_ms"])  # c=8 tokens a decode step
     # the decode-bound row of the load (when its repeat was steady) carries the attention the profile measured
     bound = summary["decode_bound"]
     assert len(bound) == sum(1 for r in summary["steady"] if r["repeats_steady"])
