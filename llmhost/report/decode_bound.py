@@ -160,14 +160,32 @@ def bound_row(row: dict[str, Any], shape: ModelShape, dtype: str, peak: float | 
 
 def with_profiles(bound: list[dict[str, Any]], profiled: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row with its load's --kernel-profile (llmhost.report.load_kernels_page rows, same arm, workload and
-    concurrency): the attention a decode step measured and a pass's span, beside the bytes it asked for."""
+    concurrency): the attention a decode step measured, a pass's span and a decode step on the GPU's clock beside
+    the bytes it asked for; where the profile told its passes apart, the reading is the profile's."""
     by_load = {(p["arm"], p["workload"], p["load"]): p for p in profiled if p["status"] == "ok"}
     out = []
     for row in bound:
         found = by_load.get((row["arm"], row["workload"], f"c={row['concurrency']}"))
-        out.append({**row, "profiled_attention_ms": found["decode_attention_ms"] if found else None,
-                    "profiled_span_ms": found["span_ms"] if found else None})
+        joined = {**row, "profiled_attention_ms": found["decode_attention_ms"] if found else None,
+                  "profiled_span_ms": found["span_ms"] if found else None,
+                  "profiled_decode_step_ms": found.get("decode_step_ms") if found else None}
+        if found and found.get("decode_step_ms") and found.get("decode_attention_ms"):
+            joined["reading"] = profiled_reading(found)
+        out.append(joined)
     return out
+
+
+def profiled_reading(p: dict[str, Any]) -> str:
+    """One line from a load's kernel profile: the decode step and its attention, the extends' share of the profiled
+    passes, and the decode-only bound that only a faster step raises."""
+    step, attention = p["decode_step_ms"], p["decode_attention_ms"]
+    decode_ms = p["decode_steps"] * step
+    extend_ms = p["extend_passes"] * (p.get("extend_pass_ms") or 0.0)
+    share = 100 * extend_ms / (decode_ms + extend_ms) if decode_ms + extend_ms > 0 else 0.0
+    bound = p.get("decode_only_tok_s")
+    return (f"profiled: a decode step took {step:.1f} ms on the GPU's clock, attention {attention:.1f} ms of it "
+            f"({100 * attention / step:.0f}%); extends took {share:.0f}% of the profiled passes"
+            + (f"; decode-only bound {bound:,.0f} tok/s: only a faster decode step raises it" if bound else ""))
 
 
 def bound_rows(run: Run, steady_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

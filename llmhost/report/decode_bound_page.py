@@ -21,8 +21,9 @@ INTRO = ("<p class=read>Each decode step reads the weights once and, for every r
          "the prefix cache the KV ms is an upper bound, and a step below its floor is that. Otherwise a floor that "
          "explains most of the step says memory reads bind and which bytes to cut; one under "
          f"{decode_bound.MEMORY_BOUND_SHARE:.0%} of it says compute or overhead binds instead. Attention ms "
-         "(profiled): what a decode step's attention kernels took under that load, where the run has a "
-         "--kernel-profile of it (GPU kernels under load, below).</p>")
+         "and decode step ms (profiled): what a decode step's attention kernels took under that load and the step "
+         "on the GPU's clock, where the run has a --kernel-profile of it (GPU kernels under load, below); the "
+         "reading is then the profile's, measured rather than derived from bytes.</p>")
 
 
 def _gb(n_bytes: Any) -> str:
@@ -40,6 +41,7 @@ COLUMNS: list[tuple[str, page.Cell]] = [
                                                           if r["measured_by"] else "")),
     ("KV share of step %", lambda r: num(r["kv_share_pct"], 0)),
     ("Attention ms (profiled)", lambda r: num(r.get("profiled_attention_ms"), 2)),
+    ("Decode step ms (profiled)", lambda r: num(r.get("profiled_decode_step_ms"), 2)),
     ("Prompt tokens cached %", lambda r: num(r.get("cached_share_pct"), 0)), ("Reading", lambda r: esc(r["reading"]))]
 
 

@@ -56,3 +56,4 @@ def test_a_profiled_load_records_its_passes_by_kind_and_the_dashboard_shows_them
     bound = summary["decode_bound"]
     assert len(bound) == sum(1 for r in summary["steady"] if r["repeats_steady"])
     assert all(b["profiled_attention_ms"] == pytest.approx(rec["decode_attention_ms"]) for b in bound)
+    assert all(b["reading"].startswith("profiled: a decode step took") for b in bound)  # measured, not from bytes

@@ -240,3 +240,18 @@ def test_a_loads_kernel_profile_joins_its_row_by_arm_workload_and_concurrency() 
     failed = [{**profiled[0], "status": "failed", "decode_attention_ms": None, "span_ms": None}]
     assert decode_bound.with_profiles([row], failed)[0]["profiled_attention_ms"] is None
     assert decode_bound.with_profiles([row], [])[0]["profiled_span_ms"] is None
+
+
+def test_a_profile_that_told_its_passes_apart_gives_the_reading() -> None:
+    row = decode_bound.bound_row(AGENT_C64, QWEN3_4B, "auto", H200_GB_S)
+    # the H200's agent c=64 profile: 304 decode steps of 9.6 ms, 16 extends of 28.5 ms
+    profile = {"arm": "baseline", "workload": "agent", "load": "c=64", "status": "ok", "decode_attention_ms": 5.94,
+               "span_ms": 10.55, "decode_step_ms": 9.6, "extend_pass_ms": 28.5, "decode_steps": 304,
+               "extend_passes": 16, "decode_only_tok_s": 64 * 1000 / 9.6}
+    [joined] = decode_bound.with_profiles([row], [profile])
+    assert joined["profiled_decode_step_ms"] == 9.6
+    assert joined["reading"] == ("profiled: a decode step took 9.6 ms on the GPU's clock, attention 5.9 ms of it "
+                                 "(62%); extends took 14% of the profiled passes; decode-only bound 6,667 tok/s: "
+                                 "only a faster decode step raises it")
+    untold = {**profile, "decode_step_ms": None}  # passes not told apart: the bytes' reading stays
+    assert decode_bound.with_profiles([row], [untold])[0]["reading"] == row["reading"]
