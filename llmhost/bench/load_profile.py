@@ -103,7 +103,7 @@ class Trigger:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LayerRun:
-    """One layer's attention in one forward pass: a run of consecutive attention kernels."""
+    """One layer's attention in one forward pass: the attention kernels between its QKV and output projections."""
     start_us: float
     causal: int  # causal kernels in it (an extend's attention over its new tokens)
     us: float  # the run's kernel time

@@ -88,10 +88,11 @@ def parse_args(argv: list[str], doc: str) -> Options:
     parser.add_argument("--slo-pct", type=float, default=SLO_DEFAULTS["pct"],
                         help="SLO recorded with the run: percent of requests meeting both (default: 99)")
     parser.add_argument("--kernel-profile", action="store_true", help="after the first repeat of each closed-loop "
-                        "load, run it once more, unmeasured, with SGLang's profiler on in its steady stretch for a quarter "
-                        "more forward passes than a request's output tokens: GPU kernel time per pass by kind (attention of decode steps and of extends, "
-                        "GEMM, norm, ...) and the idle between kernels, in point_kernels.jsonl and the dashboard "
-                        "(one extra pass per load: counted in the estimate)")
+                        "load, run it once more, unmeasured, with SGLang's profiler on in its steady stretch for a "
+                        "quarter more forward passes than a request's output tokens: GPU kernel time per pass by kind "
+                        "(attention of decode steps and of extends, GEMM, norm, ...), each kind's wall time and the "
+                        "idle between kernels, in point_kernels.jsonl and the dashboard (one extra pass per load: "
+                        "counted in the estimate)")
     tune_cli.add_arguments(parser)
     startup_bench.add_arguments(parser)
     single_stream.add_arguments(parser)

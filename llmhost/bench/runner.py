@@ -220,16 +220,16 @@ def measure(b: Bench, point: points.Point, stem: str, prime: bool = False,
     return totals, error
 
 
-def prepare(b: Bench, point: points.Point, stem: str) -> str:
-    """The start every pass of a point has: the prefix cache flushed, then primed for a primed point; '' or why
-    not."""
+def prepare(b: Bench, point: points.Point, stem: str) -> tuple[bool, str]:
+    """The start every pass of a point has: the prefix cache flushed, then primed for a primed point -> (flushed,
+    '' or why not)."""
     flush = flush_all(b.cfg, wait_s=120)  # flushed only once SGLang emptied the tree (each worker's, behind a router)
     if not flush:
-        return f"prefix cache flush failed: {flush.detail}"
+        return False, f"prefix cache flush failed: {flush.detail}"
     if points.is_primed(point):
         _, prime_error = measure(b, point, stem, prime=True)
-        return f"priming pass failed: {prime_error}" if prime_error else ""  # else cold would be published as warm
-    return ""
+        return True, f"priming pass failed: {prime_error}" if prime_error else ""  # else cold passes for warm
+    return True, ""
 
 
 def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
@@ -239,8 +239,7 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     started = time.time()
     stem = str(b.store.raw_dir() / f"{point.point_id}.a{attempt}.{int(started)}")  # unique per attempt
     log_offset = serverlog.size(b.cfg.state_dir / "server.log")
-    error = prepare(b, point, stem)
-    flushed = not error.startswith("prefix cache flush failed")
+    flushed, error = prepare(b, point, stem)
     summary, rel = None, ""
     if not error:
         summary, rel, error = measure_point(b, point, stem)
@@ -266,7 +265,7 @@ def profile_point(b: Bench, point: points.Point) -> None:
     trigger = load_profile.Trigger(info_client(b.cfg), b.store.raw_dir() / f"profile-{point.point_id}",
                                    completed_file(Path(f"{stem}.requests.jsonl")), load_profile.after_requests(point),
                                    load_profile.profile_steps(point))
-    error = prepare(b, point, stem)
+    _, error = prepare(b, point, stem)
     if not error:
         _, error = measure(b, point, stem, also=trigger)
     shape = b.store.read_manifest().model_shape

@@ -23,10 +23,13 @@ EXTEND = DECODE.replace("MaskMode)0", "MaskMode)1")
 RAGGED = "void flashinfer::BatchPrefillWithRaggedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)1, 16u>>"
 # an extend as SGLang 0.5.17 ran it on an H200 (captured): FlashInfer's SM90 ragged kernel over the new tokens, a
 # fill, the paged kernel (128-row tiles, no mask) over the cached prefix, and the merge of the two
-SM90_RAGGED = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::CollectiveMainloop<RaggedParams::AdditionalParams, "
+SM90_RAGGED = ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::CollectiveMainloop<"
+               "RaggedParams::AdditionalParams, "
                "flashinfer::AttentionKernelTraits<true, 128, 128, 128, 128, 2, cutlass::bfloat16_t>, true>>")
-FILL = "void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul> >"
-PREFIX = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)0, 128u, 2u>>"
+FILL = ("void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>, "
+        "std::array<char*, 1ul> >")
+PREFIX = ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)0, "
+          "128u, 2u>>")
 MERGE_STATE = "void flashinfer::MergeStateKernel<8u, __nv_bfloat16, __nv_bfloat16>(__nv_bfloat16*, float*)"
 GEMM = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
 
@@ -104,11 +107,12 @@ def test_an_extend_as_captured_on_an_h200_counts_its_prefix_part_and_merge_but_n
 
 def test_sglangs_triton_backend_is_told_apart_by_its_extend_kernel():
     kernels, t = forward([("_fwd_grouped_kernel_stage1", 40.0), ("_fwd_kernel_stage2", 5.0)], 0.0)  # decode
-    more, t = forward([("_fwd_kernel", 700.0)], t)  # an extend (as seen on an H200 with --prefill-attention-backend triton)
+    more, t = forward([("_fwd_kernel", 700.0)], t)  # an extend (seen on an H200, --prefill-attention-backend triton)
     point = points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1)
     rec = load_profile.summarize(point, kernels + more, 2, LAYERS, "t")
     assert (rec.decode_steps, rec.extend_passes) == (1, 1) and rec.extend_pass_ms is not None
-    assert rec.extend_attention_ms == pytest.approx(LAYERS * 0.7) and rec.decode_attention_ms == pytest.approx(LAYERS * 0.045)
+    assert rec.extend_attention_ms == pytest.approx(LAYERS * 0.7)
+    assert rec.decode_attention_ms == pytest.approx(LAYERS * 0.045)
 
 
 def test_a_trace_of_decode_steps_only_has_no_extend_attention():

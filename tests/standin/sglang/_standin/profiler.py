@@ -71,8 +71,8 @@ EXTEND_ATTENTION: tuple[Kernel, ...] = (
     ("void flashinfer::PrefillWithKVCacheKernel<flashinfer::CollectiveMainloop<RaggedParams::AdditionalParams, "
      "flashinfer::AttentionKernelTraits<true, 128, 128, 128, 128, 2, cutlass::bfloat16_t, cutlass::bfloat16_t, "
      "cutlass::bfloat16_t, int, flashinfer::StandardAttention>, true> >", 10.0),  # the new tokens (causal)
-    ("void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul> >",
-     1.5),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>, "
+     "std::array<char*, 1ul> >", 1.5),
     ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)0, 128u, 2u, "
      "4u, 8u, 8u, 4u, 1u> >", 120.0),  # the cached prefix
     ("void flashinfer::MergeStateKernel<8u, __nv_bfloat16, __nv_bfloat16>", 3.0),
