@@ -29,6 +29,18 @@ ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-
 ARM_LIFECYCLE_SETTINGS = ("FREEZE_GC", "SCHEDULER_PRELOAD", "BYTECODE_CACHE", "CUDA_GRAPH_PREFILL_TOKENS",
                           "CUDA_GRAPH_DECODE_BATCHES")
 _SETTING_WORD = re.compile(r"([A-Z][A-Z0-9_]*)=(.*)")
+# Flags SGLang 0.5.17 still parses but reads nowhere in its code: an arm of them would be the baseline again under
+# another name. Each maps to the flag that does the job in 0.5.17.
+UNREAD_FLAGS = {"--num-continuous-decode-steps": "--scheduler-recv-interval"}
+
+
+def unread_flag_problem(flags: Sequence[str]) -> str | None:
+    """One line naming the first flag SGLang 0.5.17 ignores (and what to use instead), or None."""
+    for flag in (f.partition("=")[0] for f in flags):
+        if flag in UNREAD_FLAGS:
+            return (f"{flag} is parsed by SGLang 0.5.17 but read nowhere, so it changes nothing; "
+                    f"use {UNREAD_FLAGS[flag]}")
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,6 +88,9 @@ def parse_user_arm(spec: str, index: int = 0) -> Arm:
         raise ArmError(f"arm {name}: flags must start with a launch_server option such as --page-size, or a "
                        f"setting: {', '.join(f'{key}=...' for key in ARM_LIFECYCLE_SETTINGS)}")
     _split_settings(name, flags)  # validates
+    problem = unread_flag_problem(flags)
+    if problem:
+        raise ArmError(f"arm {name}: {problem}")
     color = _USER_COLORS[index % len(_USER_COLORS)]
     return Arm(name, name, color, flags, f"User arm: baseline + {' '.join(flags)}")
 

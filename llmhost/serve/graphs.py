@@ -79,4 +79,8 @@ def graph_flags(prefill: str, decode: str, chunk: str, tp_size: int, total_mib: 
             notes.append(f"{' '.join(taken)} given: {setting} left out (SGLang decides those graphs)")
         elif values:
             groups.append([flag, *map(str, values)])
+        elif setting == "CUDA_GRAPH_DECODE_BATCHES" and sizes(decode) and not taken:
+            notes.append(f"{setting} stops at {sizes(decode)[-1]}, below the "
+                         f"{sglang_decode_max(total_mib or 0.0, tp_size)} SGLang captures on this GPU: left out "
+                         f"(SGLang decides those graphs; {DECODE_FLAG} captures exactly the sizes given)")
     return groups, notes

@@ -39,6 +39,16 @@ def test_bad_user_arms_fail_with_one_line(spec):
     assert "\n" not in str(err.value)
 
 
+def test_an_arm_of_a_flag_sglang_parses_but_never_reads_is_refused_naming_the_live_one(captures):
+    flag = "--num-continuous-decode-steps"
+    assert flag in (captures / "launch_server_help.txt").read_text()  # 0.5.17 accepts it ...
+    for spec in (f"ncds={flag} 4", f"ncds=--page-size 16 {flag}=4"):
+        with pytest.raises(arms.ArmError, match=f"arm ncds: {flag} is parsed by SGLang 0.5.17 but read "
+                                                "nowhere, so it changes nothing; use --scheduler-recv-interval"):
+            arms.parse_user_arm(spec)  # ... and an arm of it would measure the baseline twice
+    assert arms.parse_user_arm("sri=--scheduler-recv-interval 4").flags == ("--scheduler-recv-interval", "4")
+
+
 def test_select_keeps_registry_order_and_rejects_unknown_and_duplicate_names():
     assert [a.name for a in arms.select(["triton", "baseline"], [])] == ["baseline", "triton"]
     with pytest.raises(arms.ArmError, match="unknown arm nope"):

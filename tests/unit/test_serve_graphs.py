@@ -77,6 +77,20 @@ def test_the_decode_list_stops_where_sglang_would_on_that_gpu(cfg, total_gib, tp
     assert sizes(argv, "--cuda-graph-bs-decode") == expected
 
 
+def test_a_decode_list_left_to_sglang_because_it_stops_short_says_so(cfg):
+    small = build_spec(dataclasses.replace(cfg, cuda_graph_decode_batches="1 2 4 64"), H200)
+    assert sizes(small.argv, "--cuda-graph-bs-decode") is None
+    assert ("CUDA_GRAPH_DECODE_BATCHES stops at 64, below the 256 SGLang captures on this GPU: left out (SGLang "
+            "decides those graphs; --cuda-graph-bs-decode captures exactly the sizes given)") in small.notes
+    big = build_spec(cfg, None, gpu_total_mib=180 * 1024.0)
+    assert any("stops at 256, below the 512 SGLang captures" in n for n in big.notes)
+    assert not any("stops at" in n for n in build_spec(cfg, H200).notes)
+    assert not any("stops at" in n for n in build_spec(cfg, None).notes)  # unknown GPU: the list is kept
+    given = build_spec(dataclasses.replace(cfg, cuda_graph_decode_batches="64"), H200,
+                       extra_args=["--cuda-graph-bs-decode", "64"])
+    assert sizes(given.argv, "--cuda-graph-bs-decode") == [64] and not any("stops at" in n for n in given.notes)
+
+
 def test_an_unknown_gpu_keeps_the_decode_list(cfg):
     assert sizes(build_spec(cfg, None).argv, "--cuda-graph-bs-decode") == DECODE
 

@@ -6,12 +6,13 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 
 import pytest
 
 from llmhost import stats
-from llmhost.bench.arms import Arm
+from llmhost.bench.arms import Arm, unread_flag_problem
 from llmhost.bench.costs import CostModel
 from llmhost.bench.records import PointRecord, RequestRecord
 from llmhost.bench.runner import BenchError
@@ -23,7 +24,7 @@ ROWS = [("agent", "concurrency", 64, None, 256)]
 
 def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_middle_value():
     names = [t.name for t in space.coarse_trials(space.SPACE)]
-    assert names == ["baseline", "mrr64", "cps2048", "dbt", "tok8", "splpm", "mix", "ncds4", "ps16", "mrr256",
+    assert names == ["baseline", "mrr64", "cps2048", "dbt", "tok8", "splpm", "mix", "sri4", "ps16", "mrr256",
                      "cps16384", "mrr128", "cps4096"]
     assert space.coarse_trials(space.SPACE)[1].flags() == ("--max-running-requests", "64")
     assert space.coarse_trials(space.SPACE)[3].flags() == ("--enable-dynamic-batch-tokenizer",)  # a switch: bare
@@ -49,7 +50,7 @@ def test_a_switch_lever_from_the_environment_is_a_bare_flag_and_combines_with_ot
 
 def test_refine_combines_the_levers_that_beat_the_defaults_then_tries_midpoints_around_each_best():
     tried = space.coarse_trials(space.SPACE)
-    scores = {"baseline": 1.0, "mrr64": 1.5, "mrr256": 0.9, "cps2048": 1.2, "splpm": 0.8, "ncds4": 1.0}
+    scores = {"baseline": 1.0, "mrr64": 1.5, "mrr256": 0.9, "cps2048": 1.2, "splpm": 0.8, "sri4": 1.0}
     names = [t.name for t in space.refine_trials(space.SPACE, scores, tried)]
     assert names == ["mrr64-cps2048", "mrr88", "cps2896"]  # sqrt(64*128)=90.5 -> 88; sqrt(2048*4096)=2896
     assert all(t.stage == "refine" for t in space.refine_trials(space.SPACE, scores, tried))
@@ -71,7 +72,15 @@ def test_the_space_can_come_from_the_environment_and_a_malformed_one_is_one_line
                                                         ("--schedule-policy", ("lpm",))]
     with pytest.raises(ValueError, match="is not FLAG=v1,v2"):
         space.space_from_env({space.SPACE_ENV: "max-running=2"})
+    with pytest.raises(ValueError, match="--num-continuous-decode-steps is parsed by SGLang 0.5.17 but read"):
+        space.space_from_env({space.SPACE_ENV: "--num-continuous-decode-steps=2,4"})
     assert space.space_from_env({}) == space.SPACE
+
+
+def test_every_lever_is_a_flag_sglang_takes_and_reads(captures):
+    options = set(re.findall(r"--[a-z0-9-]+", (captures / "launch_server_help.txt").read_text()))
+    assert {lv.flag for lv in space.SPACE} <= options
+    assert not any(unread_flag_problem([lv.flag]) for lv in space.SPACE)
 
 
 def test_fit_takes_trials_in_order_while_they_fit_and_names_the_rest():
@@ -196,7 +205,7 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
                 ("cps2048", "c64"): _reps(0.9, 1.0)}
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
     assert [t.name for t in refined.trials[3:]] == ["mrr88", "dbt"] and refined.stage == "refine"
-    assert refined.cut == ("tok8", "splpm", "mix", "ncds4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
+    assert refined.cut == ("tok8", "splpm", "mix", "sri4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
 
 
 def test_the_tune_ends_saying_how_much_of_its_budget_it_took():
