@@ -20,6 +20,7 @@ from llmhost.bench import arms as arms_mod
 from llmhost import config
 from llmhost.bench import budget, costs, load_profile, points, records, salvage, sittings, store, telemetry, toolcalls
 from llmhost.bench.loadgen import completed_file
+from llmhost.bench.bootwatch import BootWatch
 from llmhost.bench.eta import Eta, fmt_s
 from llmhost.bench.loadgen_process import LoadGenerator
 from llmhost.bench.records import PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase, ToolCallSkipped
@@ -144,6 +145,18 @@ def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
     b.sampler.scrape(telemetry.scrape_targets(ready.layout, ready.base_url, b.cfg.worker_urls.split()))
     b.serving = arm
     return ""
+
+
+def boot_watch(b: Bench, arm: arms_mod.Arm) -> BootWatch:
+    """Lines while this arm's start runs past what a boot takes here (the ETA says nothing of an overrun): how long
+    it has run, the server log's last line, and what is left once it is ready."""
+    expected_s = b.clock.boot_left_s() if b.clock else arm_overhead_s(quick=False)
+
+    def say(text: str) -> None:
+        rest = f"; then ~{fmt_s(b.clock.refit() - b.clock.boot_left_s())} for the rest" if b.clock else ""
+        print(f"[bench {b.done}/{b.total}] arm {arm.name}: {text}{rest}", flush=True)
+
+    return BootWatch(say, expected_s, lambda: serverlog.last_line(b.cfg.state_dir / "server.log"))
 
 
 def read_server(b: Bench, arm: str) -> ServerRecord | None:
@@ -394,7 +407,8 @@ def run_boot(b: Bench, group: list[arms_mod.Arm], todo: list[points.Point], last
     by_name = {a.name: a for a in group}
     with LoadGenerator(b.cfg.sglang_python, b.module, b.env, b.store.raw_dir() / f"loadgen-{lead.name}.log") as gen:
         gen.launch(prepare=dataset_argvs(b, todo + adaptive_ahead(b, todo)))  # built while the server boots
-        error = restart_server(b, lead)
+        with boot_watch(b, lead):
+            error = restart_server(b, lead)
         if error:  # recorded as attempt-1 failures: --resume tries them again
             b.boot_paid(lead.name, by_name, booted, error)
             print(f"[bench] {error} — its {len(todo)} points are marked failed", flush=True)
