@@ -6,7 +6,7 @@
 The restart writes its own progress to raw/serve-<arm>.log, so a start that compiles for minutes (an arm with
 --enable-torch-compile autotuned 7 minutes of GEMMs on an H200) would otherwise show nothing but an ETA counting
 down to zero. Past `expected_s` (and never before FIRST_S: an ordinary start says nothing), and every EVERY_S after,
-`say` gets how long the start has run, what starts take here and the server log's last line.
+`say` gets how long the start has run, how long it was expected to take and the server log's last line.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class BootWatch:
         self._thread.join()
 
     def line(self, elapsed_s: float) -> str:
-        text = f"the server is still starting after {fmt_s(elapsed_s)} (a boot here takes ~{fmt_s(self.expected_s)})"
+        text = f"the server is still starting after {fmt_s(elapsed_s)} (expected ~{fmt_s(self.expected_s)})"
         last = self.last_line()
         return f"{text} | log: {last}" if last else text
 
