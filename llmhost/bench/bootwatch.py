@@ -1,6 +1,6 @@
 """A line now and then while a benchmark's server start runs longer than this run's boots take.
 
-    with BootWatch(say, expected_s=35.0, last_line=lambda: serverlog.last_line(log)):
+    with BootWatch(say, expected_s=35.0, log=cfg.state_dir / "server.log"):
         restart_server(...)
 
 The restart writes its own progress to raw/serve-<arm>.log, so a start that compiles for minutes (an arm with
@@ -13,17 +13,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from llmhost.bench.eta import fmt_s
+from llmhost.serve import serverlog
 
 FIRST_S = 60.0  # the earliest line: H200 starts with warm caches take 30-50 s
 EVERY_S = 60.0  # then one a minute
 
 
 class BootWatch:
-    def __init__(self, say: Callable[[str], None], expected_s: float, last_line: Callable[[], str],
+    def __init__(self, say: Callable[[str], None], expected_s: float, log: Path,
                  first_s: float | None = None, every_s: float | None = None):
-        self.say, self.expected_s, self.last_line = say, expected_s, last_line
+        self.say, self.expected_s, self.log = say, expected_s, log
         self.first_s = max(FIRST_S if first_s is None else first_s, expected_s)
         self.every_s = EVERY_S if every_s is None else every_s
         self._done = threading.Event()
@@ -41,7 +43,7 @@ class BootWatch:
 
     def line(self, elapsed_s: float) -> str:
         text = f"the server is still starting after {fmt_s(elapsed_s)} (expected ~{fmt_s(self.expected_s)})"
-        last = self.last_line()
+        last = serverlog.last_line(self.log)
         return f"{text} | log: {last}" if last else text
 
     def _watch(self) -> None:

@@ -19,7 +19,7 @@ from llmhost import config, files, provenance
 from llmhost.bench import arms as arms_mod
 from llmhost.bench import costs, records, run_end, runlock, runner, store
 from llmhost.bench.bootwatch import BootWatch
-from llmhost.serve import lifecycle, serverlog
+from llmhost.serve import lifecycle
 from llmhost.serve.console import Console
 
 EXIT_BUSY = 75  # another run holds the server, as run_bench.py says it
@@ -100,7 +100,7 @@ def restart(cfg: config.Config, run: store.RunStore, arm: arms_mod.Arm, since: f
     if extra_env:
         settings = {**settings, "SERVER_ENV": f"{cfg.server_env} {extra_env}".strip()}
     watch = BootWatch(lambda text: print(f"[bench] arm {arm.name}: {text}", flush=True), costs.RESTART_EST_S,
-                      lambda: serverlog.last_line(cfg.state_dir / "server.log"))
+                      cfg.state_dir / "server.log")
     try:
         with open(run.raw_dir() / f"serve-{arm.name}.log", "a") as log, watch:
             return lifecycle.restart(cfg, extra_args=[*flags, *extra_flags], settings=settings,

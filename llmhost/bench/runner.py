@@ -156,7 +156,7 @@ def boot_watch(b: Bench, arm: arms_mod.Arm) -> BootWatch:
         rest = f"; then ~{fmt_s(b.clock.refit() - b.clock.boot_left_s())} for the rest" if b.clock else ""
         print(f"[bench {b.done}/{b.total}] arm {arm.name}: {text}{rest}", flush=True)
 
-    return BootWatch(say, expected_s, lambda: serverlog.last_line(b.cfg.state_dir / "server.log"))
+    return BootWatch(say, expected_s, b.cfg.state_dir / "server.log")
 
 
 def read_server(b: Bench, arm: str) -> ServerRecord | None:

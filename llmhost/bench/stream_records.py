@@ -75,7 +75,6 @@ class StreamKernelRecord(Record):
     error: str = ""
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class PointKernelRecord(Record):
     """One closed-loop load's profiled forward passes (llmhost.bench.load_profile); None / empty = not measured."""

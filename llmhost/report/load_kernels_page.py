@@ -3,6 +3,7 @@ closed-loop load, a forward pass's GPU time by kind beside the decode-bound tabl
 are split by what ran rather than by the bytes it asked for."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from llmhost.bench import store
@@ -10,6 +11,7 @@ from llmhost.bench.stream_records import PointKernelRecord
 from llmhost.report import page
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num
+from llmhost.report.stream_page import top_kernels_table
 
 INTRO = ("<p class=read>GPU kernels under load (<code>--kernel-profile</code>): the first repeat of each closed-loop "
          "load ran once more, unmeasured, from the same flushed (and primed) cache, with SGLang's profiler on for "
@@ -40,8 +42,7 @@ def row(rec: PointKernelRecord) -> dict[str, Any]:
             "decode_attention_ms": rec.decode_attention_ms, "extend_attention_ms": rec.extend_attention_ms,
             "decode_step_ms": rec.decode_step_ms, "extend_pass_ms": rec.extend_pass_ms,
             "decode_only_tok_s": decode_only_bound(rec),
-            "by_category": dict(rec.by_category), "top": [{"name": k.name, "ms_per_step": k.ms_per_step,
-                                                          "calls_per_step": k.calls_per_step} for k in rec.top]}
+            "by_category": dict(rec.by_category), "top": [dataclasses.asdict(k) for k in rec.top]}
 
 
 def decode_only_bound(rec: PointKernelRecord) -> float | None:
@@ -76,8 +77,5 @@ def section_html(run: Run, profiled: list[dict[str, Any]]) -> str:
     failed = "".join(page.missing(f"{r['arm']} {r['workload']} {r['load']}: no kernel profile — {r['error']}")
                      for r in profiled if r["status"] != "ok")
     top = "".join(f"<details><summary>Longest kernels: {esc(r['arm'])} {esc(r['workload'])} {esc(r['load'])}"
-                  "</summary>" + page.table([("kernel", lambda k: esc(k["name"])),
-                                             ("ms per pass", lambda k: num(k["ms_per_step"], 3)),
-                                             ("calls per pass", lambda k: num(k["calls_per_step"], 1))], r["top"])
-                  + "</details>" for r in ok)
+                  "</summary>" + top_kernels_table(r["top"]) + "</details>" for r in ok)
     return "<h3>GPU kernels under load</h3>" + INTRO + (page.table(columns, ok, left=3) if ok else "") + failed + top

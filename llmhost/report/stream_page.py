@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from llmhost.bench.stream_breakdown import COLUMNS, Breakdown, breakdown, missing_notes, table_cells
@@ -95,9 +96,14 @@ def kernels_html(run: SideRun) -> str:
                    f"pass ({rec.steps} passes, {esc(rec.trace_file)})</h3>")
         out.append(page.table([("part", lambda r: esc(r["part"])), ("ms per pass", lambda r: r["ms"]),
                                ("of the span", lambda r: r["share"])], rows))
-        out.append(page.table([("kernel", lambda r: esc(r.name)), ("ms per pass", lambda r: f"{r.ms_per_step:.3f}"),
-                               ("calls per pass", lambda r: f"{r.calls_per_step:.1f}")], list(rec.top)))
+        out.append(top_kernels_table([dataclasses.asdict(k) for k in rec.top]))
     return "".join(out)
+
+
+def top_kernels_table(top: list[dict[str, Any]]) -> str:
+    """The longest kernels of a profile (KernelShare fields as a dict): name, ms and calls per forward pass."""
+    return page.table([("kernel", lambda k: esc(k["name"])), ("ms per pass", lambda k: f"{k['ms_per_step']:.3f}"),
+                       ("calls per pass", lambda k: f"{k['calls_per_step']:.1f}")], top)
 
 
 def build(run: SideRun) -> str:

@@ -11,17 +11,23 @@ from llmhost.bench.eta import Eta
 from llmhost.bench import points
 
 
-def test_a_start_shorter_than_the_first_line_says_nothing():
+def _log(tmp_path, text):
+    log = tmp_path / "server.log"
+    log.write_text(text)
+    return log
+
+
+def test_a_start_shorter_than_the_first_line_says_nothing(tmp_path):
     said = []
-    with bootwatch.BootWatch(said.append, expected_s=0.0, last_line=lambda: "x", first_s=0.3, every_s=0.05):
+    with bootwatch.BootWatch(said.append, expected_s=0.0, log=_log(tmp_path, "x\n"), first_s=0.3, every_s=0.05):
         time.sleep(0.1)
     time.sleep(0.3)
     assert said == []
 
 
-def test_a_long_start_says_how_long_and_the_logs_last_line_until_it_is_over():
+def test_a_long_start_says_how_long_and_the_logs_last_line_until_it_is_over(tmp_path):
     said = []
-    with bootwatch.BootWatch(said.append, expected_s=0.0, last_line=lambda: "Capturing batches (bs=64)",
+    with bootwatch.BootWatch(said.append, expected_s=0.0, log=_log(tmp_path, "Capturing batches (bs=64)\n"),
                              first_s=0.05, every_s=0.05):
         time.sleep(0.3)
     over = len(said)
@@ -31,15 +37,16 @@ def test_a_long_start_says_how_long_and_the_logs_last_line_until_it_is_over():
                        "Capturing batches (bs=64)")
 
 
-def test_no_line_before_the_boots_this_host_takes_and_none_without_a_log():
+def test_no_line_before_the_boots_this_host_takes_and_none_without_a_log(tmp_path):
     said = []
-    with bootwatch.BootWatch(said.append, expected_s=0.4, last_line=lambda: "", first_s=0.05, every_s=0.05):
+    no_log = tmp_path / "absent.log"
+    with bootwatch.BootWatch(said.append, expected_s=0.4, log=no_log, first_s=0.05, every_s=0.05):
         time.sleep(0.2)
     assert said == []
-    watch = bootwatch.BootWatch(said.append, expected_s=95.0, last_line=lambda: "")
+    watch = bootwatch.BootWatch(said.append, expected_s=95.0, log=no_log)
     assert watch.first_s == 95.0 and watch.every_s == bootwatch.EVERY_S
     assert watch.line(130.0) == "the server is still starting after 2m10s (expected ~1m35s)"
-    assert bootwatch.BootWatch(said.append, 20.0, lambda: "").first_s == bootwatch.FIRST_S
+    assert bootwatch.BootWatch(said.append, 20.0, no_log).first_s == bootwatch.FIRST_S
 
 
 def test_the_runner_watches_a_boot_with_the_runs_boot_estimate_and_says_what_is_left(tmp_path, monkeypatch,
