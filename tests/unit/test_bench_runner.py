@@ -241,7 +241,8 @@ def test_the_server_restarts_only_where_the_launch_flags_change_and_each_boot_ru
     monkeypatch.setattr(runner, "LoadGenerator", Gen)
     monkeypatch.setattr(runner, "check_tools", lambda b, arm: None)
     monkeypatch.setattr(runner, "run_point", lambda b, arm, p, attempt: ran.append((b.loadgen.pid, arm.name, p)))
-    cfg = SimpleNamespace(sglang_python="python", base_url="http://h:1", model_dir="/m", served_model_name="q")
+    cfg = SimpleNamespace(sglang_python="python", base_url="http://h:1", model_dir="/m", served_model_name="q",
+                          state_dir=run.root / "state")
     watched: list = []
     bench = SimpleNamespace(store=run, cfg=cfg, module="m", env={}, seed=3,
                             loadgen=None, clock=None, budget_end=None, only_missing=False, check_tool_calls=True,
