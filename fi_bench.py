@@ -36,7 +36,9 @@ TIMINGS = ("auto", "graph", "cupti", "event")
 def add_sparse(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     sp = sub.add_parser("sparse", parents=[common], help="paged-KV decode: page size, placement, dtype, path",
                         description="Decode attention over paged KV: page size x placement x batch shape (equal "
-                        "total tokens) x KV dtype x decode path. Checks outputs, then times them.")
+                        "total tokens) x KV dtype x decode path. Checks outputs, then times them. Shared placements "
+                        "(BF16, tensor cores) are also decoded reading each prompt once (two-level, and FlashInfer's "
+                        "cascade wrapper).")
     sp.add_argument("--page-sizes", type=int_list, default=(1, 4, 16, 64), help="tokens per page (default 1,4,16,64)")
     sp.add_argument("--batches", default="64x4096,16x16384,256x1024",
                     help="REQUESTSxTOKENS shapes (default 64x4096,16x16384,256x1024: 256K tokens each)")

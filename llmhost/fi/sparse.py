@@ -8,6 +8,9 @@ same data at other pages). Times come from llmhost.fi.timing — CUDA-graph repl
 plain event timer beside it; bandwidth counts the bytes a decode step must move (valid K/V tokens, q, o, page table)
 against the GPU's datasheet peak and a measured device-to-device copy, and every case carries a roofline line.
 
+Shared placements in SGLang's setting (BF16, tensor cores) are decoded again reading each prompt once
+(llmhost.fi.two_level_kernels): the "two_level" records say what a shared-prefix decode would save.
+
 Run through `fi_bench.py sparse`; writes <out-dir>/sparse.json. The GPU side is llmhost.fi.sparse_kernels.
 """
 from __future__ import annotations
@@ -17,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from llmhost.fi import kv_layout, roofline
 from llmhost.fi.shapes import AttentionShape
@@ -94,7 +98,7 @@ def headline(doc: dict) -> dict:
             "fp8_over_bf16_speedup": {path: e["speedup"] for path, e in evidence.items()},
             "fp8_limit": {path: e["verdict"].split(":")[0] for path, e in evidence.items()},
             "pct_peak_by_kernel": pct_peak_by_kernel(cases), "timing": timer_comparison(cases, _label),
-            **shared_prompt_headline(timed_cases),
+            **shared_prompt_headline(timed_cases), **two_level_headline(doc),
             "planner_split_cases": sum(1 for c in cases if c.get("split_kv")),
             "checks_failed": sum(1 for c in doc.get("checks", []) if not c.get("ok")),
             "checks_bitwise": sum(1 for c in doc.get("checks", []) if c.get("bitwise_equal")),
@@ -126,6 +130,35 @@ def shared_prompt_headline(cases: list[dict]) -> dict:
     out["shared_prompt_case"] = f"{like[0]['dtype']} {like[0]['path']} page {like[0]['page_size']}, " \
                                 f"{kv_layout.SHARED_GROUP} requests per prompt"
     return out
+
+
+def two_level_headline(doc: dict) -> dict:
+    """What reading each shared prompt once saves, per batch and placement at the smallest page size measured (SGLang's
+    is 1): two-level, level 0 on the prefill kernel and FlashInfer's cascade wrapper over the one-level time, and
+    the decode step's saving in ms over the model's layers with the faster two-level way (when the document carries
+    the shape)."""
+    records = doc.get("two_level") or []
+    if not records:
+        return {}
+    like = [r for r in records if r["page_size"] == min(r2["page_size"] for r2 in records)]
+    layers = (doc.get("shape") or {}).get("num_layers")
+    out: dict = {"two_level_over_one_level": {}, "prefill_level0_over_one_level": {},
+                 "cascade_wrapper_over_one_level": {}}
+    for r in sorted(like, key=lambda r: (r["batch"], r["seq_len"], r["placement"])):
+        label = f"{r['batch']}x{r['seq_len']} {r['placement']}"
+        out["two_level_over_one_level"][label] = r["two_level_over_one_level"]
+        out["prefill_level0_over_one_level"][label] = r["prefill_level0_over_one_level"]
+        out["cascade_wrapper_over_one_level"][label] = r["cascade_over_one_level"]
+        if layers:
+            out.setdefault("two_level_step_saving_ms", {})[label] = best_step_saving_ms(r, layers)
+    out["two_level_case"] = f"bf16 tensor-core page {like[0]['page_size']}, {like[0]['members']} requests per prompt"
+    return out
+
+
+def best_step_saving_ms(record: dict, layers: int) -> float:
+    """One-level minus the faster two-level way, per layer in us, times the layers: ms saved per decode step."""
+    best = min(record["two_level_us"], record["prefill_level0_us"])
+    return (record["one_level_us"] - best) * layers / 1e3
 
 
 def placement_ratios(cases: list[dict]) -> dict[str, dict[str, float]]:
@@ -164,9 +197,12 @@ def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Ca
     import torch
 
     from llmhost.fi.sparse_kernels import DecodeBench
+    from llmhost.fi.two_level_kernels import TwoLevelBench
 
     matrix = cases(opts)
     bench = DecodeBench(shape, opts.paths, opts.timing)
+    two = TwoLevelBench(shape, opts.timing) if any(two_level_applies(c) for c in matrix) else None
+    two_levels: list[dict] = []
     tables: dict[tuple, kv_layout.PageTable] = {}  # placements are dtype-independent: build once
     results: list[dict] = []
     found: list[dict] = []
@@ -195,11 +231,50 @@ def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Ca
             results.append(result)
             found.append(check)
             clock.step(_case_line(result))
+            if two_level_applies(case):
+                _two_level(two, case, tables[key], k_flat, v_flat, bench.query, result, opts.repeat, ceilings,
+                           (two_levels, found, errors), progress)
         del k_flat, v_flat
         bench.forget_pool()
         torch.cuda.empty_cache()
     add_ratios(results)
-    return {"cases": results, "checks": found, "first_call_s": bench.first_call_s, "errors": errors}
+    return {"cases": results, "checks": found, "first_call_s": bench.first_call_s, "errors": errors,
+            "two_level": two_levels}
+
+
+def two_level_applies(case: KernelCase) -> bool:
+    """A shared prompt decoded as SGLang does (BF16, tensor cores) is also decoded reading each prompt once."""
+    return case.placement in kv_layout.SHARED_PLACEMENTS and (case.dtype, case.path) == ("bf16", "tensor-core")
+
+
+def _two_level(two: Any, case: KernelCase, table: kv_layout.PageTable, k_flat: Any, v_flat: Any, query: Any,
+               one_level: dict, repeat: int, ceilings: dict, sinks: tuple[list, list, dict],
+               progress: Callable[[str], None]) -> None:
+    """The case again, each prompt read once (llmhost.fi.two_level_kernels); a batch it cannot fold, a wrong output
+    or a kernel that fails is recorded and the matrix goes on."""
+    from llmhost.fi.two_level import NotFoldable
+
+    records, found, errors = sinks
+    try:
+        record, checked = two.measure(case, table, k_flat, v_flat, query, one_level["median_us"], repeat, ceilings)
+    except NotFoldable as exc:
+        progress(f"[sparse] {describe(case)}: no two-level decode ({exc})")
+        return
+    except AssertionError as exc:
+        found.append({"check": "two-level decode == torch reference", **asdict(case), "ok": False, "error": str(exc)})
+        progress(f"[sparse] {describe(case)}: two-level WRONG OUTPUT, not timed ({exc})")
+        return
+    except Exception as exc:  # a kernel this host cannot build or capture: the one-level numbers still stand
+        errors[f"two-level/{describe(case)}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        progress(f"[sparse] {describe(case)}: two-level skipped ({errors[f'two-level/{describe(case)}']})")
+        return
+    records.append(record)
+    found.extend(checked)
+    progress(f"[sparse] {describe(case)}, each prompt read once: two-level {record['two_level_us']:.1f} us "
+             f"(level 0 {record['level0_us']:.1f}, level 1 {record['level1_us']:.1f}) = "
+             f"{record['two_level_over_one_level']:.2f}x one-level; level 0 on the prefill kernel "
+             f"{record['prefill_level0_over_one_level']:.2f}x; FlashInfer's cascade wrapper "
+             f"{record['cascade_over_one_level']:.2f}x")
 
 
 def _case_line(r: dict) -> str:

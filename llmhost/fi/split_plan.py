@@ -3,8 +3,8 @@
 plan() returns its schedule as a vector of int64 (`wrapper._plan_info`), whose layout is FlashInfer's C++ struct
 (include/flashinfer/attention/scheduler.cuh, 0.6.x):
 - tensor-core decode runs the prefill kernel: PrefillPlanInfo, 15 fields — [0] padded_batch_size (work units, one
-  CTA per (request, KV head group) chunk), [3] cta_tile_q, [9] kv_chunk_size_ptr_offset, [13] enable_cuda_graph,
-  [14] split_kv;
+  CTA per (request, KV head group) chunk), [3] cta_tile_q (query rows per CTA: query tokens x heads per KV head),
+  [9] kv_chunk_size_ptr_offset, [13] enable_cuda_graph, [14] split_kv;
 - CUDA-core decode: DecodePlanInfo, 10 fields — [0] padded_batch_size, [7] kv_chunk_size_ptr_offset,
   [8] enable_cuda_graph, [9] split_kv.
 The KV chunk length itself sits in the pinned int workspace at kv_chunk_size_ptr_offset (bytes, one int32). Another
@@ -25,9 +25,9 @@ from typing import Any
 
 from llmhost.stats import percentile
 
-PLAN_LAYOUTS = {  # len(plan_info) -> (struct, index of padded_batch_size, of kv_chunk_size offset, of split_kv)
-    15: ("PrefillPlanInfo", 0, 9, 14),
-    10: ("DecodePlanInfo", 0, 7, 9),
+PLAN_LAYOUTS = {  # len(plan_info) -> (struct, index of padded_batch_size, of kv_chunk_size offset, of split_kv,
+    15: ("PrefillPlanInfo", 0, 9, 14, 3),  # of cta_tile_q or None)
+    10: ("DecodePlanInfo", 0, 7, 9, None),
 }
 
 
@@ -53,14 +53,15 @@ def split_control(names: set[str]) -> dict:
 
 
 def parse_plan_info(values: Sequence[int]) -> dict:
-    """{'struct', 'work_units', 'split_kv', 'chunk_offset'} from a plan-info vector (PlanInfoError if unknown)."""
+    """{'struct', 'work_units', 'split_kv', 'chunk_offset', 'cta_tile_q'} from a plan-info vector (PlanInfoError if
+    unknown); cta_tile_q is None for the CUDA-core layout, which has no query tile."""
     layout = PLAN_LAYOUTS.get(len(values))
     if layout is None:
         raise PlanInfoError(f"plan info has {len(values)} fields; this code knows {sorted(PLAN_LAYOUTS)} "
                             "(FlashInfer 0.6.x PrefillPlanInfo / DecodePlanInfo)")
-    struct, units, chunk, split = layout
+    struct, units, chunk, split, tile = layout
     return {"struct": struct, "work_units": int(values[units]), "split_kv": bool(values[split]),
-            "chunk_offset": int(values[chunk])}
+            "chunk_offset": int(values[chunk]), "cta_tile_q": int(values[tile]) if tile is not None else None}
 
 
 def decision(wrapper: Any, page_size: int) -> dict:
@@ -77,7 +78,7 @@ def decision(wrapper: Any, page_size: int) -> dict:
         raw = bytes(pinned[parsed["chunk_offset"]:parsed["chunk_offset"] + 4].tolist())
         chunk_tokens = chunk_from_bytes(raw)
     return {"split_kv": parsed["split_kv"], "work_units": parsed["work_units"], "kv_chunk_tokens": chunk_tokens,
-            "plan_struct": parsed["struct"], "page_size": page_size}
+            "plan_struct": parsed["struct"], "cta_tile_q": parsed["cta_tile_q"], "page_size": page_size}
 
 
 def chunk_from_bytes(raw: bytes) -> int | None:

@@ -269,3 +269,39 @@ def test_the_distinct_bandwidth_counts_each_shared_page_once_by_hand():
     got = distinct_bandwidth(moved, 0.1, 4800.0)
     assert got["distinct_gb_s"] == pytest.approx(4000.0) and got["distinct_pct_peak"] == pytest.approx(83.333, 1e-4)
     assert distinct_bandwidth(moved, 0.1, None)["distinct_pct_peak"] is None  # an unknown GPU: no share
+
+
+def two_level_record(placement: str, one_level_us: float, two_level_us: float, cascade_us: float) -> dict:
+    return {"dtype": "bf16", "batch": 64, "seq_len": 4608, "page_size": 1, "placement": placement, "groups": 16,
+            "members": 4, "prefix_tokens": 4320, "suffix_tokens_mean": 288.0, "one_level_us": one_level_us,
+            "two_level_us": two_level_us, "cascade_us": cascade_us, "level0_us": two_level_us * 0.7,
+            "level1_us": two_level_us * 0.2, "two_level_over_one_level": two_level_us / one_level_us,
+            "cascade_over_one_level": cascade_us / one_level_us, "distinct_kv_bytes": 10**8,
+            "prefill_level0_us": one_level_us, "prefill_level0_over_one_level": 1.0,
+            "two_level_gb_s": 3000.0, "two_level_pct_peak": 62.5, "cascade_backend": "fa3",
+            "prefill_level0_plan": {"work_units": 128, "cta_tile_q": 64, "split_kv": False}}
+
+
+def test_the_two_level_decode_is_answered_with_its_saving_per_decode_step(tmp_path):
+    doc = synthetic_sparse()
+    assert "two_level_over_one_level" not in sparse.headline(doc)  # not measured: no question, no row
+    doc["shape"] = {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128, "num_layers": 36, "model": "Qwen3-4B"}
+    doc["two_level"] = [two_level_record("shared", 150.0, 90.0, 350.0),
+                        two_level_record("shared-interleaved", 160.0, 100.0, 360.0)]
+    head = sparse.headline(doc)
+    assert head["two_level_over_one_level"] == {"64x4608 shared": pytest.approx(0.6),
+                                                "64x4608 shared-interleaved": pytest.approx(0.625)}
+    assert head["cascade_wrapper_over_one_level"]["64x4608 shared"] == pytest.approx(350 / 150)
+    assert head["prefill_level0_over_one_level"]["64x4608 shared"] == 1.0
+    # the faster way is two-level: (150 - 90) us a layer x 36 layers = 2.16 ms a decode step
+    assert head["two_level_step_saving_ms"] == {"64x4608 shared": pytest.approx(2.16),
+                                                "64x4608 shared-interleaved": pytest.approx(2.16)}
+    doc["two_level"][0]["prefill_level0_us"] = 60.0  # now level 0 on the prefill kernel is faster: 90 us a layer
+    assert sparse.headline(doc)["two_level_step_saving_ms"]["64x4608 shared"] == pytest.approx(3.24)
+    assert head["two_level_case"] == "bf16 tensor-core page 1, 4 requests per prompt"
+    (tmp_path / "sparse.json").write_text(json.dumps(doc))
+    html = page.build(tmp_path)["html"].read_text()
+    assert "Reading each shared prompt once: two-level decode" in html
+    assert "M x 32 query heads on 8 KV heads" in html and "128 units, 64-row tiles, no split" in html
+    assert re.search(r"What would reading each shared prompt once save\?</td><td>two-level / one-level time 64x4608 "
+                     r"shared: 0\.6.*per decode step over all layers 64x4608 shared: 3\.24 ms", html)

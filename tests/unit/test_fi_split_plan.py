@@ -14,13 +14,15 @@ def prefill_info(work_units: int, split: bool, chunk_offset: int = 96) -> list[i
 
 def test_tensor_core_plan_info_gives_work_units_and_the_split_decision():
     got = split_plan.parse_plan_info(prefill_info(33, True))
-    assert got == {"struct": "PrefillPlanInfo", "work_units": 33, "split_kv": True, "chunk_offset": 96}
+    assert got == {"struct": "PrefillPlanInfo", "work_units": 33, "split_kv": True, "chunk_offset": 96,
+                   "cta_tile_q": 16}
     assert split_plan.parse_plan_info(prefill_info(512, False))["split_kv"] is False
 
 
 def test_cuda_core_plan_info_is_the_ten_field_decode_layout():
     got = split_plan.parse_plan_info([128, 0, 0, 0, 16, 32, 48, 112, 0, 1])
-    assert got == {"struct": "DecodePlanInfo", "work_units": 128, "split_kv": True, "chunk_offset": 112}
+    assert got == {"struct": "DecodePlanInfo", "work_units": 128, "split_kv": True, "chunk_offset": 112,
+                   "cta_tile_q": None}
 
 
 def test_an_unknown_layout_fails_with_the_sizes_instead_of_being_misread():
@@ -56,7 +58,7 @@ def test_decision_reads_the_chunk_length_the_planner_wrote_at_an_unaligned_offse
     wrapper = FakeWrapper(prefill_info(33, True, chunk_offset=97), (2048).to_bytes(4, "little"), offset=97)
     got = split_plan.decision(wrapper, page_size=1)
     assert got == {"split_kv": True, "work_units": 33, "kv_chunk_tokens": 2048, "plan_struct": "PrefillPlanInfo",
-                   "page_size": 1}
+                   "cta_tile_q": 16, "page_size": 1}
 
 
 def test_disable_split_kv_overflowed_chunk_reads_as_no_limit_and_a_missing_plan_is_an_error():

@@ -34,6 +34,7 @@ def _sparse(s: dict) -> list[tuple[str, str]]:
         ("Does scattering KV pages cost time?",
          f"scattered / contiguous time {_spread(s.get('scattered_over_contiguous_time') or {})}"),
         *_shared_prompt(s),
+        *_two_level(s),
         ("Does FP8 KV pay?", f"FP8 / BF16 speed-up {_pairs(s.get('fp8_over_bf16_speedup') or {}, 'x')} "
                              f"(limited by: {_pairs(s.get('fp8_limit') or {})})"),
         ("Are the outputs right?",
@@ -53,6 +54,18 @@ def _shared_prompt(s: dict) -> list[tuple[str, str]]:
              f"time / private pages {_pairs(s['shared_prompt_over_private_time'], 'x')}; counting each shared page "
              f"once, % of peak {_pairs(s.get('shared_prompt_distinct_pct_peak') or {}, '%')} "
              f"({s.get('shared_prompt_case', '-')})")]
+
+
+def _two_level(s: dict) -> list[tuple[str, str]]:
+    if not s.get("two_level_over_one_level"):
+        return []
+    saving = s.get("two_level_step_saving_ms")
+    return [("What would reading each shared prompt once save?",
+             f"two-level / one-level time {_pairs(s['two_level_over_one_level'], 'x')}; with level 0 on the "
+             f"prefill kernel {_pairs(s.get('prefill_level0_over_one_level') or {}, 'x')}; FlashInfer's cascade "
+             f"wrapper {_pairs(s.get('cascade_wrapper_over_one_level') or {}, 'x')}"
+             + (f"; per decode step over all layers {_pairs(saving, ' ms')}" if saving else "")
+             + f" ({s.get('two_level_case', '-')})")]
 
 
 def _balance(b: dict) -> list[tuple[str, str]]:

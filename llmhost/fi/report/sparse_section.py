@@ -7,6 +7,7 @@ from html import escape
 from typing import Any
 
 from llmhost.fi import kv_layout, roofline
+from llmhost.fi.sparse import best_step_saving_ms
 from llmhost.fi.report import diagrams
 from llmhost.fi.report.figures import charts, fmt, plot_html, table
 
@@ -42,7 +43,8 @@ def render_section(doc: dict | None, out_dir: str) -> str | None:
         f"{len(blind)} reference check(s) on 16K-token requests could not have seen one token (reported, not "
         f"hidden). {bitwise} scattered cases are bit-identical to their contiguous case under the same plan; shared "
         "cases, whose pages hold other data, match the reference on two requests of one prompt and one of "
-        f"another.</p>{errors}{timing_block(doc)}{charts(figures, doc)}{shared_block(doc)}{roofline_block(doc)}"
+        f"another.</p>{errors}{timing_block(doc)}{charts(figures, doc)}{shared_block(doc)}{two_level_block(doc)}"
+        f"{roofline_block(doc)}"
         f"{cases_table(doc)}"
         "<p>First plan() + run() of each kernel (module load from the JIT cache, or a compile):</p>"
         + table(["KV dtype / path", "seconds"], sorted((doc.get("first_call_s") or {}).items())))
@@ -84,6 +86,48 @@ def shared_block(doc: dict) -> str:
             "what the order of the batch is worth.</p>"
             + table(["KV dtype", "path", "batch", "page", "placement", "median us", "time / contiguous",
                      "GB/s read", "% peak read", "GB/s distinct", "% peak distinct"], rows))
+
+
+def two_level_block(doc: dict) -> str:
+    """The shared cases again, each prompt read once: two-level decode and FlashInfer's cascade wrapper against the
+    one-level time, where the two-level time goes, and what it would save in a decode step of every layer."""
+    records = doc.get("two_level") or []
+    if not records:
+        return ""
+    shape = doc.get("shape") or {}
+    layers = shape.get("num_layers")
+    heads = f"M x {shape['num_qo_heads']} query heads on {shape['num_kv_heads']} KV heads" \
+        if shape.get("num_qo_heads") and shape.get("num_kv_heads") else "M x the query heads"
+    rows = [[f"{r['batch']}x{r['seq_len']}", r["page_size"], r["placement"], f"{r['groups']} x {r['members']}",
+             r["prefix_tokens"], r["one_level_us"], r["two_level_us"], r["level0_us"], r["level1_us"],
+             r["two_level_over_one_level"], r.get("two_level_pct_peak"), r["prefill_level0_us"],
+             _plan_label(r.get("prefill_level0_plan")), r["cascade_us"], r.get("cascade_backend") or "-",
+             best_step_saving_ms(r, layers) if layers else None] for r in records]
+    return ("<h3>Reading each shared prompt once: two-level decode</h3><p>The shared cases (BF16, tensor cores) "
+            "again, with each prompt's pages read once per group instead of once per request. <b>two-level</b>: "
+            "level 0 decodes each group's shared pages once for all its members, their query heads folded into one "
+            f"row ({heads}); level 1 decodes each request's own pages; FlashInfer's "
+            "merge_state joins the two by their log-sum-exp, which is exact. The query gathers and output scatters "
+            "are inside the timed call. <b>prefill level 0</b>: the same, with level 0 on FlashInfer's prefill "
+            "kernel (fa2), the members as a query sequence. <b>cascade</b>: FlashInfer's "
+            "MultiLevelCascadeAttentionWrapper over the same two levels; it takes the prefill wrapper's default "
+            "backend, on Hopper fa3, whose plan neither fuses a KV head's query heads into one tile nor splits the KV "
+            "(PrefillSM90Plan), so each query head reads the prefix again in a 128-row tile holding M rows. All three "
+            "match the float32 reference on the shared cases' check requests before they are timed. SGLang 0.5.17 "
+            "has no "
+            "shared-prefix decode for FlashInfer, so this is what an attention backend that found the groups in its "
+            "token table would gain; the last column multiplies the faster way's saving by the model's layers.</p>"
+            + table(["batch", "page", "placement", "groups x members", "shared tokens", "one-level us",
+                     "two-level us", "level 0 us", "level 1 us", "two-level / one-level", "% peak distinct",
+                     "prefill level 0 us", "its level 0 plan", "cascade us", "cascade backend",
+                     "saved per step, ms"], rows))
+
+
+def _plan_label(plan: dict | None) -> str:
+    if not plan:
+        return "-"
+    return (f"{plan['work_units']} units, {plan.get('cta_tile_q') or '?'}-row tiles, "
+            + ("split" if plan["split_kv"] else "no split"))
 
 
 def roofline_block(doc: dict) -> str:
