@@ -193,7 +193,7 @@ def pool_tokens(opts: SparseOptions) -> int:
 
 
 def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Callable[[str], None]) -> dict:
-    """Run the matrix on GPU 0; returns {"cases", "checks", "first_call_s", "errors"} for sparse.json."""
+    """Run the matrix on GPU 0; returns {"cases", "checks", "first_call_s", "errors", "two_level"} for sparse.json."""
     import torch
 
     from llmhost.fi.sparse_kernels import DecodeBench
