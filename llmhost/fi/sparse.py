@@ -190,8 +190,6 @@ def pool_tokens(opts: SparseOptions) -> int:
     return -(-int(need * POOL_HEADROOM) // step) * step
 
 
-
-
 def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Callable[[str], None]) -> dict:
     """Run the matrix on GPU 0; returns {"cases", "checks", "first_call_s", "errors", "two_level"} for sparse.json."""
     import torch
@@ -232,8 +230,11 @@ def run(opts: SparseOptions, shape: AttentionShape, ceilings: dict, progress: Ca
             found.append(check)
             clock.step(_case_line(result))
             if two_level_applies(case):
-                _two_level(two, case, tables[key], k_flat, v_flat, bench.query, result, opts.repeat, ceilings,
-                           (two_levels, found, errors), progress)
+                record, checked, error = _two_level(two, case, tables[key], (k_flat, v_flat), bench.query,
+                                                    result["median_us"], opts, ceilings, progress)
+                two_levels += [record] if record else []
+                found += checked
+                errors.update(error)
         del k_flat, v_flat
         bench.forget_pool()
         torch.cuda.empty_cache()
@@ -247,34 +248,32 @@ def two_level_applies(case: KernelCase) -> bool:
     return case.placement in kv_layout.SHARED_PLACEMENTS and (case.dtype, case.path) == ("bf16", "tensor-core")
 
 
-def _two_level(two: Any, case: KernelCase, table: kv_layout.PageTable, k_flat: Any, v_flat: Any, query: Any,
-               one_level: dict, repeat: int, ceilings: dict, sinks: tuple[list, list, dict],
-               progress: Callable[[str], None]) -> None:
-    """The case again, each prompt read once (llmhost.fi.two_level_kernels); a batch it cannot fold, a wrong output
-    or a kernel that fails is recorded and the matrix goes on."""
+def _two_level(two: Any, case: KernelCase, table: kv_layout.PageTable, kv: tuple[Any, Any], query: Any,
+               one_level_us: float, opts: SparseOptions, ceilings: dict,
+               progress: Callable[[str], None]) -> tuple[dict | None, list[dict], dict[str, str]]:
+    """The case again, each prompt read once (llmhost.fi.two_level_kernels): (record, checks, {case: error}). A batch
+    it cannot fold, a wrong output or a kernel that fails gives no record, and the matrix goes on."""
     from llmhost.fi.two_level import NotFoldable
 
-    records, found, errors = sinks
     try:
-        record, checked = two.measure(case, table, k_flat, v_flat, query, one_level["median_us"], repeat, ceilings)
+        record, checked = two.measure(case, table, *kv, query, one_level_us, opts.repeat, ceilings)
     except NotFoldable as exc:
         progress(f"[sparse] {describe(case)}: no two-level decode ({exc})")
-        return
+        return None, [], {}
     except AssertionError as exc:
-        found.append({"check": "two-level decode == torch reference", **asdict(case), "ok": False, "error": str(exc)})
         progress(f"[sparse] {describe(case)}: two-level WRONG OUTPUT, not timed ({exc})")
-        return
+        return None, [{"check": "two-level decode == torch reference", **asdict(case), "ok": False,
+                       "error": str(exc)}], {}
     except Exception as exc:  # a kernel this host cannot build or capture: the one-level numbers still stand
-        errors[f"two-level/{describe(case)}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        progress(f"[sparse] {describe(case)}: two-level skipped ({errors[f'two-level/{describe(case)}']})")
-        return
-    records.append(record)
-    found.extend(checked)
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        progress(f"[sparse] {describe(case)}: two-level skipped ({error})")
+        return None, [], {f"two-level/{describe(case)}": error}
     progress(f"[sparse] {describe(case)}, each prompt read once: two-level {record['two_level_us']:.1f} us "
              f"(level 0 {record['level0_us']:.1f}, level 1 {record['level1_us']:.1f}) = "
              f"{record['two_level_over_one_level']:.2f}x one-level; level 0 on the prefill kernel "
              f"{record['prefill_level0_over_one_level']:.2f}x; FlashInfer's cascade wrapper "
              f"{record['cascade_over_one_level']:.2f}x")
+    return record, checked, {}
 
 
 def _case_line(r: dict) -> str:

@@ -96,3 +96,42 @@ def test_batches_it_cannot_fold_say_why():
         two_level.split(kv.place("shared", [64] * 6, 16, pool_pages=64))  # groups of 4 and 2
     with pytest.raises(two_level.NotFoldable, match="no whole page"):
         two_level.split(kv.build_csr("shared", [10, 10], [[3], [3]], 16))  # one shared page, the last of both
+
+
+class FakeTwo:
+    """What sparse._two_level calls: measure() returning a record or raising as the GPU side can."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome
+
+    def measure(self, *args):
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+def test_a_two_level_case_that_cannot_fold_is_wrong_or_fails_leaves_the_matrix_going():
+    from llmhost.fi import sparse
+    from llmhost.fi.sparse_kernels import KernelCase
+
+    case = KernelCase("bf16", 1, 64, 4608, "shared", "tensor-core")
+    opts = sparse.SparseOptions(page_sizes=(1,), batches=((64, 4608),), dtypes=("bf16",), paths=("tensor-core",),
+                                placements=("shared",), repeat=3, timing="graph")
+    table = kv.place("shared", [64] * 8, 1, pool_pages=600)
+    lines: list[str] = []
+
+    def run(outcome):
+        return sparse._two_level(FakeTwo(outcome), case, table, (None, None), None, 150.0, opts, {}, lines.append)
+
+    record = {"two_level_us": 110.0, "level0_us": 70.0, "level1_us": 30.0, "two_level_over_one_level": 0.73,
+              "prefill_level0_over_one_level": 0.7, "cascade_over_one_level": 2.4}
+    assert run((record, [{"ok": True}])) == (record, [{"ok": True}], {})
+    assert "two-level 110.0 us (level 0 70.0, level 1 30.0) = 0.73x" in lines[-1]
+    assert run(two_level.NotFoldable("group sizes [1]")) == (None, [], {})
+    got, checks, errors = run(AssertionError("two-level differs"))
+    assert got is None and checks[0]["ok"] is False and "differs" in checks[0]["error"] and not errors
+    assert run(RuntimeError("capture failed\nmore")) == (
+        None, [], {"two-level/bf16 tensor-core 64x4608 page 1 shared": "RuntimeError: capture failed"})
+    assert sparse.two_level_applies(case)
+    assert not sparse.two_level_applies(KernelCase("fp8", 1, 64, 4608, "shared", "tensor-core"))
+    assert not sparse.two_level_applies(KernelCase("bf16", 1, 64, 4608, "random", "tensor-core"))
