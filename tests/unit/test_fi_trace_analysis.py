@@ -1,4 +1,5 @@
-"""llmhost.fi.trace.analysis on hand-made page tables with known sharing and run lengths, and on shards the tracer wrote."""
+"""llmhost.fi.trace.analysis on hand-made page tables with known sharing and run lengths, and on shards the tracer
+wrote."""
 from __future__ import annotations
 
 import json

@@ -40,7 +40,8 @@ class FlashInferIndicesUpdaterDecode:
                            fixed_split_size=None, disable_split_kv=None):
         bs = len(req_pool_indices)
         kv_indptr[1:bs + 1] = np.cumsum(paged_kernel_lens)
-        out = wrapper._paged_kv_indices_buf if wrapper.is_cuda_graph_enabled else np.empty(paged_kernel_lens_sum, np.int32)
+        out = (wrapper._paged_kv_indices_buf if wrapper.is_cuda_graph_enabled
+               else np.empty(paged_kernel_lens_sum, np.int32))
         for i, (row, n) in enumerate(zip(req_pool_indices, paged_kernel_lens)):
             out[kv_indptr[i]:kv_indptr[i] + n] = self.req_to_token[row, :n]
         if not wrapper.is_cuda_graph_enabled:

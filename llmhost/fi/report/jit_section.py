@@ -95,8 +95,9 @@ def render_section(doc: dict | None, out_dir: str) -> str | None:
     probe = doc.get("probe") or {}
     warm = ("<p class='bad'>Measured over a WARM cache (--allow-warm): first calls are cache hits, not compiles."
             "</p>" if doc.get("warm") else "")
-    intro = (f"<p>Each variant ran twice in fresh processes on a private JIT cache ({escape(str(doc.get('cache_base')))}"
-             f"): cold (generate + compile + load + first run), then cached (load + first run). compile = cold first "
+    cache = escape(str(doc.get('cache_base')))
+    intro = (f"<p>Each variant ran twice in fresh processes on a private JIT cache ({cache}): cold (generate + "
+             "compile + load + first run), then cached (load + first run). compile = cold first "
              f"call - cached first call; compiler CPU s = CPU time of ninja/nvcc, which does not depend on what else "
              f"ran. Variants ran {doc.get('jobs') or 1} at a time (the stage took {figures.fmt(doc.get('wall_s'))} s): "
              f"wall compile times include the sharing of cores with the other lanes (column 'lanes busy'); "

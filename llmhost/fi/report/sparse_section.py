@@ -208,8 +208,8 @@ def _label(c: dict) -> str:
 def cases_table(doc: dict) -> str:
     rows = [[c["dtype"], c["path"], f"{c['batch']}x{c['seq_len']}", c["page_size"], c["placement"], c["median_us"],
              c["p10_us"], c["p90_us"], c.get("event_median_us"), c["gb_s"], c["pct_peak"], c["pct_copy"],
-             c.get("vs_contiguous"), c.get("split_kv"), c.get("work_units"), (c.get("roofline") or {}).get("pct_of_bound"),
-             c["mean_run_pages"]] for c in doc["cases"]]
+             c.get("vs_contiguous"), c.get("split_kv"), c.get("work_units"),
+             (c.get("roofline") or {}).get("pct_of_bound"), c["mean_run_pages"]] for c in doc["cases"]]
     header = ["KV dtype", "path", "batch", "page", "placement", "median us", "p10 us", "p90 us", "event us", "GB/s",
               "% peak", "% copy", "vs contiguous", "split", "work units", "% of bound", "mean run (pages)"]
     return f"<details><summary>All {len(rows)} cases</summary>{table(header, rows)}</details>"
