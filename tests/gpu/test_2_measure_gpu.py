@@ -39,8 +39,12 @@ def results(tmp_path, gpu_env) -> dict[str, str]:
 def test_paged_decode_is_correct_and_reads_kv_at_a_real_share_of_peak(results, tmp_path, record):
     summary, seconds = run(results, "fi_bench.py", "sparse", "--quick", "--out-dir", str(tmp_path))
     record.step("fi_sparse_quick", wall_s=seconds, **{k: summary.get(k) for k in (
-        "checks_failed", "decode_gb_s_best", "decode_pct_peak_best", "fp8_over_bf16_speedup", "timing")})
-    assert summary["checks_failed"] == 0 and not summary["errors"]
+        "checks_failed", "decode_gb_s_best", "decode_pct_peak_best", "fp8_over_bf16_speedup", "timing",
+        "two_level_over_one_level", "prefill_level0_over_one_level", "cascade_wrapper_over_one_level")})
+    assert summary["checks_failed"] == 0 and not summary["errors"]  # the two-level decodes' checks among them
+    # each shared prompt read once, two ways, at page 1: 64x4096 under both shared placements
+    two_level = [*summary["two_level_over_one_level"].values(), *summary["prefill_level0_over_one_level"].values()]
+    assert len(two_level) == 4 and all(0.2 < r < 3 for r in two_level)
     assert summary["decode_pct_peak_best"] > 40  # memory-bound decode: well above a tenth of peak on any GPU
     ratios = [r for per_page in summary["scattered_over_contiguous_time"].values() for r in per_page.values()]
     assert ratios and all(0.5 < r < 3 for r in ratios)
