@@ -203,16 +203,24 @@ class DecodeBench:
                 "ok": True}
 
     def _check_shared(self, case: KernelCase, table: kv_layout.PageTable, k_pages: Any, v_pages: Any) -> dict:
-        picks = shared_check_requests(table.batch_size, case.placement == "shared-interleaved")
-        sub = kv_layout.build_csr(case.placement, [table.seq_lens[b] for b in picks],
-                                  [table.pages_of(b) for b in picks], table.page_size)
-        where = self.torch.tensor(picks, device="cuda")
-        got = checks.check_reference(self.torch, self.out[where], self.query[where], k_pages, v_pages, sub)
-        if not got["ok"]:
-            raise AssertionError(f"{describe(case)}: differs from the float32 reference by rel err "
-                                 f"{got['rel_err']:.3g} > {checks.REL_TOL} (requests {picks})")
+        got = check_shared(self.torch, self.out, self.query, k_pages, v_pages, table, describe(case))
         return {"check": "shared prompt pages == torch reference (two requests of one prompt, one of another)",
                 **asdict(case), **got}
+
+
+def check_shared(torch: Any, out: Any, query: Any, k_pages: Any, v_pages: Any, table: kv_layout.PageTable,
+                 label: str) -> dict:
+    """A shared placement's output against the float32 reference on its check requests (shared_check_requests);
+    AssertionError naming `label` when it differs."""
+    picks = shared_check_requests(table.batch_size, table.placement == "shared-interleaved")
+    sub = kv_layout.build_csr(table.placement, [table.seq_lens[b] for b in picks],
+                              [table.pages_of(b) for b in picks], table.page_size)
+    where = torch.tensor(picks, device="cuda")
+    got = checks.check_reference(torch, out[where], query[where], k_pages, v_pages, sub)
+    if not got["ok"]:
+        raise AssertionError(f"{label}: differs from the float32 reference by rel err {got['rel_err']:.3g} > "
+                             f"{checks.REL_TOL} (requests {picks})")
+    return got
 
 
 def shared_check_requests(batch: int, interleaved: bool) -> list[int]:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmhost.fi import checks, kv_layout, split_plan, two_level
+from llmhost.fi import kv_layout, split_plan, two_level
 from llmhost.fi.shapes import AttentionShape
-from llmhost.fi.sparse_kernels import WORKSPACE_BYTES, KernelCase, bandwidth, describe, shared_check_requests
+from llmhost.fi.sparse_kernels import WORKSPACE_BYTES, KernelCase, bandwidth, check_shared, describe
 from llmhost.fi.timing import Method, timed
 
 VARIANTS = ("two-level", "prefill-level0", "cascade")
@@ -121,16 +121,9 @@ class TwoLevelBench:
         kv = tuple(x.view(-1, case.page_size, shape.num_kv_heads, shape.head_dim) for x in (k_flat, v_flat))
         plans = self._plan(levels)
         calls = self.calls(levels, query, kv)
-        picks = shared_check_requests(table.batch_size, case.placement == "shared-interleaved")
-        sub = kv_layout.build_csr(case.placement, [table.seq_lens[b] for b in picks],
-                                  [table.pages_of(b) for b in picks], table.page_size)
-        where = self.torch.tensor(picks, device="cuda")
         found = []
         for variant in VARIANTS:
-            got = checks.check_reference(self.torch, calls[variant]()[where], query[where], *kv, sub)
-            if not got["ok"]:
-                raise AssertionError(f"{variant} {describe(case)}: differs from the float32 reference by rel err "
-                                     f"{got['rel_err']:.3g} > {checks.REL_TOL} (requests {picks})")
+            got = check_shared(self.torch, calls[variant](), query, *kv, table, f"{variant} {describe(case)}")
             found.append({"check": f"{variant} decode == torch reference (two requests of one prompt, one of "
                           "another)", **_case_fields(case), "variant": variant, **got})
         times = {name: timed(call, repeat=repeat, method=self.method, compare_events=False)["median_us"]
