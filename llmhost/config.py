@@ -60,6 +60,7 @@ class Config:
     server_env: str
     freeze_gc: str
     scheduler_preload: str
+    shared_prefix_decode: str
     ready_timeout_s: int
     tmux_session: str
     bench_user_arms: str

@@ -242,6 +242,7 @@ CHECKS: Dict[str, Check] = {  # every config.env key, in config.env's order; the
     "SERVER_ENV": env_pairs,
     "FREEZE_GC": matching(r"on|off", "must be on or off"),
     "SCHEDULER_PRELOAD": matching(r"on|off|standby", "must be on, off or standby"),
+    "SHARED_PREFIX_DECODE": matching(r"on|off", "must be on or off"),
     "READY_TIMEOUT_S": at_least(1, " seconds"),  # 0 would give up before the first poll
     "TMUX_SESSION": tmux_session,
     "BENCH_USER_ARMS": arm_specs,

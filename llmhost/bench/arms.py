@@ -23,11 +23,11 @@ _USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 # not server configurations to compare and are refused in an arm.
 ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num", "--tp-size",
                 "--tensor-parallel-size", "--dp-size", "--data-parallel-size")
-# Settings an arm gives as KEY=value: the lifecycle's own (FREEZE_GC=off; SCHEDULER_PRELOAD=on or BYTECODE_CACHE= to
-# start with the preload or without the bytecode cache, e.g. with --startup) and the CUDA graph lists, which become
-# several flags or none (CUDA_GRAPH_PREFILL_TOKENS=auto CUDA_GRAPH_DECODE_BATCHES=auto: SGLang's own graphs).
-ARM_LIFECYCLE_SETTINGS = ("FREEZE_GC", "SCHEDULER_PRELOAD", "BYTECODE_CACHE", "CUDA_GRAPH_PREFILL_TOKENS",
-                          "CUDA_GRAPH_DECODE_BATCHES")
+# Settings an arm gives as KEY=value: the lifecycle's own (FREEZE_GC=off; SHARED_PREFIX_DECODE=off; SCHEDULER_PRELOAD=on
+# or BYTECODE_CACHE= to start with the preload or without the bytecode cache, e.g. with --startup) and the CUDA graph
+# lists, which become several flags or none (CUDA_GRAPH_PREFILL_TOKENS=auto CUDA_GRAPH_DECODE_BATCHES=auto).
+ARM_LIFECYCLE_SETTINGS = ("FREEZE_GC", "SCHEDULER_PRELOAD", "SHARED_PREFIX_DECODE", "BYTECODE_CACHE",
+                          "CUDA_GRAPH_PREFILL_TOKENS", "CUDA_GRAPH_DECODE_BATCHES")
 _SETTING_WORD = re.compile(r"([A-Z][A-Z0-9_]*)=(.*)")
 # Flags SGLang 0.5.17 still parses but reads nowhere in its code: an arm of them would be the baseline again under
 # another name. Each maps to the flag that does the job in 0.5.17.

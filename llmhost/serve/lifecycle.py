@@ -26,6 +26,7 @@ from llmhost.serve.checks import check_launch, check_settings
 from llmhost.serve.console import EXIT_INTERRUPTED, Console, ServeError
 from llmhost.serve.lock import ServeLock
 from llmhost.serve.procfs import group_pids, port_holder
+from llmhost.serve.shared_prefix import plugin_dir
 from llmhost.serve.readiness import readiness, wait_ready
 from llmhost.serve import serverlog, startup
 from llmhost.serve.spec import ServerSpec, build_spec, server_env, with_settings, write_launch_files
@@ -199,6 +200,8 @@ def _launch(cfg: Config, extra_args: Sequence[str], console: Console) -> int:
     spec, members = launch_plan(cfg, extra_args)
     check_launch(cfg)
     write_launch_files(spec, state, cfg.api_key())
+    if cfg.shared_prefix_decode == "on":
+        plugin_dir.write(state)
     (state / service.MEMBERS_FILE).unlink(missing_ok=True)
     if members:
         service.write_members(members, state)

@@ -21,6 +21,7 @@ from llmhost.config import Config
 from llmhost.files import write_text_atomic
 from llmhost.serve import graphs, parallel
 from llmhost.serve.console import ServeError
+from llmhost.serve.shared_prefix import plugin_dir
 
 
 PRELOADED_LAUNCH = Path(__file__).resolve().parent / "launcher" / "preloaded_launch.py"
@@ -191,11 +192,12 @@ def bytecode_env(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
 
 def server_env(cfg: Config, environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     """SERVER_ENV pairs (they win) plus the persistent FlashInfer JIT cache (kernels compiled once survive restarts),
-    the bytecode cache when the environment (`environ`, default this process's) forbids writing bytecode, and the
-    GPUs of GPUS (llmhost/serve/parallel.py)."""
+    the bytecode cache when the environment (`environ`, default this process's) forbids writing bytecode, the
+    GPUs of GPUS (llmhost/serve/parallel.py), and with SHARED_PREFIX_DECODE=on the plugin folder and this checkout
+    first on PYTHONPATH (llmhost/serve/shared_prefix/plugin_dir.py; SERVER_ENV's PYTHONPATH kept after them)."""
+    environ = os.environ if environ is None else environ
     pairs: dict[str, str] = {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base,
-                             **bytecode_env(cfg, os.environ if environ is None else environ),
-                             **parallel.device_env(cfg)}
+                             **bytecode_env(cfg, environ), **parallel.device_env(cfg)}
     try:
         items = shlex.split(cfg.server_env)
     except ValueError as exc:
@@ -207,6 +209,7 @@ def server_env(cfg: Config, environ: Mapping[str, str] | None = None) -> tuple[t
         if cfg.gpus and key == "CUDA_VISIBLE_DEVICES":
             raise SpecError(f"SERVER_ENV sets CUDA_VISIBLE_DEVICES and GPUS={cfg.gpus} sets it too — keep one")
         pairs[key] = value
+    pairs.update(plugin_dir.env(cfg.shared_prefix_decode == "on", cfg.state_dir, pairs, environ))
     return tuple(pairs.items())
 
 

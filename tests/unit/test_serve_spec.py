@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmhost import config
+from llmhost.settings import REPO_ROOT
 from llmhost.serve import serverlog, spec as launch_spec
 from llmhost.serve.spec import SpecError, build_spec
 
@@ -173,10 +174,25 @@ def test_settings_override_by_their_config_names_with_their_types(cfg):
 
 def test_server_env_adds_the_flashinfer_cache_and_server_env_pairs(cfg, monkeypatch):
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-    spec = build_spec(dataclasses.replace(cfg, server_env="PYTHONPATH=/x 'A=b c'"))
+    spec = build_spec(dataclasses.replace(cfg, server_env="PYTHONPATH=/x 'A=b c'", shared_prefix_decode="off"))
     assert dict(spec.env) == {"FLASHINFER_WORKSPACE_BASE": cfg.flashinfer_workspace_base, "PYTHONPATH": "/x", "A": "b c"}
     assert spec.command[:4] == ["env", f"FLASHINFER_WORKSPACE_BASE={cfg.flashinfer_workspace_base}",
                                 "PYTHONPATH=/x", "A=b c"]
+
+
+@pytest.mark.parametrize("server_env, shell, expected", [
+    ("PYTHONPATH=/x", "/shell", "{plugins}:{repo}:/x"),  # SERVER_ENV's own path kept after the plugin's
+    ("", "/shell", "{plugins}:{repo}:/shell"),  # else the shell's (a container's site, say)
+    ("", None, "{plugins}:{repo}"),
+])
+def test_shared_prefix_decode_puts_its_plugin_folder_and_this_checkout_first_on_the_path(cfg, server_env, shell,
+                                                                                         expected):
+    environ = {} if shell is None else {"PYTHONPATH": shell}
+    env = dict(launch_spec.server_env(dataclasses.replace(cfg, server_env=server_env), environ))
+    assert env["PYTHONPATH"] == expected.format(plugins=cfg.state_dir / "sglang-plugins", repo=REPO_ROOT)
+    off = dict(launch_spec.server_env(dataclasses.replace(cfg, server_env=server_env, shared_prefix_decode="off"),
+                                      environ))
+    assert off.get("PYTHONPATH") == ("/x" if server_env else None)
 
 
 @pytest.mark.parametrize("forbid, cache, expected", [

@@ -1,0 +1,115 @@
+"""Shared-prefix decode: the groups found in a radix tree, the two levels planned from them, and how the server finds
+the plugin (its entry point loads without torch or a GPU; an unverified SGLang leaves it off)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from llmhost.serve.shared_prefix import groups as grouping
+from llmhost.serve.shared_prefix import plugin_dir
+from llmhost.settings import REPO_ROOT
+
+
+class Node:
+    def __init__(self, parent: "Node | None", tokens: int) -> None:
+        self.parent, self.value = parent, list(range(tokens))
+
+
+def tree():
+    root = Node(None, 0)
+    prompt_a, prompt_b, template = Node(root, 4096), Node(root, 4096), Node(root, 3)
+    return root, prompt_a, prompt_b, template
+
+
+def test_rows_under_one_prompt_node_form_a_group_reading_its_tokens():
+    root, a, b, template = tree()
+    nodes = [Node(a, 200), Node(b, 100), Node(a, 150), Node(template, 500), Node(template, 10), root, b]
+    found = grouping.find_groups(nodes, [4400, 4300, 4300, 600, 20, 5, 4100])
+    assert found == [grouping.Group(4096, (0, 2)), grouping.Group(4096, (1, 6))]
+    # the 3-token template is shared too, but below the minimum; the root holds nothing
+    assert grouping.saved_tokens(found) == 4096 * 2
+
+
+def test_a_row_joins_its_deepest_shared_node_and_a_group_leaves_each_member_a_token_of_its_own():
+    root, a, _, _ = tree()
+    turn = Node(a, 300)  # a conversation's second turn, shared by two rows; a third row shares only the prompt
+    nodes = [Node(turn, 20), Node(turn, 30), Node(a, 40), a]
+    found = grouping.find_groups(nodes, [4420, 4430, 4140, 4096])
+    assert found == [grouping.Group(4396, (0, 1)), grouping.Group(4095, (2, 3))]  # row 3 is all prompt: 4096 - 1
+
+
+def test_an_evicted_node_ends_what_a_row_can_share():
+    root, a, _, _ = tree()
+    a.value = None
+    assert grouping.find_groups([Node(a, 10), Node(a, 10)], [4200, 4200]) == []
+
+
+def test_the_plan_covers_every_row_once_and_pads_a_graphs_entries():
+    found = [grouping.Group(4096, (0, 2))]
+    plan = grouping.plan([4400, 4300, 4300, 1, 2], found, entries=5)
+    assert plan.order == (0, 2, 1, 3, 4) and sorted(plan.order) == list(range(5))
+    assert plan.qo_indptr == (0, 2, 3, 4, 5, 5)  # the group, three rows of their own, one empty entry
+    assert plan.kv_lens == (4096, 4299, 1, 1, 1) and plan.leads == (0, 1, 3, 4, 0)
+    assert plan.start == (4096, 4299, 4096, 1, 1) and plan.own_lens == (304, 1, 204, 1, 1)
+    assert grouping.plan([4400, 4300, 4300, 1, 2], found).qo_indptr == (0, 2, 3, 4, 5)
+    with pytest.raises(ValueError, match="3 level-0 entries do not fit in 2"):
+        grouping.plan([4400, 4300, 4300, 2], found, entries=2)
+
+
+def _attention(q, k, v):
+    """Softmax attention of one query row over keys/values, with its log-sum-exp (natural log)."""
+    scores = k @ q
+    top = scores.max()
+    weights = np.exp(scores - top)
+    return weights @ v / weights.sum(), np.log(weights.sum()) + top
+
+
+@pytest.mark.parametrize("lens", [[4400, 4300, 4300, 1200, 2], [300, 300, 290]])
+def test_two_levels_merged_equal_one_attention_over_each_rows_tokens(lens):
+    rng = np.random.default_rng(0)
+    slots = {0: np.arange(lens[0])}  # rows 0 and 2 (and 1 in the second case) share their first 200+ slots
+    shared = 4096 if lens[0] > 4096 else 256
+    found = [grouping.Group(shared, (0, 2))] if len(lens) > 3 else [grouping.Group(shared, (0, 1, 2))]
+    grouped = {r for g in found for r in g.rows}
+    table = {}
+    for row, n in enumerate(lens):
+        own = rng.permutation(100_000)[:n] + 10_000
+        table[row] = np.concatenate([slots[0][:shared], own[shared:]]) if row in grouped else own
+    k, v = rng.normal(size=(120_000, 8)), rng.normal(size=(120_000, 8))
+    plan = grouping.plan(lens, found)
+    for entry in range(len(plan.kv_lens)):
+        lead = table[plan.leads[entry]][:plan.kv_lens[entry]]
+        for row in plan.order[plan.qo_indptr[entry]:plan.qo_indptr[entry + 1]]:
+            q = rng.normal(size=8)
+            own = table[row][plan.start[row]:plan.start[row] + plan.own_lens[row]]
+            (o0, s0), (o1, s1) = _attention(q, k[lead], v[lead]), _attention(q, k[own], v[own])
+            merged = (o0 * np.exp(s0 - max(s0, s1)) + o1 * np.exp(s1 - max(s0, s1))) / (
+                np.exp(s0 - max(s0, s1)) + np.exp(s1 - max(s0, s1)))
+            whole, _ = _attention(q, k[table[row]], v[table[row]])
+            assert np.allclose(merged, whole, atol=1e-10), (row, lens)
+
+
+def test_the_plugin_folder_names_the_entry_point_sglang_loads(tmp_path):
+    parent = plugin_dir.write(tmp_path)
+    code = ("from importlib.metadata import entry_points; "
+            "print([(e.name, e.value) for e in entry_points(group='sglang.srt.plugins')])")
+    env = {"PYTHONPATH": plugin_dir.pythonpath(tmp_path, None), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[('llmhost_shared_prefix_decode', 'llmhost.serve.shared_prefix:register')]"
+    assert parent == tmp_path / "sglang-plugins" and plugin_dir.pythonpath(tmp_path, "/x").endswith(f"{REPO_ROOT}:/x")
+    plugin_dir.write(tmp_path)  # a restart rewrites it in place
+    assert [p.name for p in parent.iterdir()] == [plugin_dir.DIST]
+
+
+def test_an_sglang_it_was_not_verified_on_leaves_the_decode_alone(monkeypatch, caplog):
+    from llmhost.serve import shared_prefix
+
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(__version__="0.5.23"))
+    monkeypatch.setattr(shared_prefix, "_applied", False)
+    shared_prefix.register()
+    assert "verified on SGLang 0.5.17 only and this is 0.5.23" in caplog.text
+    assert not shared_prefix._applied and "llmhost.serve.shared_prefix.patches" not in sys.modules
