@@ -188,7 +188,8 @@ def test_server_env_adds_the_flashinfer_cache_and_server_env_pairs(cfg, monkeypa
 def test_shared_prefix_decode_puts_its_plugin_folder_and_this_checkout_first_on_the_path(cfg, server_env, shell,
                                                                                          expected):
     environ = {} if shell is None else {"PYTHONPATH": shell}
-    env = dict(launch_spec.server_env(dataclasses.replace(cfg, server_env=server_env), environ))
+    env = dict(launch_spec.server_env(dataclasses.replace(cfg, server_env=server_env, shared_prefix_decode="on"),
+                                      environ))
     assert env["PYTHONPATH"] == expected.format(plugins=cfg.state_dir / "sglang-plugins", repo=REPO_ROOT)
     off = dict(launch_spec.server_env(dataclasses.replace(cfg, server_env=server_env, shared_prefix_decode="off"),
                                       environ))
