@@ -98,11 +98,14 @@ def open_tune(workloads: list[str], loads: points.Loads, repeat: int | None, bud
 
 
 def settled_by(cfg: config.Config) -> tuple[dict[str, str], dict[str, str]]:
-    """(the values the defaults' server launches with, the levers it would refuse to move: flag -> why)."""
+    """(the values the defaults' server launches with, setting levers by their config.env value; the levers it would
+    refuse to move: flag -> why)."""
     try:
         current = {flag: value or space_mod.SWITCH for flag, value in spec.launched_values(cfg).items()}
     except spec.SpecError as exc:
         raise BenchError(str(exc)) from None
+    current.update({lv.flag: str(getattr(cfg, lv.flag.lower())) for lv in space_mod.SPACE
+                    if space_mod.is_setting(lv.flag)})
     why = spec.several_tokenizers_problem(cfg)
     return current, {"--tokenizer-worker-num": why} if why else {}
 

@@ -12,10 +12,11 @@ import sys
 import pytest
 
 from llmhost import stats
-from llmhost.bench.arms import Arm, unread_flag_problem
+from llmhost.bench.arms import ARM_LIFECYCLE_SETTINGS, Arm, unread_flag_problem
 from llmhost.bench.costs import CostModel
 from llmhost.bench.records import PointRecord, RequestRecord
 from llmhost.bench.runner import BenchError
+from llmhost.settings import CHECKS
 from llmhost.tune import apply, driver, plan, rank, space
 from llmhost.tune.rank import RepeatGoodput
 
@@ -24,17 +25,19 @@ ROWS = [("agent", "concurrency", 64, None, 256)]
 
 def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_middle_value():
     names = [t.name for t in space.coarse_trials(space.SPACE)]
-    assert names == ["baseline", "mrr64", "cps2048", "dbt", "tok8", "splpm", "mix", "sri4", "ps16", "mrr256",
+    assert names == ["baseline", "mrr64", "spd", "cps2048", "dbt", "tok8", "splpm", "mix", "sri4", "ps16", "mrr256",
                      "cps16384", "mrr128", "cps4096"]
-    assert space.coarse_trials(space.SPACE)[1].flags() == ("--max-running-requests", "64")
-    assert space.coarse_trials(space.SPACE)[3].flags() == ("--enable-dynamic-batch-tokenizer",)  # a switch: bare
+    flags = {t.name: t.flags() for t in space.coarse_trials(space.SPACE)}
+    assert flags["mrr64"] == ("--max-running-requests", "64")
+    assert flags["dbt"] == ("--enable-dynamic-batch-tokenizer",)  # a switch: bare
+    assert flags["spd"] == ("SHARED_PREFIX_DECODE=on",)  # a setting: as an arm moves it
 
 
 def test_a_running_request_cap_that_closed_loop_loads_never_reach_is_not_tried():
     levers, idle = space.binding(space.SPACE, ROWS)  # concurrency 64: no more than 64 requests are ever in flight
     assert [lv.flag for lv in levers] == [lv.flag for lv in space.SPACE[1:]]
     assert idle == ["--max-running-requests 64,128,256 (never binds at concurrency 64)"]
-    assert [t.name for t in space.coarse_trials(levers)][:3] == ["baseline", "cps2048", "dbt"]
+    assert [t.name for t in space.coarse_trials(levers)][:3] == ["baseline", "spd", "cps2048"]
     wider = [("agent", "concurrency", 16, None, 96), ("agent", "concurrency", 128, None, 768)]
     levers, idle = space.binding(space.SPACE, wider)  # the largest load decides: a cap of 64 binds at 128
     assert levers[0].values == ("64",) and idle == ["--max-running-requests 128,256 (never binds at concurrency 128)"]
@@ -79,8 +82,11 @@ def test_the_space_can_come_from_the_environment_and_a_malformed_one_is_one_line
 
 def test_every_lever_is_a_flag_sglang_takes_and_reads(captures):
     options = set(re.findall(r"--[a-z0-9-]+", (captures / "launch_server_help.txt").read_text()))
-    assert {lv.flag for lv in space.SPACE} <= options
-    assert not any(unread_flag_problem([lv.flag]) for lv in space.SPACE)
+    flags = {lv.flag for lv in space.SPACE if not space.is_setting(lv.flag)}
+    assert flags <= options
+    assert not any(unread_flag_problem([flag]) for flag in flags)
+    settings = {lv.flag for lv in space.SPACE} - flags
+    assert settings == {"SHARED_PREFIX_DECODE"} and settings <= set(CHECKS) and settings <= set(ARM_LIFECYCLE_SETTINGS)
 
 
 def test_fit_takes_trials_in_order_while_they_fit_and_names_the_rest():
@@ -89,7 +95,7 @@ def test_fit_takes_trials_in_order_while_they_fit_and_names_the_rest():
     one = plan.trial_s(trials[0], ROWS, 3, model)
     stage = plan.fit(trials, ROWS, 3, model, 2.5 * one)
     assert [t.name for t in stage.trials] == ["baseline", "mrr64"] and [t.name for t in stage.cut] == [
-        "cps2048", "dbt"]
+        "spd", "cps2048"]
     assert len(stage.points) == 2 * 3 and math.isclose(stage.estimate_s, 2 * one)
     assert {p.repeat for p in stage.points} == {1, 2, 3}
 
@@ -169,6 +175,11 @@ def test_winner_lines_turn_setting_flags_into_settings_and_replace_the_same_extr
     arm = Arm("t", "t", "#000", ("--chunked-prefill-size", "4096", "--max-running-requests", "64"), "")
     lines = apply.winner_lines(arm, "--max-running-requests 32 --kv-cache-dtype fp8_e5m2")
     assert lines == ["CHUNKED_PREFILL_SIZE=4096", "SERVER_EXTRA_ARGS=--kv-cache-dtype fp8_e5m2 --max-running-requests 64"]
+    # a setting lever's trial (the tuner's spd) is written as that setting, beside the flags
+    both = space.trial_of([("SHARED_PREFIX_DECODE", "on"), ("--max-running-requests", "64")], space.SPACE, "refine")
+    assert both.name == "mrr64-spd" and both.flags() == ("--max-running-requests", "64", "SHARED_PREFIX_DECODE=on")
+    assert apply.winner_lines(both.arm(1), "") == ["SHARED_PREFIX_DECODE=on",
+                                                   "SERVER_EXTRA_ARGS=--max-running-requests 64"]
 
 
 def test_apply_keeps_the_users_lines_drops_the_old_values_and_keeps_the_files_mode(tmp_path):
@@ -200,12 +211,12 @@ def test_the_refine_stage_tries_around_the_best_first_then_the_coarse_trials_the
     model = CostModel()
     one = plan.trial_s(space.coarse_trials(space.SPACE)[0], ROWS, 3, model)
     tune, _ = driver.new_tune(space.SPACE, ROWS, 3, model, 3.5 * one / plan.COARSE_SHARE)  # 3 coarse trials fit
-    assert [t.name for t in tune.trials] == ["baseline", "mrr64", "cps2048"] and tune.cut[0] == "dbt"
+    assert [t.name for t in tune.trials] == ["baseline", "mrr64", "spd"] and tune.cut[0] == "cps2048"
     measured = {("baseline", "c64"): _reps(1.0, 1.1), ("mrr64", "c64"): _reps(1.5, 1.6),
-                ("cps2048", "c64"): _reps(0.9, 1.0)}
+                ("spd", "c64"): _reps(0.9, 1.0)}
     refined = driver.plan_refine(tune, rank.rank(measured), model, 2.5 * one)
-    assert [t.name for t in refined.trials[3:]] == ["mrr88", "dbt"] and refined.stage == "refine"
-    assert refined.cut == ("tok8", "splpm", "mix", "sri4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
+    assert [t.name for t in refined.trials[3:]] == ["mrr88", "cps2048"] and refined.stage == "refine"
+    assert refined.cut == ("dbt", "tok8", "splpm", "mix", "sri4", "ps16", "mrr256", "cps16384", "mrr128", "cps4096")
 
 
 def test_the_tune_ends_saying_how_much_of_its_budget_it_took():
@@ -222,8 +233,9 @@ def test_every_coarse_trial_parses_against_sglangs_captured_launch_options(monke
 
     parser = launch_args.build_parser()
     for trial in space.coarse_trials(space.SPACE):
-        parsed = vars(parser.parse_args(["--model-path", "m", *trial.flags()]))  # an unknown flag or value exits
-        assert all(parsed[flag.lstrip("-").replace("-", "_")] not in (None, False) for flag, _ in trial.settings)
+        flags = tuple((flag, value) for flag, value in trial.settings if not space.is_setting(flag))  # settings: arms
+        parsed = vars(parser.parse_args(["--model-path", "m", *dataclasses.replace(trial, settings=flags).flags()]))
+        assert all(parsed[flag.lstrip("-").replace("-", "_")] not in (None, False) for flag, _ in flags)
 
 
 def test_what_the_defaults_already_launch_with_or_would_refuse_is_not_a_trial():
@@ -242,3 +254,12 @@ def test_what_the_defaults_already_launch_with_or_would_refuse_is_not_a_trial():
     assert "--tokenizer-worker-num" not in {lv.flag for lv in keyed}
     assert why == ["--tokenizer-worker-num (an API key holds SGLang to one)"]
     assert space.settled(space.SPACE, {}, {}) == (space.SPACE, [])
+    # a setting lever is settled by the setting: SHARED_PREFIX_DECODE=on in config.local.env leaves spd out
+    from llmhost import config
+    from llmhost.tune import cli
+
+    on = dataclasses.replace(config.load({}), shared_prefix_decode="on")
+    levers, same = space.settled(space.SPACE, *cli.settled_by(on))
+    assert "SHARED_PREFIX_DECODE" not in {lv.flag for lv in levers}
+    assert "SHARED_PREFIX_DECODE on (the defaults already launch with it)" in same
+    assert "SHARED_PREFIX_DECODE" in {lv.flag for lv in space.settled(space.SPACE, *cli.settled_by(config.load({})))[0]}
