@@ -174,7 +174,8 @@ def test_a_trials_best_load_is_ranked_and_priced_when_a_gpu_price_is_given():
 def test_winner_lines_turn_setting_flags_into_settings_and_replace_the_same_extra_flag():
     arm = Arm("t", "t", "#000", ("--chunked-prefill-size", "4096", "--max-running-requests", "64"), "")
     lines = apply.winner_lines(arm, "--max-running-requests 32 --kv-cache-dtype fp8_e5m2")
-    assert lines == ["CHUNKED_PREFILL_SIZE=4096", "SERVER_EXTRA_ARGS=--kv-cache-dtype fp8_e5m2 --max-running-requests 64"]
+    assert lines == ["CHUNKED_PREFILL_SIZE=4096",
+                     "SERVER_EXTRA_ARGS=--kv-cache-dtype fp8_e5m2 --max-running-requests 64"]
     # a setting lever's trial (the tuner's spd) is written as that setting, beside the flags
     both = space.trial_of([("SHARED_PREFIX_DECODE", "on"), ("--max-running-requests", "64")], space.SPACE, "refine")
     assert both.name == "mrr64-spd" and both.flags() == ("--max-running-requests", "64", "SHARED_PREFIX_DECODE=on")
