@@ -1,7 +1,8 @@
 """SGLang 0.5.17's FlashInfer attention backend, taught to decode shared prompts in two levels.
 
-Runs inside the server's scheduler process (loaded by llmhost.serve.shared_prefix.register). Three methods of
-FlashInferAttnBackend and ForwardBatch.init_new are wrapped; everything else is SGLang's own:
+Runs inside the server's scheduler process (loaded by llmhost.serve.shared_prefix.register). ForwardBatch.init_new
+and five methods of FlashInferAttnBackend (__init__ and init_cuda_graph_state add the levels' workspace and buffers)
+are wrapped; everything else is SGLang's own:
 - ForwardBatch.init_new, on the scheduler's thread with the batch's requests at hand, finds the decode batch's groups
   (llmhost.serve.shared_prefix.groups) and keeps them with the batch's lengths.
 - init_forward_metadata_out_graph (before a decode CUDA graph is captured or replayed) and init_forward_metadata
