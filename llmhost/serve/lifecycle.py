@@ -26,7 +26,7 @@ from llmhost.serve.checks import check_launch, check_settings
 from llmhost.serve.console import EXIT_INTERRUPTED, Console, ServeError
 from llmhost.serve.lock import ServeLock
 from llmhost.serve.procfs import group_pids, port_holder
-from llmhost.serve.shared_prefix import plugin_dir
+from llmhost.serve.shared_prefix import plugin_dir, said
 from llmhost.serve.readiness import readiness, wait_ready
 from llmhost.serve import serverlog, startup
 from llmhost.serve.spec import ServerSpec, build_spec, server_env, with_settings, write_launch_files
@@ -266,6 +266,9 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
                                          workers, router="router" in members)
         if timeline and timeline.line():
             console.info(timeline.line())
+        if cfg.shared_prefix_decode == "on" and not router.is_on(cfg):  # ROUTER=on: each worker has its own log
+            took, line = said.verdict(log.read_text(errors="replace"))
+            (console.info if took else console.warn)(line)
         gcfreeze.freeze(cfg, console)
         return _ready_info(cfg, pgid, time.monotonic() - started, already_running=False, timeline=timeline)
     console.report(f"last lines of {log}:\n{serverlog.tail(log)}")

@@ -330,6 +330,22 @@ def test_a_shell_that_forbids_bytecode_gives_the_server_the_bytecode_cache(serve
     assert list(cache.rglob("sglang/**/*.pyc"))  # the stand-in's own package, imported by the server
 
 
+def test_shared_prefix_decode_puts_its_plugin_where_sglang_loads_it_and_start_says_what_came_of_it(serve):
+    """SHARED_PREFIX_DECODE=on: the server's Python finds the plugin through PYTHONPATH and runs it as SGLang runs
+    plugins; the stand-in has no torch or FlashInfer, so the plugin fails as on a host without them, SGLang serves on,
+    and start says so in a warning instead of leaving a slower decode unexplained."""
+    s = serve(SHARED_PREFIX_DECODE="on")
+    proc = s("start")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = (s.state / "server.log").read_text()
+    assert "Executed general plugin" not in log and log.count("Failed to execute general plugin: "
+                                                                "llmhost_shared_prefix_decode") == 2
+    assert ("SHARED_PREFIX_DECODE=on, but SGLang could not run the plugin (Failed to execute general plugin: "
+            "llmhost_shared_prefix_decode)") in proc.stdout + proc.stderr
+    launch = json.loads((s.state / "launch_command.json").read_text())
+    assert launch["env"]["PYTHONPATH"].split(os.pathsep)[:2] == [str(s.state / "sglang-plugins"), str(REPO)]
+
+
 # ---------------------------------------------------------------- the API key
 def test_api_key_works_end_to_end_and_never_leaks(serve, tmp_path):
     key = "sk-test-7c1f9d2a"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llmhost.serve.shared_prefix import groups as grouping
-from llmhost.serve.shared_prefix import plugin_dir
+from llmhost.serve.shared_prefix import plugin_dir, said
 from llmhost.settings import REPO_ROOT
 
 
@@ -113,3 +113,18 @@ def test_an_sglang_it_was_not_verified_on_leaves_the_decode_alone(monkeypatch, c
     shared_prefix.register()
     assert "verified on SGLang 0.5.17 only and this is 0.5.23" in caplog.text
     assert not shared_prefix._applied and "llmhost.serve.shared_prefix.patches" not in sys.modules
+
+
+@pytest.mark.parametrize("log, took, says", [
+    ("[2026-12-04 18:48:10] shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)\n"
+     "[2026-12-04 18:49:27] shared-prefix decode: 2000 decode steps, 94.1% of rows in groups",
+     True, "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)"),
+    ("[t TP0] shared-prefix decode: off for this model runner (it needs page size 1, ...)", False,
+     "SHARED_PREFIX_DECODE=on, but the server says: shared-prefix decode: off for this model runner"),
+    ("[t] Failed to execute general plugin: llmhost_shared_prefix_decode\nTraceback (most recent call last):", False,
+     "SGLang could not run the plugin (Failed to execute general plugin: llmhost_shared_prefix_decode)"),
+    ("[t] The server is fired up and ready to roll!", False, "the server log has no line from the plugin"),
+])
+def test_start_says_whether_the_plugin_took_from_the_servers_own_lines(log, took, says):
+    got, line = said.verdict(log)
+    assert got is took and says in line

@@ -27,7 +27,8 @@ the model path is only echoed. Knobs (environment variables):
 The scheduler's `Decode batch` line is logged every --decode-log-interval (default 40) decode steps while requests run,
 in SGLang's format, with the estimate suffix under --enable-mfu-metrics (and --enable-metrics) and the occupancy
 suffix when SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (_standin/decode_log.py).
-The prefix cache is off with --disable-radix-cache, like the real flag.
+The prefix cache is off with --disable-radix-cache, like the real flag. General plugins (entry point group
+sglang.srt.plugins) are loaded and called as SGLang does, in the launcher and the scheduler (_standin/plugins.py).
 With --tokenizer-worker-num > 1 the HTTP server runs in a child process, as in SGLang 0.5.17 (its tokenizer workers
 serve uvicorn): killed -9, the launcher leaves that child accepting requests that never finish (the scheduler died
 with it), so /health cannot tell a dead server; only the launcher's PID can.
@@ -44,6 +45,7 @@ import traceback
 
 from sglang._standin import args as args_mod
 from sglang._standin import engine, server
+from sglang._standin.plugins import load_plugins
 from sglang._standin.args import CAPTURES
 from sglang._standin.profiler import Profiler
 from sglang._standin.decode_log import DecodeLog
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("STANDIN_CRASH_AFTER_S"):
         _crash_later(float(os.environ["STANDIN_CRASH_AFTER_S"]))
     server.log(f"server_args={_server_args_repr(info)}")  # the real server logs --api-key here too
+    load_plugins(server.log)  # SGLang's engine loads them, then each scheduler
     eng = engine.Engine(_timing(s), s["max_total_tokens"], s["radix"])
     ranks = server.scheduler_ranks(int(info.get("tp_size") or 1), int(info.get("dp_size") or 1))
     eng.log = sched_log = functools.partial(server.log, ranks=ranks)  # what the scheduler process logs
@@ -231,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     model_info = _captured_json("GET_model_info.txt")
     model_info.update(model_path=info["model_path"], tokenizer_path=info["tokenizer_path"])
     state = server.State(s, eng, info, model_info)
+    load_plugins(sched_log)
     _scheduler_start(sched_log, parsed, s["max_total_tokens"], startup_s * 0.8)
     sched_log(f"max_total_num_tokens={s['max_total_tokens']}, chunked_prefill_size={info['chunked_prefill_size']}, "
                f"max_prefill_tokens=16384, max_running_requests={s['max_running']}, context_len={s['context_len']}, "

@@ -1,0 +1,32 @@
+"""What the server's log says of the shared-prefix plugin once it is ready, so that `serve.sh start` with
+SHARED_PREFIX_DECODE=on tells the user whether it took: the plugin's own line (on, or off and why), else SGLang's
+failure to run it, else silence (an SGLang that loads no plugins)."""
+from __future__ import annotations
+
+import re
+
+from llmhost.serve.shared_prefix.plugin_dir import NAME
+
+_STAMP = re.compile(r"^\[[^\]]*\]\s*")  # SGLang's "[2026-12-04 18:48:10 TP0] " prefix
+
+
+def verdict(log_text: str) -> tuple[bool, str]:
+    """(it took, the line to print)."""
+    on = off = failed = None
+    for raw in log_text.splitlines():
+        text = _STAMP.sub("", raw)
+        if text.startswith("shared-prefix decode: on"):
+            on = text
+        elif text.startswith("shared-prefix decode: off"):
+            off = text
+        elif text.startswith(("Failed to execute general plugin: " + NAME, f"Failed to load plugin {NAME} ")):
+            failed = text
+    if on:
+        return True, on
+    if off:
+        return False, f"SHARED_PREFIX_DECODE=on, but the server says: {off}"
+    if failed:
+        return False, (f"SHARED_PREFIX_DECODE=on, but SGLang could not run the plugin ({failed}): its traceback is in "
+                       "./serve.sh logs; the server decodes as SGLang does")
+    return False, ("SHARED_PREFIX_DECODE=on, but the server log has no line from the plugin: this SGLang loaded no "
+                   "plugins (SGLang 0.5.17 loads entry point group sglang.srt.plugins); it decodes as SGLang does")
