@@ -42,6 +42,14 @@ def test_a_row_joins_its_deepest_shared_node_and_a_group_leaves_each_member_a_to
     assert found == [grouping.Group(4396, (0, 1)), grouping.Group(4095, (2, 3))]  # row 3 is all prompt: 4096 - 1
 
 
+def test_the_minimum_shared_length_is_enough_and_a_group_saves_its_prefix_per_extra_member():
+    root = Node(None, 0)
+    short = Node(root, 64)  # exactly the minimum
+    found = grouping.find_groups([Node(short, 5), Node(short, 6), Node(short, 7)], [70, 71, 72])
+    assert found == [grouping.Group(64, (0, 1, 2))] and grouping.saved_tokens(found) == 64 * 2
+    assert grouping.find_groups([Node(short, 5), Node(short, 6)], [70, 71], min_shared=65) == []
+
+
 def test_an_evicted_node_ends_what_a_row_can_share():
     root, a, _, _ = tree()
     a.value = None
