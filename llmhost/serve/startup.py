@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # SGLang's stamp; a scheduler of several ranks adds its ranks (" TP0", " DP0 TP1"), SGLANG_LOG_MS milliseconds
-_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [^\]]*)?\] (.*)")
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [^\]]*)?\] (.*)")
 
 KV_POOL_LINE = "Memory pool end"  # SGLang 0.5.17, once the KV cache is allocated
 
@@ -58,7 +58,7 @@ def marker_times(lines: list[str]) -> dict[str, float]:
     """Phase name -> Unix time of the log line that ends it (first occurrence, or last where MARKERS says so)."""
     found: dict[str, float] = {}
     for line in lines:
-        match = _STAMP.match(line)
+        match = STAMP.match(line)
         if not match:
             continue
         for name, needle, last in MARKERS:

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fixtures_attention import attend, merge
 
 from llmhost.fi import kv_layout as kv
 from llmhost.fi import two_level
 
 HQ, HKV, D = 8, 2, 4  # 4 query heads per KV head, as Qwen3's 32 on 8
-
-
-def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One query row [heads, D] over tokens [T, kv_heads, D]: output [heads, D] and natural log-sum-exp [heads]."""
-    ratio = q.shape[0] // k.shape[1]
-    scores = np.einsum("hd,thd->ht", q, np.repeat(k, ratio, axis=1)) / np.sqrt(D)
-    top = scores.max(axis=1, keepdims=True)
-    weights = np.exp(scores - top)
-    out = np.einsum("ht,thd->hd", weights / weights.sum(axis=1, keepdims=True), np.repeat(v, ratio, axis=1))
-    return out, (top[:, 0] + np.log(weights.sum(axis=1)))
 
 
 def tokens(table: kv.PageTable, row: int, pool: np.ndarray) -> np.ndarray:
@@ -43,10 +34,7 @@ def two_levels(table: kv.PageTable, q: np.ndarray, k: np.ndarray, v: np.ndarray)
     out = np.empty_like(q)
     for i, b in enumerate(levels.order):  # level 1 rows follow `order`; merge by log-sum-exp
         o1, s1 = attend(q[b], tokens(levels.suffix, i, k), tokens(levels.suffix, i, v))
-        o0, s0 = out0.reshape(q.shape)[b], lse0.reshape(q.shape[:2])[b]
-        top = np.maximum(s0, s1)
-        w0, w1 = np.exp(s0 - top), np.exp(s1 - top)
-        out[b] = (o0 * w0[:, None] + o1 * w1[:, None]) / (w0 + w1)[:, None]
+        out[b] = merge(out0.reshape(q.shape)[b], lse0.reshape(q.shape[:2])[b], o1, s1)
     return out
 
 

@@ -8,6 +8,7 @@ import types
 
 import numpy as np
 import pytest
+from fixtures_attention import attend, merge
 
 from llmhost.serve.shared_prefix import groups as grouping
 from llmhost.serve.shared_prefix import plugin_dir, said
@@ -68,14 +69,6 @@ def test_the_plan_covers_every_row_once_and_pads_a_graphs_entries():
         grouping.plan([4400, 4300, 4300, 2], found, entries=2)
 
 
-def _attention(q, k, v):
-    """Softmax attention of one query row over keys/values, with its log-sum-exp (natural log)."""
-    scores = k @ q
-    top = scores.max()
-    weights = np.exp(scores - top)
-    return weights @ v / weights.sum(), np.log(weights.sum()) + top
-
-
 @pytest.mark.parametrize("lens", [[4400, 4300, 4300, 1200, 2], [300, 300, 290]])
 def test_two_levels_merged_equal_one_attention_over_each_rows_tokens(lens):
     rng = np.random.default_rng(0)
@@ -87,17 +80,15 @@ def test_two_levels_merged_equal_one_attention_over_each_rows_tokens(lens):
     for row, n in enumerate(lens):
         own = rng.permutation(100_000)[:n] + 10_000
         table[row] = np.concatenate([slots[0][:shared], own[shared:]]) if row in grouped else own
-    k, v = rng.normal(size=(120_000, 8)), rng.normal(size=(120_000, 8))
+    k, v = rng.normal(size=(120_000, 2, 8)), rng.normal(size=(120_000, 2, 8))  # 2 KV heads, 4 query heads each
     plan = grouping.plan(lens, found)
     for entry in range(len(plan.kv_lens)):
         lead = table[plan.leads[entry]][:plan.kv_lens[entry]]
         for row in plan.order[plan.qo_indptr[entry]:plan.qo_indptr[entry + 1]]:
-            q = rng.normal(size=8)
+            q = rng.normal(size=(8, 8))
             own = table[row][plan.start[row]:plan.start[row] + plan.own_lens[row]]
-            (o0, s0), (o1, s1) = _attention(q, k[lead], v[lead]), _attention(q, k[own], v[own])
-            merged = (o0 * np.exp(s0 - max(s0, s1)) + o1 * np.exp(s1 - max(s0, s1))) / (
-                np.exp(s0 - max(s0, s1)) + np.exp(s1 - max(s0, s1)))
-            whole, _ = _attention(q, k[table[row]], v[table[row]])
+            merged = merge(*attend(q, k[lead], v[lead]), *attend(q, k[own], v[own]))
+            whole, _ = attend(q, k[table[row]], v[table[row]])
             assert np.allclose(merged, whole, atol=1e-10), (row, lens)
 
 
@@ -127,11 +118,11 @@ def test_an_sglang_it_was_not_verified_on_leaves_the_decode_alone(monkeypatch, c
     ("[2026-12-04 18:48:10] shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)\n"
      "[2026-12-04 18:49:27] shared-prefix decode: 2000 decode steps, 94.1% of rows in groups",
      True, "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)"),
-    ("[t TP0] shared-prefix decode: off for this model runner (it needs page size 1, ...)", False,
+    ("[2026-12-04 18:48:10 TP0] shared-prefix decode: off for this model runner (it needs page size 1, ...)", False,
      "SHARED_PREFIX_DECODE=on, but the server says: shared-prefix decode: off for this model runner"),
-    ("[t] Failed to execute general plugin: llmhost_shared_prefix_decode\nTraceback (most recent call last):", False,
+    ("[2026-12-04 18:48:10] Failed to execute general plugin: llmhost_shared_prefix_decode\nTraceback (most recent call last):", False,
      "SGLang could not run the plugin (Failed to execute general plugin: llmhost_shared_prefix_decode)"),
-    ("[t] The server is fired up and ready to roll!", False, "the server log has no line from the plugin"),
+    ("[2026-12-04 18:48:40] The server is fired up and ready to roll!", False, "the server log has no line from the plugin"),
 ])
 def test_start_says_whether_the_plugin_took_from_the_servers_own_lines(log, took, says):
     got, line = said.verdict(log)

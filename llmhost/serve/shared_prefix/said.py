@@ -3,18 +3,16 @@ SHARED_PREFIX_DECODE=on tells the user whether it took: the plugin's own line (o
 failure to run it, else silence (an SGLang that loads no plugins)."""
 from __future__ import annotations
 
-import re
-
 from llmhost.serve.shared_prefix.plugin_dir import NAME
-
-_STAMP = re.compile(r"^\[[^\]]*\]\s*")  # SGLang's "[2026-12-04 18:48:10 TP0] " prefix
+from llmhost.serve.startup import STAMP
 
 
 def verdict(log_text: str) -> tuple[bool, str]:
     """(it took, the line to print)."""
     on = off = failed = None
     for raw in log_text.splitlines():
-        text = _STAMP.sub("", raw)
+        stamped = STAMP.match(raw)  # SGLang's "[2026-12-04 18:48:10 TP0] " before the message
+        text = stamped.group(2) if stamped else raw
         if text.startswith("shared-prefix decode: on"):
             on = text
         elif text.startswith("shared-prefix decode: off"):
