@@ -267,8 +267,8 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
         if timeline and timeline.line():
             console.info(timeline.line())
         if cfg.shared_prefix_decode == "on" and not router.is_on(cfg):  # ROUTER=on: each worker has its own log
-            took, line = said.verdict(log.read_text(errors="replace"))
-            (console.info if took else console.warn)(line)
+            status, line = said.verdict(log.read_text(errors="replace"))
+            (console.warn if status == "failed" else console.info)(line)
         gcfreeze.freeze(cfg, console)
         return _ready_info(cfg, pgid, time.monotonic() - started, already_running=False, timeline=timeline)
     console.report(f"last lines of {log}:\n{serverlog.tail(log)}")

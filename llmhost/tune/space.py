@@ -43,7 +43,7 @@ SPACE: tuple[Lever, ...] = (
     Lever("--max-running-requests", "mrr", ("64", "128", "256"), "caps the decode batch: shorter ITL, longer queue"),
     # A config.env setting, not a flag (its trial's arm says SHARED_PREFIX_DECODE=on): requests on the same prompt
     # read its KV pages once per decode step (llmhost.serve.shared_prefix). H200, agent c=64: +8.8% output tok/s
-    # [+6.3, +11.2], 3 paired repeats. Off by default while its cost without shared prompts is unmeasured.
+    # [+6.3, +11.2], 3 paired repeats; chat no cost. On by default, so a trial only where SHARED_PREFIX_DECODE=off.
     Lever("SHARED_PREFIX_DECODE", "spd", (SWITCH,), "shared prompts read once per decode step"),
     # 8192 on >= 80 GB GPUs. Smaller chunks interleave decode steps with long prefills (steadier ITL); larger ones
     # finish a long prompt in fewer steps (lower TTFT for agent prompts of several thousand tokens).

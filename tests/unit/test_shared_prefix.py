@@ -51,6 +51,18 @@ def test_the_minimum_shared_length_is_enough_and_a_group_saves_its_prefix_per_ex
     assert grouping.find_groups([Node(short, 5), Node(short, 6)], [70, 71], min_shared=65) == []
 
 
+def test_two_levels_run_only_when_the_reads_they_save_outweigh_their_kernels():
+    qwen3_4b = 2 * 8 * 128 * 2 * 36  # bytes of K and V a token, every layer: 144 KiB
+    agents = [grouping.Group(4300, (4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3)) for i in range(16)]  # 64 on 16 prompts
+    assert grouping.pays(agents, qwen3_4b)  # 206k tokens not read again: ~30 GB a step
+    assert not grouping.pays([], qwen3_4b)  # nothing shared (chat): SGLang's own decode
+    pair = [grouping.Group(4300, (0, 1))]  # 4,300 tokens, ~0.6 GB: less than the second level costs
+    assert not grouping.pays(pair, qwen3_4b)
+    edge = grouping.BREAK_EVEN_BYTES // qwen3_4b + 1  # tokens just over the break-even, in one group of two
+    assert grouping.pays([grouping.Group(edge, (0, 1))], qwen3_4b)
+    assert not grouping.pays([grouping.Group(edge - 1, (0, 1))], qwen3_4b)
+
+
 def test_an_evicted_node_ends_what_a_row_can_share():
     root, a, _, _ = tree()
     a.value = None
@@ -114,16 +126,29 @@ def test_an_sglang_it_was_not_verified_on_leaves_the_decode_alone(monkeypatch, c
     assert not shared_prefix._applied and "llmhost.serve.shared_prefix.patches" not in sys.modules
 
 
-@pytest.mark.parametrize("log, took, says", [
+def test_a_host_without_flashinfer_leaves_the_decode_alone_and_says_why(monkeypatch, caplog):
+    from llmhost.serve import shared_prefix
+
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(__version__="0.5.17"))
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # import flashinfer raises ImportError
+    monkeypatch.setattr(shared_prefix, "_applied", False)
+    shared_prefix.register()
+    assert "shared-prefix decode: off, FlashInfer is not importable here" in caplog.text
+    assert not shared_prefix._applied and "llmhost.serve.shared_prefix.patches" not in sys.modules
+
+
+@pytest.mark.parametrize("log, status, says", [
     ("[2026-12-04 18:48:10] shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)\n"
      "[2026-12-04 18:49:27] shared-prefix decode: 2000 decode steps, 94.1% of rows in groups",
-     True, "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)"),
-    ("[2026-12-04 18:48:10 TP0] shared-prefix decode: off for this model runner (it needs page size 1, ...)", False,
+     "on", "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)"),
+    ("[2026-12-04 18:48:10 TP0] shared-prefix decode: off for this model runner (it needs page size 1, ...)", "off",
      "SHARED_PREFIX_DECODE=on, but the server says: shared-prefix decode: off for this model runner"),
-    ("[2026-12-04 18:48:10] Failed to execute general plugin: llmhost_shared_prefix_decode\nTraceback (most recent call last):", False,
-     "SGLang could not run the plugin (Failed to execute general plugin: llmhost_shared_prefix_decode)"),
-    ("[2026-12-04 18:48:40] The server is fired up and ready to roll!", False, "the server log has no line from the plugin"),
+    ("[2026-12-04 18:48:10] Failed to execute general plugin: llmhost_shared_prefix_decode\n"
+     "Traceback (most recent call last):",
+     "failed", "SGLang could not run the plugin (Failed to execute general plugin: llmhost_shared_prefix_decode)"),
+    ("[2026-12-04 18:48:40] The server is fired up and ready to roll!", "off",
+     "the server log has no line from the plugin"),
 ])
-def test_start_says_whether_the_plugin_took_from_the_servers_own_lines(log, took, says):
+def test_start_says_whether_the_plugin_took_from_the_servers_own_lines(log, status, says):
     got, line = said.verdict(log)
-    assert got is took and says in line
+    assert got == status and says in line

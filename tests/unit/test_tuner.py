@@ -255,12 +255,12 @@ def test_what_the_defaults_already_launch_with_or_would_refuse_is_not_a_trial():
     assert "--tokenizer-worker-num" not in {lv.flag for lv in keyed}
     assert why == ["--tokenizer-worker-num (an API key holds SGLang to one)"]
     assert space.settled(space.SPACE, {}, {}) == (space.SPACE, [])
-    # a setting lever is settled by the setting: SHARED_PREFIX_DECODE=on in config.local.env leaves spd out
+    # a setting lever is settled by the setting: SHARED_PREFIX_DECODE=on (the default) leaves spd out, off brings it in
     from llmhost import config
     from llmhost.tune import cli
 
-    on = dataclasses.replace(config.load({}), shared_prefix_decode="on")
-    levers, same = space.settled(space.SPACE, *cli.settled_by(on))
+    levers, same = space.settled(space.SPACE, *cli.settled_by(config.load({})))
     assert "SHARED_PREFIX_DECODE" not in {lv.flag for lv in levers}
     assert "SHARED_PREFIX_DECODE on (the defaults already launch with it)" in same
-    assert "SHARED_PREFIX_DECODE" in {lv.flag for lv in space.settled(space.SPACE, *cli.settled_by(config.load({})))[0]}
+    off = dataclasses.replace(config.load({}), shared_prefix_decode="off")
+    assert "SHARED_PREFIX_DECODE" in {lv.flag for lv in space.settled(space.SPACE, *cli.settled_by(off))[0]}

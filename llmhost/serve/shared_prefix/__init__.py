@@ -29,6 +29,11 @@ def register() -> None:
         log.warning("shared-prefix decode: off, it is verified on SGLang %s only and this is %s",
                     ", ".join(VERIFIED_SGLANG), version)
         return
+    try:
+        import flashinfer  # noqa: F401 - SGLang's FlashInfer backend is what the patches teach
+    except ImportError as exc:
+        log.warning("shared-prefix decode: off, FlashInfer is not importable here (%s)", exc)
+        return
     from llmhost.serve.shared_prefix import patches
 
     patches.apply(version)

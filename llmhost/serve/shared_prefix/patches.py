@@ -1,16 +1,18 @@
 """SGLang 0.5.17's FlashInfer attention backend, taught to decode shared prompts in two levels.
 
-Runs inside the server's scheduler process (loaded by llmhost.serve.shared_prefix.register). ForwardBatch.init_new
-and five methods of FlashInferAttnBackend (__init__ and init_cuda_graph_state add the levels' workspace and buffers)
-are wrapped; everything else is SGLang's own:
+Runs inside the server's scheduler process (loaded by llmhost.serve.shared_prefix.register). ForwardBatch.init_new,
+five methods of FlashInferAttnBackend (__init__ and init_cuda_graph_state add the levels' workspace and buffers) and
+two of DecodeCudaGraphRunner are wrapped; everything else is SGLang's own:
 - ForwardBatch.init_new, on the scheduler's thread with the batch's requests at hand, finds the decode batch's groups
   (llmhost.serve.shared_prefix.groups) and keeps them with the batch's lengths.
-- init_forward_metadata_out_graph (before a decode CUDA graph is captured or replayed) and init_forward_metadata
-  (an eager decode) plan level 0 on FlashInfer's FA2 prefill kernel (a group's members as the non-causal queries of
-  one entry over the shared slots) and level 1 on the tensor-core decode kernel SGLang itself uses (each row over
-  its own slots). Graphs are captured with both levels, so every batch a graph replays is planned this way; an eager
-  decode without groups stays SGLang's. Lengths that are not the batch's own (no groups kept for it) give no groups:
-  every row is then an entry of its own, which reads what SGLang's decode reads.
+- DecodeCudaGraphRunner.capture_one_shape captures, for each batch size from MIN_GRAPH_BATCH up, a two-level graph
+  (variant label TWO_LEVELS) after SGLang's own, on SGLang's decode wrappers of that size (the check's reference).
+- init_forward_metadata_out_graph (before a decode graph is captured or replayed) and init_forward_metadata (an
+  eager decode) always let SGLang plan its decode; when the batch's groups pay for the second level
+  (groups.pays) they also plan level 0 on FlashInfer's FA2 prefill kernel (a group's members as the non-causal
+  queries of one entry over the shared slots) and level 1 on the tensor-core decode kernel SGLang itself uses
+  (each row over its own slots). DecodeCudaGraphRunner.load_batch then picks the two-level graph for that batch
+  only; any other batch, or lengths that are not the batch's own (no groups kept for them), replays SGLang's.
 - forward_decode runs level 1, level 0 over the rows in group order, and FlashInfer's merge_state.
 LLMHOST_SHARED_PREFIX_CHECK=1 makes every decode graph also run SGLang's own decode on layer 0 and keep the largest
 difference, logged every 500 steps (a check, not for serving: it costs a layer's attention per step).
@@ -24,25 +26,33 @@ from typing import Any
 from llmhost.serve.shared_prefix import groups as grouping
 
 log = logging.getLogger("llmhost.shared_prefix")
-STATS_EVERY = 2000  # decode steps between two log lines of what the groups saved
+STATS_EVERY = 1000  # decode steps between two log lines of what the groups saved
 CHECK_EVERY = 500
+TWO_LEVELS = "llmhost-shared-prefix"  # the decode graphs' variant label
+# Smaller batches get no two-level graph: their groups seldom pay (under 8 rows, only a prompt of >3.4k tokens that
+# all of them share saves groups.BREAK_EVEN_BYTES on Qwen3-4B), and each graph size adds ~0.1 s of start-up.
+MIN_GRAPH_BATCH = 16
 WORKSPACE_BYTES = 256 << 20  # FlashInfer's float workspace, shared by both levels and every graph
 
 
 class _Stats:
     def __init__(self) -> None:
-        self.steps = self.rows = self.grouped_rows = self.groups = self.saved = 0
+        self.steps = self.two_level = self.rows = self.grouped_rows = self.groups = self.saved = 0
 
-    def count(self, found: list[grouping.Group], rows: int) -> None:
+    def count(self, found: list[grouping.Group], rows: int, two_level: bool) -> None:
+        """One decode step; its groups count only when it ran in two levels."""
         self.steps += 1
         self.rows += rows
-        self.grouped_rows += sum(len(g.rows) for g in found)
-        self.groups += len(found)
-        self.saved += grouping.saved_tokens(found)
+        if two_level:
+            self.two_level += 1
+            self.grouped_rows += sum(len(g.rows) for g in found)
+            self.groups += len(found)
+            self.saved += grouping.saved_tokens(found)
         if self.steps % STATS_EVERY == 0:
             log.warning("shared-prefix decode: %d decode steps, %.1f%% of rows in groups, %.2f groups a step, "
-                        "%.0f prompt tokens a layer not read again per step", self.steps,
-                        100 * self.grouped_rows / max(1, self.rows), self.groups / self.steps, self.saved / self.steps)
+                        "%.0f prompt tokens a layer not read again per step; %.1f%% of steps in two levels",
+                        self.steps, 100 * self.grouped_rows / max(1, self.rows), self.groups / self.steps,
+                        self.saved / self.steps, 100 * self.two_level / self.steps)
 
 
 _STATS = _Stats()
@@ -58,16 +68,21 @@ def _kept_groups(seq_lens: Any) -> list[grouping.Group]:
 
 
 def apply(sglang_version: str) -> None:
+    import dataclasses
+
     import flashinfer
     import torch
     from sglang.srt.layers.attention import flashinfer_backend as fb
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
 
     check = os.environ.get("LLMHOST_SHARED_PREFIX_CHECK", "") == "1"
     init_new = ForwardBatch.init_new.__func__
     backend = fb.FlashInferAttnBackend
     original = {name: getattr(backend, name) for name in ("__init__", "init_cuda_graph_state", "init_forward_metadata",
                                                           "init_forward_metadata_out_graph", "forward_decode")}
+    runner = {name: getattr(DecodeCudaGraphRunner, name) for name in ("capture_one_shape", "load_batch")}
+    capturing = {"two_levels": False}
 
     def init_new_keeping_groups(cls: Any, batch: Any, model_runner: Any, **kwargs: Any) -> Any:
         forward_batch = init_new(cls, batch, model_runner, **kwargs)
@@ -84,13 +99,16 @@ def apply(sglang_version: str) -> None:
         self._sp_on = (self.num_wrappers == 1 and model_runner.page_size == 1 and self.decode_use_tensor_cores
                        and updater.data_type == updater.q_data_type and not model_runner.is_draft_worker
                        and model_runner.spec_algorithm.is_none()
-                       and not getattr(self, "decode_uses_dequant_workspace", False))
-        self._sp, self._sp_graphs, self._sp_eager = None, {}, None
+                       and not getattr(self, "decode_uses_dequant_workspace", False)
+                       and not self.use_sliding_window_kv_pool)
+        self._sp, self._sp_graphs, self._sp_eager, self._sp_replay_bs = None, {}, None, None
         if not self._sp_on:
             log.warning("shared-prefix decode: off for this model runner (it needs page size 1, tensor-core decode "
                         "of a 16-bit KV cache, one attention wrapper and no speculative decoding)")
             return
         device = model_runner.device
+        self._sp_kv_bytes = (2 * updater.num_kv_heads * updater.head_dim * updater.data_type.itemsize
+                             * model_runner.model_config.num_hidden_layers)  # K and V of one token, every layer
         self._sp_workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self._sp_req_to_token = model_runner.req_to_token_pool.req_to_token
         x = torch.zeros(2, 2, 128, dtype=torch.bfloat16, device=device)
@@ -141,14 +159,15 @@ def apply(sglang_version: str) -> None:
         return order_buf
 
     def init_forward_metadata(self: Any, forward_batch: Any) -> None:
-        self._sp = None
+        self._sp, self._sp_replay_bs = None, None
         original["init_forward_metadata"](self, forward_batch)
         seq_lens = forward_batch.seq_lens_cpu
         if not self._sp_on or not forward_batch.forward_mode.is_decode() or seq_lens is None:
             return
         found = _kept_groups(seq_lens)
-        _STATS.count(found, len(seq_lens))
-        if not found:
+        two_level = grouping.pays(found, self._sp_kv_bytes)
+        _STATS.count(found, len(seq_lens), two_level)
+        if not two_level:
             return  # SGLang's own decode, already planned
         if self._sp_eager is None:
             self._sp_eager = (flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._sp_workspace, "NHD", backend="fa2"),
@@ -173,23 +192,34 @@ def apply(sglang_version: str) -> None:
                 torch.zeros((), dtype=torch.float32, device=device))
 
     def init_forward_metadata_out_graph(self: Any, forward_batch: Any, in_capture: bool = False) -> None:
-        self._sp = None
-        original["init_forward_metadata_out_graph"](self, forward_batch, in_capture)
+        self._sp, self._sp_replay_bs = None, None
         bs = forward_batch.batch_size
+        if in_capture and capturing["two_levels"]:
+            # SGLang's own graph of this size was captured first: keep its wrappers (a second capture would make new
+            # ones, and SGLang would plan those while its graph reads the first ones' plan)
+            self.forward_metadata = fb.DecodeMetadata(self.decode_cuda_graph_metadata[bs])
+        else:
+            original["init_forward_metadata_out_graph"](self, forward_batch, in_capture)
         if not self._sp_on or not bs or not forward_batch.forward_mode.is_decode():
             return
         if in_capture:
+            if not capturing["two_levels"]:
+                return  # SGLang's own graph
             self._sp_graphs[bs] = _graph_levels(self, bs, forward_batch.req_pool_indices.device)
-        level0, level1, order, largest = self._sp_graphs[bs]
-        seq_lens = forward_batch.seq_lens_cpu
-        if in_capture or seq_lens is None:
-            seq_lens, found = [1] * bs, []  # capture: every row a padding row
+            seq_lens, found = [1] * bs, []  # every row a padding row
         else:
-            found = _kept_groups(seq_lens)
-            _STATS.count(found, len(_KEPT["lens"] or seq_lens))
+            seq_lens = forward_batch.seq_lens_cpu
+            found = [] if seq_lens is None else _kept_groups(seq_lens)
+            two_level = bs in self._sp_graphs and grouping.pays(found, self._sp_kv_bytes)
+            _STATS.count(found, len(_KEPT["lens"]) if _KEPT["lens"] else bs, two_level)
+            if not two_level:
+                return  # SGLang's own graph replays, planned above
+            largest = self._sp_graphs[bs][3]
             if check and _STATS.steps % CHECK_EVERY == 0:
                 log.warning("shared-prefix decode check: largest |two levels - SGLang's decode| on layer 0 so far: "
                             "%.3g", largest.item())
+            self._sp_replay_bs = bs
+        level0, level1, order, largest = self._sp_graphs[bs]
         _plan(self, (level0, level1, order), bs, forward_batch.req_pool_indices, seq_lens, found,
               tuple(self._sp_indices))
         self._sp = (level0, level1, order, largest)
@@ -215,7 +245,28 @@ def apply(sglang_version: str) -> None:
             torch.maximum(largest, (reference.float() - out.float()).abs().max(), out=largest)
         return out.view(-1, layer.tp_q_head_num * layer.head_dim)
 
+    def capture_one_shape(self: Any, size: int, forward: Any, stream_idx: Any = None, variant_label: Any = None) -> Any:
+        out = runner["capture_one_shape"](self, size, forward, stream_idx, variant_label)
+        if (variant_label is None and size >= MIN_GRAPH_BATCH and getattr(self.attn_backend, "_sp_on", False)
+                and self.capture_forward_mode.is_decode() and not self.enable_pdmux
+                and self.captured_req_width == 1 and not self.ragged_verify_mode):
+            capturing["two_levels"] = True
+            try:
+                runner["capture_one_shape"](self, size, forward, stream_idx, TWO_LEVELS)
+            finally:
+                capturing["two_levels"] = False
+        return out
+
+    def load_batch(self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> None:
+        runner["load_batch"](self, forward_batch, *args, **kwargs)
+        key = self._replay_graph_key
+        if (key.variant_label is None and key.size == getattr(self.attn_backend, "_sp_replay_bs", None)
+                and not self.enable_pdmux):
+            self._replay_graph_key = dataclasses.replace(key, variant_label=TWO_LEVELS)
+
     ForwardBatch.init_new = classmethod(init_new_keeping_groups)
+    DecodeCudaGraphRunner.capture_one_shape = capture_one_shape
+    DecodeCudaGraphRunner.load_batch = load_batch
     for name, method in (("__init__", __init__), ("init_cuda_graph_state", init_cuda_graph_state),
                          ("init_forward_metadata", init_forward_metadata),
                          ("init_forward_metadata_out_graph", init_forward_metadata_out_graph),

@@ -1,14 +1,15 @@
 """What the server's log says of the shared-prefix plugin once it is ready, so that `serve.sh start` with
 SHARED_PREFIX_DECODE=on tells the user whether it took: the plugin's own line (on, or off and why), else SGLang's
-failure to run it, else silence (an SGLang that loads no plugins)."""
+failure to run it, else silence (an SGLang that loads no plugins). Only a failure is a warning: off for a reason the
+plugin gives (an FP8 KV cache, another SGLang) or silence leaves SGLang's own decode, which is what on falls back to."""
 from __future__ import annotations
 
 from llmhost.serve.shared_prefix.plugin_dir import NAME
 from llmhost.serve.startup import STAMP
 
 
-def verdict(log_text: str) -> tuple[bool, str]:
-    """(it took, the line to print)."""
+def verdict(log_text: str) -> tuple[str, str]:
+    """("on" | "off" | "failed", the line to print)."""
     on = off = failed = None
     for raw in log_text.splitlines():
         stamped = STAMP.match(raw)  # SGLang's "[2026-12-04 18:48:10 TP0] " before the message
@@ -20,11 +21,11 @@ def verdict(log_text: str) -> tuple[bool, str]:
         elif text.startswith(("Failed to execute general plugin: " + NAME, f"Failed to load plugin {NAME} ")):
             failed = text
     if on:
-        return True, on
+        return "on", on
     if off:
-        return False, f"SHARED_PREFIX_DECODE=on, but the server says: {off}"
+        return "off", f"SHARED_PREFIX_DECODE=on, but the server says: {off}"
     if failed:
-        return False, (f"SHARED_PREFIX_DECODE=on, but SGLang could not run the plugin ({failed}): its traceback is in "
-                       "./serve.sh logs; the server decodes as SGLang does")
-    return False, ("SHARED_PREFIX_DECODE=on, but the server log has no line from the plugin: this SGLang loaded no "
+        return "failed", (f"SHARED_PREFIX_DECODE=on, but SGLang could not run the plugin ({failed}): its traceback is "
+                          "in ./serve.sh logs; the server decodes as SGLang does")
+    return "off", ("SHARED_PREFIX_DECODE=on, but the server log has no line from the plugin: this SGLang loaded no "
                    "plugins (SGLang 0.5.17 loads entry point group sglang.srt.plugins); it decodes as SGLang does")
