@@ -1,7 +1,7 @@
 """SGLang 0.5.17's general plugins (sglang/srt/plugins/__init__.py: load_plugins), as the stand-in runs them: every
 entry point of the group `sglang.srt.plugins` on sys.path is loaded and called, in the launcher and again in the
-scheduler, with SGLang's log lines. A plugin that needs the GPU stack (torch, flashinfer) fails here as it would on a
-host without them: SGLang logs the exception and serves on."""
+scheduler, with SGLang's log lines. A plugin that needs the GPU stack (torch, flashinfer) fails here, or says it is
+off as ours does, as on a host without them: SGLang logs the exception and serves on."""
 from __future__ import annotations
 
 import traceback
