@@ -258,7 +258,8 @@ def test_a_busy_server_lock_is_lifecycles_policy_and_ends_the_restart_in_one_lin
     monkeypatch.setattr(lifecycle, "restart", busy)
     monkeypatch.setenv("LLMHOST_CONFIG", "")
     assert capture.serve(config.load(), "restart", "FOO=1") is False
-    assert seen == {"settings": {"SERVER_ENV": "FOO=1"}, "busy_wait_s": None}  # lifecycle's own default wait
+    # lifecycle's own default wait; traced with SGLang's own decode, whose plans the tracer records
+    assert seen == {"settings": {"SERVER_ENV": "FOO=1", "SHARED_PREFIX_DECODE": "off"}, "busy_wait_s": None}
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["[serve] error: another ./serve.sh start/stop/restart is running for /w/server"]
 

@@ -75,7 +75,7 @@ def test_the_plan_covers_every_row_once_and_pads_a_graphs_entries():
     assert plan.order == (0, 2, 1, 3, 4) and sorted(plan.order) == list(range(5))
     assert plan.qo_indptr == (0, 2, 3, 4, 5, 5)  # the group, three rows of their own, one empty entry
     assert plan.kv_lens == (4096, 4299, 1, 1, 1) and plan.leads == (0, 1, 3, 4, 0)
-    assert plan.start == (4096, 4299, 4096, 1, 1) and plan.own_lens == (304, 1, 204, 1, 1)
+    assert plan.start == (4096, 4096, 4299, 1, 1) and plan.own_lens == (304, 204, 1, 1, 1)  # in `order`
     assert grouping.plan([4400, 4300, 4300, 1, 2], found).qo_indptr == (0, 2, 3, 4, 5)
     with pytest.raises(ValueError, match="3 level-0 entries do not fit in 2"):
         grouping.plan([4400, 4300, 4300, 2], found, entries=2)
@@ -94,14 +94,19 @@ def test_two_levels_merged_equal_one_attention_over_each_rows_tokens(lens):
         table[row] = np.concatenate([slots[0][:shared], own[shared:]]) if row in grouped else own
     k, v = rng.normal(size=(120_000, 2, 8)), rng.normal(size=(120_000, 2, 8))  # 2 KV heads, 4 query heads each
     plan = grouping.plan(lens, found)
+    queries = rng.normal(size=(len(lens), 8, 8))  # rows in the batch's order, as SGLang gives them
+    ordered = queries[list(plan.order)]  # the one gather: both levels take their rows in `order`
+    out = np.empty_like(queries)
     for entry in range(len(plan.kv_lens)):
         lead = table[plan.leads[entry]][:plan.kv_lens[entry]]
-        for row in plan.order[plan.qo_indptr[entry]:plan.qo_indptr[entry + 1]]:
-            q = rng.normal(size=(8, 8))
-            own = table[row][plan.start[row]:plan.start[row] + plan.own_lens[row]]
-            merged = merge(*attend(q, k[lead], v[lead]), *attend(q, k[own], v[own]))
-            whole, _ = attend(q, k[table[row]], v[table[row]])
-            assert np.allclose(merged, whole, atol=1e-10), (row, lens)
+        for pos in range(plan.qo_indptr[entry], plan.qo_indptr[entry + 1]):
+            row = plan.order[pos]
+            own = table[row][plan.start[pos]:plan.start[pos] + plan.own_lens[pos]]
+            q = ordered[pos]
+            out[row] = merge(*attend(q, k[lead], v[lead]), *attend(q, k[own], v[own]))  # scattered back to its row
+    for row in range(len(lens)):
+        whole, _ = attend(queries[row], k[table[row]], v[table[row]])
+        assert np.allclose(out[row], whole, atol=1e-10), (row, lens)
 
 
 def test_the_plugin_folder_names_the_entry_point_sglang_loads(tmp_path):

@@ -84,7 +84,9 @@ def serve(cfg: config.Config, action: str, server_env: str | None = None) -> boo
         if action == "stop":
             lifecycle.stop(cfg, console=console)
         else:
-            settings = {} if server_env is None else {"SERVER_ENV": server_env}
+            # traced: SGLang's own decode (the tracer records the plans of SGLang's FlashInfer backend; the
+            # shared-prefix plugin's two-level steps would run plans of their own)
+            settings = {} if server_env is None else {"SERVER_ENV": server_env, "SHARED_PREFIX_DECODE": "off"}
             lifecycle.restart(cfg, settings=settings, console=console)
     except ServeError as exc:  # ServerBusy too: lifecycle already waited BUSY_WAIT_S for the other command
         console.error(str(exc))

@@ -64,13 +64,14 @@ def find_groups(last_nodes: Sequence[Any], seq_lens: Sequence[int],
 @dataclasses.dataclass(frozen=True)
 class LevelPlan:
     """Level 0: one entry per group (a row in no group is an entry of its own, all its tokens but the last), padded
-    with empty entries to `entries`; level 1: every row from its `start`. `order` lists the rows entry by entry."""
+    with empty entries to `entries`; level 1: every row from its `start`. `order` lists the rows entry by entry, and
+    both levels take their query rows in that order (one gather before them, one scatter after the merge)."""
 
     qo_indptr: tuple[int, ...]  # level-0 query rows per entry, as offsets into `order`
     kv_lens: tuple[int, ...]  # level-0 tokens per entry (1 for an empty one)
     leads: tuple[int, ...]  # the row whose slots each entry reads (0 for an empty one)
-    start: tuple[int, ...]  # per row: where its level-1 tokens begin
-    own_lens: tuple[int, ...]  # per row: its level-1 tokens
+    start: tuple[int, ...]  # per position in `order`: where that row's level-1 tokens begin
+    own_lens: tuple[int, ...]  # per position in `order`: that row's level-1 tokens
     order: tuple[int, ...]  # a permutation of the rows
 
 
@@ -98,7 +99,8 @@ def plan(seq_lens: Sequence[int], groups: Sequence[Group], entries: int | None =
         order += rows
     pad = count - len(items)
     return LevelPlan(tuple(qo + [qo[-1]] * pad), tuple(kv_lens + [1] * pad), tuple(leads + [0] * pad),
-                     tuple(start), tuple(max(1, int(seq_lens[r]) - start[r]) for r in range(bs)), tuple(order))
+                     tuple(start[r] for r in order), tuple(max(1, int(seq_lens[r]) - start[r]) for r in order),
+                     tuple(order))
 
 
 def saved_tokens(groups: Sequence[Group]) -> int:

@@ -13,9 +13,10 @@ two of DecodeCudaGraphRunner are wrapped; everything else is SGLang's own:
   queries of one entry over the shared slots) and level 1 on the tensor-core decode kernel SGLang itself uses
   (each row over its own slots). DecodeCudaGraphRunner.load_batch then picks the two-level graph for that batch
   only; any other batch, or lengths that are not the batch's own (no groups kept for them), replays SGLang's.
-- forward_decode runs level 1, level 0 over the rows in group order, and FlashInfer's merge_state.
-LLMHOST_SHARED_PREFIX_CHECK=1 makes every decode graph also run SGLang's own decode on layer 0 and keep the largest
-difference, logged every 500 steps (a check, not for serving: it costs a layer's attention per step).
+- forward_decode gathers the rows into group order once, runs level 1 and level 0 on them, merges level 0 into level 1
+  in place (FlashInfer's merge_state_in_place) and scatters the rows back.
+LLMHOST_SHARED_PREFIX_CHECK=1 makes every two-level decode graph also run SGLang's own decode on layer 0 and keep the
+largest difference, logged every 500 steps (a check, not for serving: it costs a layer's attention per step).
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def apply(sglang_version: str) -> None:
         self._sp_req_to_token = model_runner.req_to_token_pool.req_to_token
         x = torch.zeros(2, 2, 128, dtype=torch.bfloat16, device=device)
         s = torch.zeros(2, 2, dtype=torch.float32, device=device)
-        flashinfer.merge_state(x, s, x, s)  # load the merge kernel before any graph is captured
+        flashinfer.merge_state_in_place(x, s, x.clone(), s.clone())  # load the merge kernel before any capture
         log.warning("shared-prefix decode: on (SGLang %s, FlashInfer %s)", sglang_version, flashinfer.__version__)
 
     def init_cuda_graph_state(self: Any, max_bs: int, max_num_tokens: int, kv_indices_buf: Any = None) -> None:
@@ -141,21 +142,22 @@ def apply(sglang_version: str) -> None:
             indices = tuple(torch.empty(int(n[-1]), dtype=torch.int32, device=device) for n in (kv0, kv1))
         stride = self._sp_req_to_token.shape[1]
         leads = req_pool_indices[on_gpu(p.leads, torch.int64)]
+        order = torch.tensor(p.order, dtype=torch.int64)
+        if order_buf is None:
+            order_buf = order.to(device, non_blocking=True)
+        else:
+            order_buf.copy_(order, non_blocking=True)
         fb.create_flashinfer_kv_indices_triton[(len(p.kv_lens),)](
             self._sp_req_to_token, leads, on_gpu(p.kv_lens), kv0.to(device, non_blocking=True), None, indices[0],
             stride)
-        fb.create_flashinfer_kv_indices_triton[(bs,)](
-            self._sp_req_to_token, req_pool_indices[:bs], on_gpu(p.own_lens), kv1.to(device, non_blocking=True),
-            on_gpu(p.start), indices[1], stride)
+        fb.create_flashinfer_kv_indices_triton[(bs,)](  # level 1's rows in `order`, like level 0's
+            self._sp_req_to_token, req_pool_indices[:bs].index_select(0, order_buf), on_gpu(p.own_lens),
+            kv1.to(device, non_blocking=True), on_gpu(p.start), indices[1], stride)
         heads = (updater.num_qo_heads, updater.num_kv_heads, updater.head_dim, 1)
         types = dict(q_data_type=updater.q_data_type, kv_data_type=updater.data_type, non_blocking=True)
         level0.plan(torch.tensor(p.qo_indptr, **host), kv0, indices[0], torch.ones(len(p.kv_lens), **host), *heads,
                     causal=False, **types)
         level1.plan(kv1, indices[1], torch.ones(bs, **host), *heads, **types)
-        order = torch.tensor(p.order, dtype=torch.int64)
-        if order_buf is None:
-            return order.to(device, non_blocking=True)
-        order_buf.copy_(order, non_blocking=True)
         return order_buf
 
     def init_forward_metadata(self: Any, forward_batch: Any) -> None:
@@ -234,12 +236,11 @@ def apply(sglang_version: str) -> None:
             self.token_to_kv_pool.set_kv_buffer(layer, where, k, v, *self._kv_write_scales(layer))
         kv = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         q = q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim)
-        own, own_lse = level1.forward_return_lse(q, kv, sm_scale=layer.scaling)
-        shared, shared_lse = level0.forward_return_lse(q.index_select(0, order), kv, causal=False,
-                                                       sm_scale=layer.scaling)
-        merged, _ = flashinfer.merge_state(shared, shared_lse, own.index_select(0, order),
-                                           own_lse.index_select(0, order))
-        out = torch.empty_like(own).index_copy_(0, order, merged)
+        ordered = q.index_select(0, order)  # both levels read the rows in group order
+        own, own_lse = level1.forward_return_lse(ordered, kv, sm_scale=layer.scaling)
+        shared, shared_lse = level0.forward_return_lse(ordered, kv, causal=False, sm_scale=layer.scaling)
+        flashinfer.merge_state_in_place(own, own_lse, shared, shared_lse)
+        out = torch.empty_like(own).index_copy_(0, order, own)
         if check and largest is not None and layer.layer_id == 0:
             reference = self.forward_metadata.decode_wrappers[0].forward(q, kv, sm_scale=layer.scaling)
             torch.maximum(largest, (reference.float() - out.float()).abs().max(), out=largest)
