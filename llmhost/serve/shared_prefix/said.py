@@ -1,7 +1,8 @@
 """What the server's log says of the shared-prefix plugin once it is ready, so that `serve.sh start` with
 SHARED_PREFIX_DECODE=on tells the user whether it took: the plugin's own line (on, or off and why), else SGLang's
-failure to run it, else silence (an SGLang that loads no plugins). Only a failure is a warning: off for a reason the
-plugin gives (an FP8 KV cache, another SGLang) or silence leaves SGLang's own decode, which is what on falls back to."""
+failure to run it, else silence (another attention backend, or an SGLang that loads no plugins). Only a failure is a
+warning: off for a reason the plugin gives (an FP8 KV cache, another SGLang) or silence leaves SGLang's own decode,
+which is what on falls back to."""
 from __future__ import annotations
 
 from llmhost.serve.shared_prefix.plugin_dir import NAME
@@ -27,5 +28,7 @@ def verdict(log_text: str) -> tuple[str, str]:
     if failed:
         return "failed", (f"SHARED_PREFIX_DECODE=on, but SGLang could not run the plugin ({failed}): its traceback is "
                           "in ./serve.sh logs; the server decodes as SGLang does")
-    return "off", ("SHARED_PREFIX_DECODE=on, but the server log has no line from the plugin: this SGLang loaded no "
-                   "plugins (SGLang 0.5.17 loads entry point group sglang.srt.plugins); it decodes as SGLang does")
+    return "off", ("SHARED_PREFIX_DECODE=on, but the server log has no line from the plugin: it speaks from SGLang's "
+                   "FlashInfer attention backend, so this server uses another one (e.g. --attention-backend triton) "
+                   "or its SGLang loaded no plugins (0.5.17 loads entry point group sglang.srt.plugins); it decodes "
+                   "as SGLang does")
