@@ -61,6 +61,7 @@ def test_two_levels_run_only_when_the_reads_they_save_outweigh_their_kernels():
     edge = grouping.BREAK_EVEN_BYTES // qwen3_4b + 1  # tokens just over the break-even, in one group of two
     assert grouping.pays([grouping.Group(edge, (0, 1))], qwen3_4b)
     assert not grouping.pays([grouping.Group(edge - 1, (0, 1))], qwen3_4b)
+    assert not grouping.pays([grouping.Group(grouping.BREAK_EVEN_BYTES // 1000, (0, 1))], 1000)  # exactly even
 
 
 def test_an_evicted_node_ends_what_a_row_can_share():
