@@ -229,6 +229,8 @@ def make_run(root: Path, *, run_id: str = "20261129-120000", seed: int = 0, arms
                 "kv_cache_dtype": "fp8_e4m3" if arm["name"] == "fp8-kv" else "auto"}
         server = {"arm": arm["name"], "launch_command": cmd, "server_info": info, "started_at": clock,
                   "ready_s": 74.8}
+        if arm["name"] == "baseline":  # the other arms as from a run before the record said which decode ran
+            server["decode"] = "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)"
         (run / "servers").mkdir(parents=True, exist_ok=True)
         (run / "servers" / f"{arm['name']}.json").write_text(json.dumps(server))
     (run / "manifest.json").write_text(json.dumps(manifest_of(run_id, arms, plan, seed), indent=1))

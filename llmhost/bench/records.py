@@ -5,7 +5,7 @@
     requests/<point>.jsonl    RequestRecord   one line per request of the point's latest attempt
     telemetry.jsonl           TelemetrySample one /metrics or GPU reading
     toolcalls.jsonl           ToolCallCase    one scored tool-call prompt, or ToolCallSkipped for a whole arm
-    servers/<arm>.json        ServerRecord    an arm's exact launch command and /server_info
+    servers/<arm>.json        ServerRecord    an arm's exact launch command, /server_info and decode
     startups.jsonl            StartupRecord   one restart of a --startup run: ready time and its phases
     sittings.jsonl            (llmhost.bench.sittings) each invocation of a run: its span, boots and ETAs
     stream_*.jsonl            (llmhost.bench.stream_records) a --single-stream run's requests and arms
@@ -271,6 +271,9 @@ class ServerRecord(Record):
     # which processes served the arm's points, on which GPUs and ranks: name, port, gpus (CUDA_VISIBLE_DEVICES, ''
     # = all visible; null for the router), tp_size, dp_size (llmhost.serve.service.layout)
     layout: tuple[dict[str, Any], ...] = ()
+    # the decode it ran (llmhost.serve.shared_prefix.said.of_server): the shared-prefix plugin's line, SGLang's own
+    # with it off, or '' (not known: ROUTER=on, or a run from before the plugin)
+    decode: str = ""
 
     @classmethod
     def _upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,8 @@ from llmhost.provenance import redact_secrets, utc_now
 from llmhost.bench.liveness import flush_all, info_client, server_alive, server_watch
 from llmhost.serve import lifecycle, serverlog
 from llmhost.serve.console import Console, ServeError, ServerBusy
-from llmhost.serve.spec import bytecode_env
+from llmhost.serve.shared_prefix import said
+from llmhost.serve.spec import bytecode_env, with_settings
 from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 
@@ -141,7 +142,7 @@ def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
     b.store.write_server(ServerRecord(
         arm=arm.name, launch_command=ready.launch_command or None, server_info=redact_secrets(info),
         ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts,
-        layout=ready.layout))
+        layout=ready.layout, decode=said.of_server(with_settings(b.cfg, settings))))
     b.sampler.scrape(telemetry.scrape_targets(ready.layout, ready.base_url, b.cfg.worker_urls.split()))
     b.serving = arm
     return ""

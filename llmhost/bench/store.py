@@ -6,7 +6,7 @@
     requests/<point_id>.jsonl RequestRecord: one line per request of the point's latest attempt
     telemetry.jsonl           TelemetrySample: /metrics + GPU samples (llmhost/bench/telemetry.py)
     toolcalls.jsonl           ToolCallCase / ToolCallSkipped (llmhost/bench/toolcalls.py)
-    servers/<arm>.json        ServerRecord: each arm's exact launch command and full /server_info
+    servers/<arm>.json        ServerRecord: each arm's exact launch command, full /server_info and decode
     startups.jsonl            StartupRecord: one line per restart of a --startup run (no points, no telemetry)
     sittings.jsonl            llmhost.bench.sittings: each invocation's span, the boots it paid, the ETAs it printed
 

@@ -226,7 +226,8 @@ def methods_html(run: Run, slo: stats.Slo) -> str:
     parts = [f"<h3>Benchmark command</h3><pre>{esc(cmd)}</pre><h3>Server launch command per arm</h3>"]
     for r in tables.methods_rows(run):
         parts.append(f"<p><b>{esc(r['label'])}</b> — flags vs baseline: <code>{esc(r['flags'])}</code>; ready in "
-                     f"{num(r['ready_s'])} s; attention backend {esc(r['attention_backend'] or '?')}</p>"
+                     f"{num(r['ready_s'])} s; attention backend {esc(r['attention_backend'] or '?')}; decode: "
+                     f"{esc(r['decode'] or 'not recorded')}</p>"
                      f"<pre>{esc(r['launch_command'])}</pre>")
     parts.append("<h3>Workloads</h3>" + "".join(
         f"<p><b>{esc(w.name)}</b> ({esc(w.kind)}): {esc(w.description)}</p><pre>{esc(json.dumps(w.params))}</pre>"

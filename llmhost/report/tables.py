@@ -274,5 +274,6 @@ def methods_rows(run: Run) -> list[dict[str, Any]]:
                      "(not recorded: servers/<arm>.json missing)",
                      "ready_s": server.ready_s if server else None,
                      "attention_backend": info.get("attention_backend"),
+                     "decode": server.decode if server else "",
                      "server_version": info.get("version")})
     return rows

@@ -61,6 +61,9 @@ def test_dashboard_and_summaries_are_written_beside_each_other(built: dict) -> N
 def test_page_is_self_contained_with_plotly_inlined_once(built: dict) -> None:
     html = built["html"].read_text()
     assert html.count("plotly.js v") == 1  # the bundle's banner
+    # each arm's decode as its server said it (Methods), or that an older run did not record it
+    assert "attention backend flashinfer; decode: shared-prefix decode: on (SGLang 0.5.17" in html
+    assert "decode: not recorded" in html
     assert not re.search(r"<script[^>]+src=", html)  # nothing fetched from the network
     for section in ("Environment", "Max concurrency within SLO", "Settings vs baseline", "Tool calls",
                     "Regression: 20261129-120000 vs 20261128-090000", "Methods", "sglang.launch_server"):

@@ -71,6 +71,9 @@ def _check_servers_and_toolcalls(run: Path) -> None:
     assert "--page-size 16" in page16["launch_command"] and page16["server_info"]["page_size"] == 16
     base = json.loads((run / "servers" / "baseline.json").read_text())
     assert "--page-size" not in base["launch_command"] and base["ready_s"] > 0
+    # the decode each ran, in the server's words: the plugin found no FlashInfer in the stand-in
+    assert base["decode"].startswith("SHARED_PREFIX_DECODE=on, but the server says: shared-prefix decode: off, "
+                                     "FlashInfer is not importable here")
     toolcalls = _rows(run / "toolcalls.jsonl")
     assert [r["arm"] for r in toolcalls] == ["baseline", "page-16"]
     assert all(set(r) == {"arm", "skipped"} and "dummy" in r["skipped"] for r in toolcalls)  # random weights

@@ -43,7 +43,8 @@ def _through_json(record: object) -> dict:
      records.toolcall_from_dict),
     (ToolCallSkipped("triton", "dummy weights"), records.toolcall_from_dict),
     (ServerRecord("page-16", "python -m sglang.launch_server --page-size 16", {"page_size": 16}, 101.5,
-                  "2026-12-01T10:02:00Z"), ServerRecord.from_dict),
+                  "2026-12-01T10:02:00Z", decode="SHARED_PREFIX_DECODE=on, but the server says: shared-prefix decode: "
+                  "off for this model runner"), ServerRecord.from_dict),
     (ServerRecord("dp2", "env ... --port 30001\nenv ... --port 30002\nrouter ...", {}, 140.0, "2026-12-01T10:09:00Z",
                   layout=({"name": "worker0", "port": 30001, "gpus": "0", "tp_size": 1, "dp_size": 1},
                           {"name": "router", "port": 30000, "gpus": None, "tp_size": None, "dp_size": None})),

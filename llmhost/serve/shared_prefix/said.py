@@ -5,8 +5,12 @@ warning: off for a reason the plugin gives (an FP8 KV cache, another SGLang) or 
 which is what on falls back to."""
 from __future__ import annotations
 
+from llmhost.config import Config
+from llmhost.serve import router
 from llmhost.serve.shared_prefix.plugin_dir import NAME
 from llmhost.serve.startup import STAMP
+
+OFF = "SGLang's own (SHARED_PREFIX_DECODE=off)"
 
 
 def verdict(log_text: str) -> tuple[str, str]:
@@ -32,3 +36,15 @@ def verdict(log_text: str) -> tuple[str, str]:
                    "FlashInfer attention backend, so this server uses another one (e.g. --attention-backend triton) "
                    "or its SGLang loaded no plugins (0.5.17 loads entry point group sglang.srt.plugins); it decodes "
                    "as SGLang does")
+
+
+def of_server(cfg: Config) -> str:
+    """The decode a ready server runs, in one line for its benchmark record: the plugin's verdict line, OFF, or ''
+    (ROUTER=on: each worker keeps its own log; or no log)."""
+    if cfg.shared_prefix_decode != "on":
+        return OFF
+    try:
+        text = (cfg.state_dir / "server.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "" if router.is_on(cfg) else verdict(text)[1]
