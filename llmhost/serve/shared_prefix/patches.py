@@ -30,8 +30,8 @@ log = logging.getLogger("llmhost.shared_prefix")
 STATS_EVERY = 1000  # decode steps between two log lines of what the groups saved
 CHECK_EVERY = 500
 TWO_LEVELS = "llmhost-shared-prefix"  # the decode graphs' variant label
-# Smaller batches get no two-level graph: their groups seldom pay (under 8 rows, only a prompt of >3.4k tokens that
-# all of them share saves groups.BREAK_EVEN_BYTES on Qwen3-4B), and each graph size adds ~0.1 s of start-up.
+# Smaller batches get no two-level graph: their groups seldom pay (8 rows on one prompt save groups.BREAK_EVEN_BYTES
+# on Qwen3-4B only past 3.9k shared tokens), and each graph size adds ~0.1 s of start-up.
 MIN_GRAPH_BATCH = 16
 WORKSPACE_BYTES = 256 << 20  # FlashInfer's float workspace, shared by both levels and every graph
 
