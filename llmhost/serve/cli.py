@@ -38,6 +38,7 @@ from llmhost.config import Config, ConfigError, load
 from llmhost.serve import dashboard, gpu, lifecycle, pane, parallel, status, tunnel
 from llmhost.serve.checks import check_settings
 from llmhost.serve.console import EXIT_FAILED, EXIT_INTERRUPTED, Console, ServeError, UsageError
+from llmhost.serve.shared_prefix import plugin_dir
 
 
 def cmd_start(cfg: Config, args: list[str], console: Console) -> int:
@@ -132,6 +133,8 @@ def cmd_print_command(cfg: Config, args: list[str], console: Console) -> int:
         node_rank = int(args[1])
     parallel.check(cfg, node_rank)  # the other nodes' GPUs are not visible from here: start checks those
     spec, members = lifecycle.launch_plan(cfg, node_rank=node_rank)
+    if cfg.shared_prefix_decode == "on":  # the printed command finds the plugin there, on the host it runs on
+        plugin_dir.write(cfg.state_dir)
     for member in members or [None]:
         shown = member.spec if member else spec
         for note in shown.notes:
