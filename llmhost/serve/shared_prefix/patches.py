@@ -126,7 +126,7 @@ def apply(sglang_version: str) -> None:
     def _plan(self: Any, levels: tuple, bs: int, req_pool_indices: Any, seq_lens: Any,
               found: list[grouping.Group], indices: tuple | None) -> Any:
         """Plan both levels for rows 0..bs-1 (host index pointers, page indices written on the GPU) and return the
-        level-0 row order on the GPU (into the graph's own buffer when there is one)."""
+        row order both levels take their queries in, on the GPU (the graph's own buffer when there is one)."""
         level0, level1, order_buf = levels
         updater = self.indices_updater_decode
         p = grouping.plan([int(x) for x in seq_lens[:bs]], found, bs if level0.is_cuda_graph_enabled else None)
