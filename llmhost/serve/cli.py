@@ -15,7 +15,8 @@
   ./serve.sh tunnel           print the ssh command for a laptop
   ./serve.sh print-command [--node-rank N]
                               the launch command start would run (no side effects); with NNODES > 1, the
-                              command of host N (start runs node 0; run the others' on their hosts)
+                              command of host N (start runs node 0; run the others' on their hosts: for
+                              N > 0 it writes the plugin folder that command's PYTHONPATH names)
 
 Settings come from config.env (environment variables win), e.g.
   PORT=30001 TOKENIZER_WORKER_NUM=8 ./serve.sh start
@@ -133,7 +134,9 @@ def cmd_print_command(cfg: Config, args: list[str], console: Console) -> int:
         node_rank = int(args[1])
     parallel.check(cfg, node_rank)  # the other nodes' GPUs are not visible from here: start checks those
     spec, members = lifecycle.launch_plan(cfg, node_rank=node_rank)
-    if cfg.shared_prefix_decode == "on":  # the printed command finds the plugin there, on the host it runs on
+    if node_rank > 0 and cfg.shared_prefix_decode == "on":
+        # host N runs the printed command by hand: its PYTHONPATH names the plugin folder, so write it here (node 0's
+        # start writes its own; a plain print-command changes nothing)
         plugin_dir.write(cfg.state_dir)
     for member in members or [None]:
         shown = member.spec if member else spec

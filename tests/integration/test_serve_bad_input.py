@@ -124,9 +124,11 @@ def test_print_command_prints_each_nodes_command_from_one_config(tmp_path):
         assert printed.returncode == 0, printed.stderr
         assert printed.stdout.rstrip().endswith(f"--tp-size 2 --nnodes 2 --node-rank {rank} "
                                                 "--dist-init-addr 10.0.0.1:25000")
-        # host N runs the printed command itself: the plugin folder on its PYTHONPATH is there (SHARED_PREFIX_DECODE)
+        # host N runs the printed command itself: the plugin folder on its PYTHONPATH is there (SHARED_PREFIX_DECODE);
+        # node 0's own print-command writes nothing (its start does)
         plugins = tmp_path / "work" / "server" / "sglang-plugins"
-        assert f"PYTHONPATH={plugins}:" in printed.stdout and list(plugins.glob("*.dist-info/entry_points.txt"))
+        assert f"PYTHONPATH={plugins}:" in printed.stdout
+        assert bool(list(plugins.glob("*.dist-info/entry_points.txt"))) is (rank == 1)
     refused(serve(tmp_path, "print-command", "--node-rank", "2", **nodes), "--node-rank 2 is not a node of NNODES=2")
     usage = serve(tmp_path, "print-command", "--node-rank", "one", **nodes)
     assert usage.returncode == 2 and "./serve.sh print-command [--node-rank N]" in usage.stderr
