@@ -142,7 +142,7 @@ def restart_server(b: Bench, arm: arms_mod.Arm, reason: str = "") -> str:
     b.store.write_server(ServerRecord(
         arm=arm.name, launch_command=ready.launch_command or None, server_info=redact_secrets(info),
         ready_s=time.time() - started, started_at=ready.started_at or utc_now(started), restarts=restarts,
-        layout=ready.layout, decode=said.of_server(with_settings(b.cfg, settings))))
+        layout=ready.layout, decode=said.of_server(with_settings(b.cfg, settings))[1]))
     b.sampler.scrape(telemetry.scrape_targets(ready.layout, ready.base_url, b.cfg.worker_urls.split()))
     b.serving = arm
     return ""

@@ -266,8 +266,8 @@ def _await_ready(cfg: Config, pgid: int, console: Console) -> ReadyInfo:
                                          workers, router="router" in members)
         if timeline and timeline.line():
             console.info(timeline.line())
-        if cfg.shared_prefix_decode == "on" and not router.is_on(cfg):  # ROUTER=on: each worker has its own log
-            status, line = said.verdict(log.read_text(errors="replace"))
+        status, line = said.of_server(cfg)
+        if cfg.shared_prefix_decode == "on" and line:  # whether the plugin took (one server: not with ROUTER=on)
             (console.warn if status == "failed" else console.info)(line)
         gcfreeze.freeze(cfg, console)
         return _ready_info(cfg, pgid, time.monotonic() - started, already_running=False, timeline=timeline)

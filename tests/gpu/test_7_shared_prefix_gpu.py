@@ -32,7 +32,8 @@ def _bench(env: dict, workload: str, check: bool, seconds: int) -> tuple[dict, f
     if check:
         env["SERVER_ENV"] = f"{env.get('SERVER_ENV', '')} LLMHOST_SHARED_PREFIX_CHECK=1".strip()
     summary, seconds = run(env, "run_bench.py", "--arms", "baseline", "--workloads", workload, "--patterns",
-                           "concurrency", "--concurrency", "64", "--repeat", "1", "--duration-s", str(seconds), timeout=600)
+                           "concurrency", "--concurrency", "64", "--repeat", "1", "--duration-s", str(seconds),
+                           timeout=600)
     log = (config.load(env).state_dir / "server.log").read_text(errors="replace")
     subprocess.run([str(REPO / "serve.sh"), "stop"], env=env, cwd=REPO, capture_output=True, timeout=180)
     assert summary["points_failed"] == 0, summary

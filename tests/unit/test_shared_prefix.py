@@ -166,10 +166,10 @@ def test_a_benchmark_records_the_decode_its_server_ran(tmp_path):
     from llmhost import config
 
     cfg = dataclasses.replace(config.load({"WORK_DIR": str(tmp_path)}), shared_prefix_decode="on")
-    assert said.of_server(cfg) == ""  # no log yet
+    assert said.of_server(cfg) == ("", "")  # no log yet
     cfg.state_dir.mkdir(parents=True)
     (cfg.state_dir / "server.log").write_text("[2026-12-04 20:14:18] shared-prefix decode: on (SGLang 0.5.17, "
                                               "FlashInfer 0.6.15.post1)\n")
-    assert said.of_server(cfg) == "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)"
-    assert said.of_server(dataclasses.replace(cfg, shared_prefix_decode="off")) == said.OFF
-    assert said.of_server(dataclasses.replace(cfg, router="on")) == ""  # each worker keeps its own log
+    assert said.of_server(cfg) == ("on", "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)")
+    assert said.of_server(dataclasses.replace(cfg, shared_prefix_decode="off")) == ("off", said.OFF)
+    assert said.of_server(dataclasses.replace(cfg, router="on")) == ("", "")  # each worker keeps its own log

@@ -81,8 +81,8 @@ def _balance(b: dict) -> list[tuple[str, str]]:
 def _jit(j: dict) -> list[tuple[str, str]]:
     return [("What does a kernel's first use cost?",
              f"{j.get('variants', '-')} variants, {j.get('failed', '-')} failed; "
-             f"compile {fmt(j.get('compile_s_median'))} s median, {fmt(j.get('compile_s_max'))} s max ({j.get('slowest_variant', '-')}); cached first call "
-             f"{fmt(j.get('cached_first_call_s_median'))} s")]
+             f"compile {fmt(j.get('compile_s_median'))} s median, {fmt(j.get('compile_s_max'))} s max "
+             f"({j.get('slowest_variant', '-')}); cached first call {fmt(j.get('cached_first_call_s_median'))} s")]
 
 
 def _trace(t: dict) -> list[tuple[str, str]]:

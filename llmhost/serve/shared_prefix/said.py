@@ -38,13 +38,14 @@ def verdict(log_text: str) -> tuple[str, str]:
                    "as SGLang does")
 
 
-def of_server(cfg: Config) -> str:
-    """The decode a ready server runs, in one line for its benchmark record: the plugin's verdict line, OFF, or ''
-    (ROUTER=on: each worker keeps its own log; or no log)."""
+def of_server(cfg: Config) -> tuple[str, str]:
+    """The decode a ready server runs: its verdict (status, line), ("off", OFF) with the setting off, or ("", "")
+    when not known (ROUTER=on: each worker keeps its own log; or no log)."""
     if cfg.shared_prefix_decode != "on":
-        return OFF
+        return "off", OFF
+    if router.is_on(cfg):
+        return "", ""
     try:
-        text = (cfg.state_dir / "server.log").read_text(errors="replace")
+        return verdict((cfg.state_dir / "server.log").read_text(errors="replace"))
     except OSError:
-        return ""
-    return "" if router.is_on(cfg) else verdict(text)[1]
+        return "", ""
