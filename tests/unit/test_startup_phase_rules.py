@@ -64,3 +64,24 @@ def test_the_log_is_read_in_local_time_and_the_launch_in_utc(tz, tmp_path):
     assert timeline is not None and timeline.ready_s == 30
     assert [(p.name, p.seconds) for p in timeline.phases] == [("launcher", 5), ("HTTP + tokenizer workers", 20),
                                                               ("first generation", 5)]
+
+
+def test_lines_stamped_in_the_launch_second_or_the_ready_second_belong_to_this_start(tz):
+    tz("UTC")
+    lines = ["[2026-12-01 10:00:00] server_args=ServerArgs(x)",  # the launch's own second
+             "[2026-12-01 10:00:20] Load weight end. elapsed=0.2 s",
+             "[2026-12-01 10:00:30] INFO:     Application startup complete."]  # ready within the same second
+    parts = startup.phases(lines, utc("2026-12-01 10:00:00"), utc("2026-12-01 10:00:30"))
+    assert [(p.name, p.seconds) for p in parts] == [("launcher", 0), ("weights", 20), ("HTTP + tokenizer workers", 10),
+                                                    ("first generation", 0)]
+
+
+def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tz, tmp_path):
+    tz("UTC")
+    log = tmp_path / "server.log"
+    log.write_bytes(b"[2026-12-01 10:00:05] server_args=ServerArgs(x)\n"
+                    b"[2026-12-01 10:00:06] a tokenizer said \xff\xfe\n"
+                    b"[2026-12-01 10:00:25] INFO:     Application startup complete.\n")
+    timeline = startup.read_timeline(log, "2026-12-01T10:00:00Z", utc("2026-12-01 10:00:30"))
+    assert timeline is not None and timeline.line() == ("ready in 30 s: launcher 5 s, HTTP + tokenizer workers 20 s, "
+                                                        "first generation 5 s")
