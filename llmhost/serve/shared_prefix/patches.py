@@ -121,7 +121,8 @@ def apply(sglang_version: str) -> None:
         original["init_cuda_graph_state"](self, max_bs, max_num_tokens, kv_indices_buf)
         if self._sp_on:
             size = max_num_tokens * self.max_context_len
-            self._sp_indices = [torch.zeros(size, dtype=torch.int32, device="cuda") for _ in range(2)]
+            device = self._sp_workspace.device
+            self._sp_indices = [torch.zeros(size, dtype=torch.int32, device=device) for _ in range(2)]
 
     def _plan(self: Any, levels: tuple, bs: int, req_pool_indices: Any, seq_lens: Any,
               found: list[grouping.Group], indices: tuple | None) -> Any:
