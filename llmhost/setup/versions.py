@@ -235,9 +235,10 @@ def _addon_matches(name: str, have: str, base: str, tag: str) -> bool:
     return same(have, base)
 
 
-# Runs inside the target interpreter: every installed distribution, sglang's requirements, torch's CUDA.
+# Runs inside the target interpreter: every installed distribution, sglang's requirements, and (argument "cuda")
+# torch's CUDA, which imports torch: seconds, so only the FlashInfer plan asks for it.
 _PROBE = r"""
-import json, re, importlib.metadata as md
+import json, re, sys, importlib.metadata as md
 out = {"packages": {}, "sglang_requires": [], "torch_cuda": None}
 for dist in md.distributions():  # sys.path order: the first copy of a name is the one Python imports
     name = dist.metadata["Name"]
@@ -254,7 +255,7 @@ for dist, module in (("sglang", "sglang"), ("flashinfer-python", "flashinfer"), 
             out["packages"][dist] = __import__(module).__version__
         except Exception:
             pass
-if "torch" in {n.lower() for n in out["packages"]}:
+if "cuda" in sys.argv[1:] and "torch" in {n.lower() for n in out["packages"]}:
     try:
         import torch
         out["torch_cuda"] = torch.version.cuda
@@ -264,10 +265,12 @@ print(json.dumps(out))
 """
 
 
-def probe(python: str) -> dict:
-    """Installed packages (canonical names), sglang's Requires-Dist and torch's CUDA of another interpreter."""
+def probe(python: str, torch_cuda: bool = False) -> dict:
+    """Installed packages (canonical names) and sglang's Requires-Dist of another interpreter; with `torch_cuda`,
+    torch's CUDA too ("torch_cuda", None without one)."""
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([python, "-c", _PROBE, *(["cuda"] if torch_cuda else [])], capture_output=True,
+                              text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise VersionError(f"could not run {python}: {exc}") from None
     if proc.returncode != 0:
@@ -302,7 +305,7 @@ def flashinfer_plan(python: str | None, cuda: str | None = None,
         return cuda, plan_flashinfer({FLASHINFER_BASE: planned_base}, cuda, planned_base)
     if python is None:
         raise VersionError("no interpreter to inspect and no planned flashinfer-python version")
-    data = probe(python)
+    data = probe(python, torch_cuda=True)
     cuda = cuda or data.get("torch_cuda")
     if not cuda:
         raise VersionError(f"torch in {python} reports no CUDA ({data.get('torch_error', 'CPU-only build?')})")

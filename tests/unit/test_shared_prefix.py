@@ -122,11 +122,18 @@ def test_the_plugin_folder_names_the_entry_point_sglang_loads(tmp_path):
     assert [p.name for p in parent.iterdir()] == [plugin_dir.DIST]
 
 
+def _patches_not_imported(monkeypatch, package) -> None:
+    """As in a fresh server process: the patches module not yet imported (another test may have imported it)."""
+    monkeypatch.delitem(sys.modules, "llmhost.serve.shared_prefix.patches", raising=False)
+    monkeypatch.delattr(package, "patches", raising=False)
+
+
 def test_an_sglang_it_was_not_verified_on_leaves_the_decode_alone(monkeypatch, caplog):
     from llmhost.serve import shared_prefix
 
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(__version__="0.5.23"))
     monkeypatch.setattr(shared_prefix, "_applied", False)
+    _patches_not_imported(monkeypatch, shared_prefix)
     shared_prefix.register()
     assert "verified on SGLang 0.5.17 only and this is 0.5.23" in caplog.text
     assert not shared_prefix._applied and "llmhost.serve.shared_prefix.patches" not in sys.modules
@@ -138,6 +145,7 @@ def test_a_host_without_flashinfer_leaves_the_decode_alone_and_says_why(monkeypa
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(__version__="0.5.17"))
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # import flashinfer raises ImportError
     monkeypatch.setattr(shared_prefix, "_applied", False)
+    _patches_not_imported(monkeypatch, shared_prefix)
     shared_prefix.register()
     assert "shared-prefix decode: off, FlashInfer is not importable here" in caplog.text
     assert not shared_prefix._applied and "llmhost.serve.shared_prefix.patches" not in sys.modules

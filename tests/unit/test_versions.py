@@ -199,3 +199,22 @@ def test_the_probe_reads_sglangs_flashinfer_pin_from_its_metadata(site_python):
     assert "flashinfer_python==0.6.15.post1" in data["sglang_requires"]
     assert data["packages"]["sglang"] == "0.5.17" and data["packages"]["flashinfer-python"] == "0.6.15.post1"
     assert versions.pinned_version(data["sglang_requires"], versions.FLASHINFER_BASE) == "0.6.15.post1"
+
+
+def test_the_probe_imports_torch_only_when_asked_for_its_cuda(tmp_path):
+    """Importing torch takes seconds; only the FlashInfer plan needs its CUDA (provenance reads the metadata)."""
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text(
+        f"open({str(tmp_path / 'imported')!r}, 'w').close()\n__version__ = '2.11.0'\n"
+        "import types\nversion = types.SimpleNamespace(cuda='13.0')\n")
+    info = site / "torch-2.11.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
+    script = tmp_path / "py"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    script.chmod(0o755)
+    data = versions.probe(str(script))
+    assert data["packages"]["torch"] == "2.11.0" and data["torch_cuda"] is None
+    assert not (tmp_path / "imported").exists()
+    assert versions.probe(str(script), torch_cuda=True)["torch_cuda"] == "13.0" and (tmp_path / "imported").exists()
