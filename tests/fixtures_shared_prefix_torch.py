@@ -10,7 +10,7 @@ import dataclasses
 import sys
 import types
 
-import torch  # its CPU build: tests/run_cpu.sh installs it
+import torch  # its CPU build, in the folder tests/run_cpu.sh installs it into (the test puts it on the path)
 
 from llmhost.serve.shared_prefix import patches
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The CPU test suite (what CI runs): builds .venv with the pinned client + test dependencies and torch's CPU build,
-# makes sure tmux is present (serve.sh integration tests drive real tmux), runs shellcheck on every shell script,
-# then pytest.
+# The CPU test suite (what CI runs): builds .venv with the pinned client + test dependencies (and torch's CPU build
+# in a folder of its own), makes sure tmux is present (serve.sh integration tests drive real tmux), runs shellcheck on
+# every shell script, then pytest.
 #   ./tests/run_cpu.sh            # everything
 #   ./tests/run_cpu.sh -k serve   # extra arguments go to pytest
 set -euo pipefail
@@ -37,18 +37,23 @@ ensure_chromium() {
 }
 
 # torch's CPU build (~200 MB) for the test that runs the shared-prefix patches in torch on the CPU
-# (tests/unit/test_shared_prefix_patches.py); PyTorch's CPU index, so that pip does not take PyPI's CUDA build (GBs)
+# (tests/unit/test_shared_prefix_patches.py), from PyTorch's CPU index, so that pip does not take PyPI's CUDA build
+# (GBs). It goes into a folder of its own that only that test puts on its path: torch in the venv itself would be
+# imported by every subprocess that looks for a GPU stack (seconds each; the suite took 1.5 min longer).
 TORCH_CPU=(torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu --retries 1 --timeout 15)
+TORCH_DIR=.venv/torch-cpu
 
 ensure_venv() {
   local stamp
-  stamp=.venv/.deps-$( (cat pyproject.toml; echo "${TORCH_CPU[*]}") | sha1sum | cut -c1-12)
+  stamp=.venv/.deps-$( (cat pyproject.toml; echo "${TORCH_CPU[*]} $TORCH_DIR") | sha1sum | cut -c1-12)
   [[ -f "$stamp" ]] && return 0
   log "creating .venv with the pinned dependencies"
   [[ -x .venv/bin/python ]] || "$(host_python)" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test]'
-  .venv/bin/python -m pip install -q "${TORCH_CPU[@]}" || die "could not install torch's CPU build (${TORCH_CPU[0]})"
+  rm -rf "$TORCH_DIR"
+  .venv/bin/python -m pip install -q --target "$TORCH_DIR" "${TORCH_CPU[@]}" ||
+    die "could not install torch's CPU build (${TORCH_CPU[0]}) into $TORCH_DIR"
   rm -f .venv/.deps-* && touch "$stamp"
 }
 

@@ -13,12 +13,19 @@ import pytest
 
 from llmhost.serve.shared_prefix import groups as grouping
 from llmhost.serve.shared_prefix import patches
+from llmhost.settings import REPO_ROOT
+
+
+TORCH_DIR = REPO_ROOT / ".venv" / "torch-cpu"  # torch's CPU build, where tests/run_cpu.sh installs it
 
 
 @pytest.fixture
 def sp(monkeypatch):
-    """The stand-ins, installed where patches.apply() imports them, and apply() run on them; imported here, so a
-    worker that does not run these tests does not import torch."""
+    """The stand-ins, installed where patches.apply() imports them, and apply() run on them; imported here, with
+    torch's folder on the path, so nothing else in the suite imports torch."""
+    if not (TORCH_DIR / "torch").is_dir():
+        pytest.fail(f"torch's CPU build is not in {TORCH_DIR}: ./tests/run_cpu.sh installs it", pytrace=False)
+    monkeypatch.syspath_prepend(str(TORCH_DIR))
     module = importlib.import_module("fixtures_shared_prefix_torch")
     module.install(monkeypatch)
     return module
