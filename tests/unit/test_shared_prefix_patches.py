@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import pytest
 
 from llmhost.serve.shared_prefix import groups as grouping
 from llmhost.serve.shared_prefix import patches
-from llmhost.settings import REPO_ROOT
 
 
-TORCH_DIR = REPO_ROOT / ".venv" / "torch-cpu"  # torch's CPU build, where tests/run_cpu.sh installs it
+TORCH_DIR = Path(sys.prefix) / "torch-cpu"  # torch's CPU build, where tests/run_cpu.sh installs it: in the test venv
 
 
 @pytest.fixture
