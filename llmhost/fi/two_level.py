@@ -81,6 +81,27 @@ def split(table: kv_layout.PageTable) -> TwoLevel:
                     suffix=kv_layout.build_csr("suffix", suffix_lens, suffix_pages, page))
 
 
+@dataclass(frozen=True, slots=True)
+class OneLaunch:
+    """Both levels as the entries of one prefill plan, over the query rows taken twice in `order`."""
+
+    qo_indptr: tuple[int, ...]  # query rows per entry: each group's members (level 0), then each request alone
+    table: kv_layout.PageTable  # each entry's pages: the groups' prefixes, then the requests' suffixes
+
+
+def one_launch(levels: TwoLevel) -> OneLaunch:
+    """Levels 0 and 1 in one kernel launch: the query gathered in `order` twice over (2 x batch rows), the first
+    batch rows attending in groups over their prefix, the last each over its own suffix; merging row i's two partial
+    outputs by log-sum-exp (i and batch + i) gives row order[i]'s attention."""
+    batch = len(levels.order)
+    qo = [g * levels.members for g in range(levels.groups + 1)] + [batch + i for i in range(1, batch + 1)]
+    pages = [levels.prefix.pages_of(g) for g in range(levels.groups)]
+    pages += [levels.suffix.pages_of(i) for i in range(batch)]
+    table = kv_layout.build_csr("one-launch", levels.prefix.seq_lens + levels.suffix.seq_lens, pages,
+                                levels.prefix.page_size)
+    return OneLaunch(qo_indptr=tuple(qo), table=table)
+
+
 def fold_rows(levels: TwoLevel, num_qo_heads: int, num_kv_heads: int) -> list[int]:
     """Rows of the flat query [batch x heads] that make up the folded query [groups x (M x heads)], in order.
 

@@ -1,16 +1,20 @@
 """The GPU side of the two-level decode (llmhost.fi.two_level): a shared-prompt batch decoded by reading each prompt
-once, two ways, against the one-level decode SGLang runs.
+once, four ways, against the one-level decode SGLang runs.
 
 - two-level: level 0 is the tensor-core decode wrapper over the folded queries (one row per group, M x heads query
   heads), level 1 the same wrapper over each request's own pages, both returning their log-sum-exp, then
   flashinfer.merge_state. The gathers and scatters that fold and unfold the queries are part of the timed call.
 - prefill-level0: level 0 as FlashInfer's prefill kernel (backend fa2) with the group's members as a query sequence
   of M tokens, level 1 and the merge as above: what the folding is worth against the kernel made for many queries.
+- one-launch: levels 0 and 1 as the entries of one prefill plan (fa2) over the query gathered twice in group order
+  (llmhost.fi.two_level.one_launch): one kernel launch where the levels take two, level 1's short rows filling the
+  SMs beside level 0's long ones, then merge_state_in_place and one scatter. Its query tile is chosen for the
+  average entry, so a group of more than 4 members (over 16 query rows a KV head) may read its prefix once per tile.
 - cascade: FlashInfer's own MultiLevelCascadeAttentionWrapper over the same two levels. It builds its levels with
   the prefill wrapper's default backend, which on Hopper is fa3 (SM90): 128-row query tiles that do not fuse a KV
   head's query heads, and no KV split (scheduler.cuh, PrefillSM90Plan), so every query head reads the prefix again.
 
-Both are checked against the float32 reference on the shared placement's check requests before they are timed; a
+Each is checked against the float32 reference on the shared placement's check requests before they are timed; a
 wrong output is recorded as a failed check and not timed. Levels 0 and 1 are also timed alone, which says where the
 two-level time goes. Called by llmhost.fi.sparse after each BF16 tensor-core shared case.
 """
@@ -23,11 +27,12 @@ from llmhost.fi.shapes import AttentionShape
 from llmhost.fi.sparse_kernels import WORKSPACE_BYTES, KernelCase, bandwidth, check_shared, describe
 from llmhost.fi.timing import Method, timed
 
-VARIANTS = ("two-level", "prefill-level0", "cascade")
+VARIANTS = ("two-level", "prefill-level0", "one-launch", "cascade")
 
 
 class TwoLevelBench:
-    """Two decode wrappers (levels 0 and 1) and FlashInfer's cascade wrapper on one workspace, run one after another."""
+    """Two decode wrappers (levels 0 and 1), two prefill wrappers (level 0 alone, both levels) and FlashInfer's cascade
+    wrapper on one workspace, run one after another."""
 
     def __init__(self, shape: AttentionShape, method: Method) -> None:
         import flashinfer
@@ -38,6 +43,7 @@ class TwoLevelBench:
         self.levels = [flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True,
                                                                      backend="fa2") for _ in range(2)]
         self.prefill0 = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")
+        self.one = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")
         self.cascade = flashinfer.MultiLevelCascadeAttentionWrapper(2, workspace, "NHD")
 
     def _ints(self, values: Any, dtype: Any = None) -> Any:
@@ -55,6 +61,10 @@ class TwoLevelBench:
                            self._ints(levels.prefix.last_page_len), shape.num_qo_heads, shape.num_kv_heads,
                            shape.head_dim, levels.prefix.page_size, causal=False, q_data_type=torch.bfloat16,
                            kv_data_type=torch.bfloat16)
+        one = two_level.one_launch(levels)
+        self.one.plan(self._ints(one.qo_indptr), self._ints(one.table.indptr), self._ints(one.table.indices),
+                      self._ints(one.table.last_page_len), shape.num_qo_heads, shape.num_kv_heads, shape.head_dim,
+                      one.table.page_size, causal=False, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
         self.cascade.plan([by_group, self._ints(range(len(levels.order) + 1))],
                           [self._ints(t.indptr) for t in tables], [self._ints(t.indices) for t in tables],
                           [self._ints(t.last_page_len) for t in tables], shape.num_qo_heads, shape.num_kv_heads,
@@ -64,6 +74,7 @@ class TwoLevelBench:
         return {"level0_plan": split_plan.decision(self.levels[0], page),
                 "level1_plan": split_plan.decision(self.levels[1], page),
                 "prefill_level0_plan": split_plan.decision(self.prefill0, page),
+                "one_launch_plan": split_plan.decision(self.one, page),
                 "cascade_backend": getattr(self.cascade._batch_prefill_wrappers[0], "_backend", None)}
 
     def calls(self, levels: two_level.TwoLevel, query: Any, kv: tuple) -> dict[str, Any]:
@@ -73,6 +84,7 @@ class TwoLevelBench:
         batch, heads, dim = query.shape
         rows = self._ints(two_level.fold_rows(levels, shape.num_qo_heads, shape.num_kv_heads), torch.int64)
         order = self._ints(levels.order, torch.int64)
+        twice = self._ints(levels.order * 2, torch.int64)
         in_order = levels.order == tuple(range(batch))  # side by side: level 1 needs no gather
         folded_shape = (levels.groups, levels.members * heads, dim)
         out0, lse0 = torch.empty_like(query), torch.empty(batch, heads, dtype=torch.float32, device="cuda")
@@ -105,11 +117,16 @@ class TwoLevelBench:
             o1, s1 = self.levels[1].run(grouped, kv, return_lse=True)
             return batch_order(flashinfer.merge_state(o0, s0, o1, s1)[0])
 
+        def one_launch() -> Any:
+            o, s = self.one.run(query.index_select(0, twice), kv, return_lse=True)
+            flashinfer.merge_state_in_place(o[batch:], s[batch:], o[:batch], s[:batch])
+            return batch_order(o[batch:])
+
         def cascade() -> Any:
             return batch_order(self.cascade.run(ordered(query), kv))
 
         folded, query1 = query.view(-1, dim).index_select(0, rows).view(folded_shape), ordered(query)
-        return {"two-level": two, "prefill-level0": prefill_level0, "cascade": cascade,
+        return {"two-level": two, "prefill-level0": prefill_level0, "one-launch": one_launch, "cascade": cascade,
                 "level0": lambda: self.levels[0].run(folded, kv, return_lse=True),
                 "level1": lambda: self.levels[1].run(query1, kv, return_lse=True)}
 

@@ -299,9 +299,22 @@ def test_the_two_level_decode_is_answered_with_its_saving_per_decode_step(tmp_pa
     doc["two_level"][0]["prefill_level0_us"] = 60.0  # now level 0 on the prefill kernel is faster: 90 us a layer
     assert sparse.headline(doc)["two_level_step_saving_ms"]["64x4608 shared"] == pytest.approx(3.24)
     assert head["two_level_case"] == "bf16 tensor-core page 1, 4 requests per prompt"
+    assert head["one_launch_over_one_level"] == {}  # records from before the one-launch way: no ratio, no saving
     (tmp_path / "sparse.json").write_text(json.dumps(doc))
     html = page.build(tmp_path)["html"].read_text()
     assert "Reading each shared prompt once: two-level decode" in html
     assert "M x 32 query heads on 8 KV heads" in html and "128 units, 64-row tiles, no split" in html
     assert re.search(r"What would reading each shared prompt once save\?</td><td>two-level / one-level time 64x4608 "
                      r"shared: 0\.6.*per decode step over all layers 64x4608 shared: 3\.24 ms", html)
+    assert "both levels in one launch" not in html.split("What would reading")[1].split("</tr>")[0]
+    # both levels in one launch, faster still: 55 us a layer, (150 - 55) x 36 = 3.42 ms a step
+    doc["two_level"][0].update(one_launch_us=55.0, one_launch_over_one_level=55.0 / 150.0,
+                               one_launch_plan={"work_units": 132, "cta_tile_q": 16, "split_kv": True})
+    head = sparse.headline(doc)
+    assert head["one_launch_over_one_level"] == {"64x4608 shared": pytest.approx(55.0 / 150.0)}
+    assert head["two_level_step_saving_ms"]["64x4608 shared"] == pytest.approx(3.42)
+    (tmp_path / "sparse.json").write_text(json.dumps(doc))
+    html = page.build(tmp_path)["html"].read_text()
+    assert "132 units, 16-row tiles" in html
+    assert re.search(r"prefill kernel 64x4608 shared: 1x · 64x4608 shared-interleaved: 1x; both levels in one launch "
+                     r"64x4608 shared: 0\.367x; FlashInfer&#x27;s cascade wrapper 64x4608 shared: 2\.33x", html)

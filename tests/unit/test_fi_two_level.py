@@ -112,9 +112,10 @@ def test_a_two_level_case_that_cannot_fold_is_wrong_or_fails_leaves_the_matrix_g
         return sparse._two_level(FakeTwo(outcome), case, table, (None, None), None, 150.0, opts, {}, lines.append)
 
     record = {"two_level_us": 110.0, "level0_us": 70.0, "level1_us": 30.0, "two_level_over_one_level": 0.73,
-              "prefill_level0_over_one_level": 0.7, "cascade_over_one_level": 2.4}
+              "prefill_level0_over_one_level": 0.7, "one_launch_over_one_level": 0.65, "cascade_over_one_level": 2.4}
     assert run((record, [{"ok": True}])) == (record, [{"ok": True}], {})
     assert "two-level 110.0 us (level 0 70.0, level 1 30.0) = 0.73x" in lines[-1]
+    assert "prefill kernel 0.70x; both levels in one launch 0.65x; FlashInfer's cascade wrapper 2.40x" in lines[-1]
     assert run(two_level.NotFoldable("group sizes [1]")) == (None, [], {})
     got, checks, errors = run(AssertionError("two-level differs"))
     assert got is None and checks[0]["ok"] is False and "differs" in checks[0]["error"] and not errors
@@ -123,3 +124,26 @@ def test_a_two_level_case_that_cannot_fold_is_wrong_or_fails_leaves_the_matrix_g
     assert sparse.two_level_applies(case)
     assert not sparse.two_level_applies(KernelCase("fp8", 1, 64, 4608, "shared", "tensor-core"))
     assert not sparse.two_level_applies(KernelCase("bf16", 1, 64, 4608, "random", "tensor-core"))
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_both_levels_as_entries_of_one_launch_decode_what_one_level_decodes(page_size):
+    lens = [40 + 7 * b for b in range(12)]
+    table = kv.place("shared-interleaved", lens, page_size, pool_pages=600)
+    rng = np.random.default_rng(page_size)
+    k, v = (rng.standard_normal((600, page_size, HKV, D)) for _ in range(2))
+    q = rng.standard_normal((len(lens), HQ, D))
+    levels = two_level.split(table)
+    one = two_level.one_launch(levels)
+    doubled = q[list(levels.order) * 2]
+    assert one.qo_indptr[-1] == len(doubled) and one.table.batch_size == len(one.qo_indptr) - 1 == 3 + 12
+    out, lse = np.empty_like(doubled), np.empty(doubled.shape[:2])
+    for e in range(one.table.batch_size):
+        rows = slice(one.qo_indptr[e], one.qo_indptr[e + 1])
+        keys, values = tokens(one.table, e, k), tokens(one.table, e, v)
+        for r in range(rows.start, rows.stop):
+            out[r], lse[r] = attend(doubled[r], keys, values)
+    got = np.empty_like(q)
+    for i, b in enumerate(levels.order):
+        got[b] = merge(out[i], lse[i], out[len(lens) + i], lse[len(lens) + i])
+    np.testing.assert_allclose(got, one_level(table, q, k, v), rtol=1e-10, atol=1e-12)

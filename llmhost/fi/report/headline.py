@@ -62,7 +62,10 @@ def _two_level(s: dict) -> list[tuple[str, str]]:
     saving = s.get("two_level_step_saving_ms")
     return [("What would reading each shared prompt once save?",
              f"two-level / one-level time {_pairs(s['two_level_over_one_level'], 'x')}; with level 0 on the "
-             f"prefill kernel {_pairs(s.get('prefill_level0_over_one_level') or {}, 'x')}; FlashInfer's cascade "
+             f"prefill kernel {_pairs(s.get('prefill_level0_over_one_level') or {}, 'x')}"
+             + (f"; both levels in one launch {_pairs(s['one_launch_over_one_level'], 'x')}"
+                if s.get("one_launch_over_one_level") else "")
+             + f"; FlashInfer's cascade "
              f"wrapper {_pairs(s.get('cascade_wrapper_over_one_level') or {}, 'x')}"
              + (f"; per decode step over all layers {_pairs(saving, ' ms')}" if saving else "")
              + f" ({s.get('two_level_case', '-')})")]

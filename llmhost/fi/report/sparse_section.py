@@ -101,7 +101,8 @@ def two_level_block(doc: dict) -> str:
     rows = [[f"{r['batch']}x{r['seq_len']}", r["page_size"], r["placement"], f"{r['groups']} x {r['members']}",
              r["prefix_tokens"], r["one_level_us"], r["two_level_us"], r["level0_us"], r["level1_us"],
              r["two_level_over_one_level"], r.get("two_level_pct_peak"), r["prefill_level0_us"],
-             _plan_label(r.get("prefill_level0_plan")), r["cascade_us"], r.get("cascade_backend") or "-",
+             _plan_label(r.get("prefill_level0_plan")), r.get("one_launch_us"), _plan_label(r.get("one_launch_plan")),
+             r["cascade_us"], r.get("cascade_backend") or "-",
              best_step_saving_ms(r, layers) if layers else None] for r in records]
     return ("<h3>Reading each shared prompt once: two-level decode</h3><p>The shared cases (BF16, tensor cores) "
             "again, with each prompt's pages read once per group instead of once per request. <b>two-level</b>: "
@@ -109,17 +110,21 @@ def two_level_block(doc: dict) -> str:
             f"row ({heads}); level 1 decodes each request's own pages; FlashInfer's "
             "merge_state joins the two by their log-sum-exp, which is exact. The query gathers and output scatters "
             "are inside the timed call. <b>prefill level 0</b>: the same, with level 0 on FlashInfer's prefill "
-            "kernel (fa2), the members as a query sequence. <b>cascade</b>: FlashInfer's "
+            "kernel (fa2), the members as a query sequence. <b>one launch</b>: both levels as the entries of one "
+            "prefill plan (fa2) over the query gathered twice, each group's members over its prefix and each request "
+            "alone over its own pages, so one kernel launch replaces two and level 1's short rows share the SMs with "
+            "level 0's long ones; its query tile fits the average entry. <b>cascade</b>: FlashInfer's "
             "MultiLevelCascadeAttentionWrapper over the same two levels; it takes the prefill wrapper's default "
             "backend, on Hopper fa3, whose plan neither fuses a KV head's query heads into one tile nor splits the KV "
-            "(PrefillSM90Plan), so each query head reads the prefix again in a 128-row tile holding M rows. All three "
+            "(PrefillSM90Plan), so each query head reads the prefix again in a 128-row tile holding M rows. All four "
             "match the float32 reference on the shared cases' check requests before they are timed. SGLang 0.5.17 "
             "has no "
             "shared-prefix decode for FlashInfer, so this is what an attention backend that found the groups in its "
             "token table would gain; the last column multiplies the faster way's saving by the model's layers.</p>"
             + table(["batch", "page", "placement", "groups x members", "shared tokens", "one-level us",
                      "two-level us", "level 0 us", "level 1 us", "two-level / one-level", "% peak distinct",
-                     "prefill level 0 us", "its level 0 plan", "cascade us", "cascade backend",
+                     "prefill level 0 us", "its level 0 plan", "one launch us", "its plan", "cascade us",
+                     "cascade backend",
                      "saved per step, ms"], rows))
 
 
