@@ -1,8 +1,8 @@
 """The shared-prefix patches themselves (llmhost.serve.shared_prefix.patches), run in torch on the CPU against
 stand-ins of what they patch (tests/fixtures_shared_prefix_torch.py): a batch of agents on two prompts and one request
 alone, in an order that interleaves the groups, decoded in two levels eagerly and through the two-level graph of a
-padded batch size, must equal attention over each row's whole context; the graph of SGLang's own decode must stay
-planned, and a batch that shares nothing must replay it.
+padded batch size, must equal attention over each row's whole context, with the levels in two launches and in one;
+the graph of SGLang's own decode must stay planned, and a batch that shares nothing must replay it.
 """
 from __future__ import annotations
 
@@ -19,15 +19,18 @@ from llmhost.serve.shared_prefix import patches
 TORCH_DIR = Path(sys.prefix) / "torch-cpu"  # torch's CPU build, where tests/run_cpu.sh installs it: in the test venv
 
 
-@pytest.fixture
-def sp(monkeypatch):
+@pytest.fixture(params=["two launches", "one launch"])
+def sp(monkeypatch, request):
     """The stand-ins, installed where patches.apply() imports them, and apply() run on them; imported here, with
-    torch's folder on the path, so nothing else in the suite imports torch."""
+    torch's folder on the path, so nothing else in the suite imports torch. Each test runs with the levels in two
+    launches (the default) and in one (LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1)."""
     if not (TORCH_DIR / "torch").is_dir():
         pytest.fail(f"torch's CPU build is not in {TORCH_DIR}: ./tests/run_cpu.sh installs it", pytrace=False)
+    monkeypatch.setenv("LLMHOST_SHARED_PREFIX_ONE_LAUNCH", "1" if request.param == "one launch" else "")
     monkeypatch.syspath_prepend(str(TORCH_DIR))
     module = importlib.import_module("fixtures_shared_prefix_torch")
     module.install(monkeypatch)
+    monkeypatch.setattr(module, "ONE_LAUNCH", request.param == "one launch", raising=False)
     return module
 
 
@@ -39,7 +42,7 @@ def test_an_eager_decode_of_agents_in_two_levels_equals_attention_over_each_whol
         is forward_batch
     assert [g_.rows for g_ in patches._KEPT["groups"]] == [(0, 2, 5), (1, 4)]
     backend.init_forward_metadata(forward_batch)
-    assert backend._sp is not None  # two levels planned
+    assert backend._sp is not None and (backend._sp[1] is None) == sp.ONE_LAUNCH  # two levels planned
     q = sp.torch.randn(len(lens), sp.HQ * sp.D, generator=g)
     out = backend.forward_decode(q, None, None, sp.LAYER, forward_batch, save_kv_cache=False)
     assert sp.torch.allclose(out, sp.reference(backend, req_to_token, lens, q), atol=1e-5)
@@ -58,6 +61,7 @@ def test_the_two_level_graph_of_a_padded_batch_equals_attention_and_sglangs_grap
     backend.init_forward_metadata_out_graph(forward_batch)
     graphs.load_batch(forward_batch)
     assert graphs._replay_graph_key == sp.ShapeKey(8, patches.TWO_LEVELS)
+    assert (backend._sp[1] is None) == sp.ONE_LAUNCH and backend._sp[2].numel() == (16 if sp.ONE_LAUNCH else 8)
     q = sp.torch.randn(8, sp.HQ * sp.D, generator=g)
     out = backend.forward_decode(q, None, None, sp.LAYER, forward_batch, save_kv_cache=False)
     assert sp.torch.allclose(out[:6], sp.reference(backend, req_to_token, lens, q[:6]), atol=1e-5)
