@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Tuple
 
-from llmhost.settings import CHECKS, REPO_ROOT
+from llmhost.settings import CHECKS, REPO_ROOT, redact_env_pairs
 
 DEFAULT_FILE = REPO_ROOT / "config.env"
 LOCAL_FILE = REPO_ROOT / "config.local.env"
@@ -242,6 +242,7 @@ def _shown(value: str) -> str:
 def redacted(cfg: Config) -> dict[str, object]:
     """Config as a dict safe for logs and results (no secret values; API_KEY_FILE is a path, kept)."""
     out = {key.lower(): getattr(cfg, key.lower()) for key in CHECKS}
+    out["server_env"] = redact_env_pairs(cfg.server_env)  # HF_TOKEN=<redacted>
     out["api_key_set"] = bool(cfg.api_key_file)
     return out
 

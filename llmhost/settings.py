@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Callable, Dict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Secret-looking environment names, ending in TOKEN, KEY, SECRET, PASSWORD... (HF_TOKEN, OPENAI_API_KEY): kept from
+# the server's inherited environment and masked where SERVER_ENV is recorded. SGLANG_INIT_NEW_TOKEN_RATIO and
+# TOKENIZERS_PARALLELISM are settings and pass.
+SECRET_ENV_NAME = re.compile(r"([A-Za-z0-9_]*_)?(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)")
 
 LOAD_FORMATS = ("auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "presharded", "gguf", "bitsandbytes",
                 "mistral", "layered", "flash_rl", "remote", "remote_instance", "fastsafetensors", "private",
@@ -156,6 +160,27 @@ def env_pairs(text: str) -> str:
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"has {item!r}, which is not NAME=VALUE")
     return text
+
+
+def secret_env_names(text: str) -> list[str]:
+    """The secret-looking names of NAME=VALUE pairs (SERVER_ENV's words), e.g. HF_TOKEN."""
+    return [name for name, sep, _ in (item.partition("=") for item in _env_items(text))
+            if sep and SECRET_ENV_NAME.fullmatch(name)]
+
+
+def redact_env_pairs(text: str) -> str:
+    """NAME=VALUE pairs as results may hold them: each secret-looking name's value masked, the rest as written."""
+    if not secret_env_names(text):
+        return text
+    return shlex.join(f"{name}=<redacted>" if sep and SECRET_ENV_NAME.fullmatch(name) else item
+                      for item in _env_items(text) for name, sep, _ in [item.partition("=")])
+
+
+def _env_items(text: str) -> list[str]:
+    try:
+        return shlex.split(shell_words(text))
+    except ValueError:  # not a shell line (env_pairs refuses it): its words
+        return text.split()
 
 
 def tmux_session(text: str) -> str:

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 
 from llmhost.serve.spec import SETTING_FLAGS
-from llmhost.settings import CHECKS
+from llmhost.settings import CHECKS, secret_env_names
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # Colours for user arms, in order (the built-ins carry their own).
@@ -24,10 +24,12 @@ _USER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 ARM_SETTINGS = ("--chunked-prefill-size", "--mem-fraction-static", "--tokenizer-worker-num", "--tp-size",
                 "--tensor-parallel-size", "--dp-size", "--data-parallel-size")
 # Settings an arm gives as KEY=value: the lifecycle's own (FREEZE_GC=off; SHARED_PREFIX_DECODE=off; SCHEDULER_PRELOAD=on
-# or BYTECODE_CACHE= to start with the preload or without the bytecode cache, e.g. with --startup) and the CUDA graph
-# lists, which become several flags or none (CUDA_GRAPH_PREFILL_TOKENS=auto CUDA_GRAPH_DECODE_BATCHES=auto).
+# or BYTECODE_CACHE= to start with the preload or without the bytecode cache, e.g. with --startup), the CUDA graph
+# lists, which become several flags or none (CUDA_GRAPH_PREFILL_TOKENS=auto CUDA_GRAPH_DECODE_BATCHES=auto), and
+# SERVER_ENV, the server's environment in place of config.env's for that arm (a toggle SGLang or the shared-prefix
+# decode reads from its environment; no secret-named key: arms are recorded with the results).
 ARM_LIFECYCLE_SETTINGS = ("FREEZE_GC", "SCHEDULER_PRELOAD", "SHARED_PREFIX_DECODE", "BYTECODE_CACHE",
-                          "CUDA_GRAPH_PREFILL_TOKENS", "CUDA_GRAPH_DECODE_BATCHES")
+                          "CUDA_GRAPH_PREFILL_TOKENS", "CUDA_GRAPH_DECODE_BATCHES", "SERVER_ENV")
 _SETTING_WORD = re.compile(r"([A-Z][A-Z0-9_]*)=(.*)")
 # Flags SGLang 0.5.17 still parses but reads nowhere in its code: an arm of them would be the baseline again under
 # another name. Each maps to the flag that does the job in 0.5.17.
@@ -133,6 +135,10 @@ def _split_settings(name: str, flags: tuple[str, ...]) -> tuple[list[str], dict[
                 CHECKS[word[1]](word[2])
             except ValueError as exc:
                 raise ArmError(f"arm {name}: {flags[i]} {exc}") from None
+            secret = word[1] == "SERVER_ENV" and next(iter(secret_env_names(word[2])), None)
+            if secret:
+                raise ArmError(f"arm {name}: SERVER_ENV sets {secret}, a secret, and arms are recorded with the "
+                               "results — keep it in config.local.env's SERVER_ENV")
             settings[word[1]] = word[2]
             i += 1
             continue

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -17,11 +16,9 @@ from pathlib import Path
 from llmhost.config import REPO_ROOT
 from llmhost.files import write_bytes_atomic
 from llmhost.serve.procfs import group_alive, pgid_of, pid_alive
+from llmhost.settings import SECRET_ENV_NAME
 
 STATE_FILES = ("pid", "pgid", "started_at")
-# Secret-looking = ending in TOKEN, KEY, SECRET, PASSWORD... (HF_TOKEN, OPENAI_API_KEY): kept from the server.
-# SGLANG_INIT_NEW_TOKEN_RATIO and TOKENIZERS_PARALLELISM are settings and pass.
-SECRET_NAME = re.compile(r"([A-Za-z0-9_]*_)?(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)")
 
 
 def read_state(state_dir: Path, names: tuple[str, ...] = STATE_FILES) -> dict[str, str]:
@@ -107,7 +104,7 @@ def launch_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], list
     server started days ago elsewhere. serve.sh put the toolkit first on PYTHONPATH to find llmhost; that entry
     is taken off again, and tmux's own variables stay out."""
     env = {k: v for k, v in environ.items() if k not in ("TMUX", "TMUX_PANE")}
-    dropped = [k for k in env if SECRET_NAME.fullmatch(k)]
+    dropped = [k for k in env if SECRET_ENV_NAME.fullmatch(k)]
     for name in dropped:
         del env[name]
     paths = env.get("PYTHONPATH", "").split(os.pathsep)

@@ -149,3 +149,12 @@ def test_bash_stops_on_a_bad_value_with_python_s_one_line_under_its_own_prefix(r
 def test_the_checkouts_own_files_are_named_by_file_name_others_by_path(tmp_path):
     assert config._label(config.LOCAL_FILE) == "config.local.env"
     assert config._label(tmp_path / "mine.env") == str(tmp_path / "mine.env")
+
+
+def test_recorded_config_masks_the_secret_looking_names_of_server_env():
+    cfg = config.load({"HOME": os.environ["HOME"], "SERVER_ENV": "HF_TOKEN=hf_abc PYTHONPATH='/a b' "
+                       "TOKENIZERS_PARALLELISM=false"})
+    shown = config.redacted(cfg)
+    assert shown["server_env"] == "'HF_TOKEN=<redacted>' 'PYTHONPATH=/a b' TOKENIZERS_PARALLELISM=false"
+    assert "hf_abc" not in repr(shown) and cfg.server_env.startswith("HF_TOKEN=hf_abc")  # the server still gets it
+    assert config.redacted(config.load({"HOME": os.environ["HOME"], "SERVER_ENV": "A=1"}))["server_env"] == "A=1"
