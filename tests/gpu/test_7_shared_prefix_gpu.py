@@ -44,7 +44,7 @@ def _bench(env: dict, workload: str, check: bool, seconds: int, one_launch: bool
     return summary, seconds, log
 
 
-@pytest.mark.parametrize("one_launch", [False, True], ids=["two launches", "one launch"])
+@pytest.mark.parametrize("one_launch", [False, True], ids=["two_launches", "one_launch"])
 def test_agents_on_shared_prompts_decode_in_groups_and_match_sglangs_decode(gpu_env, record, tmp_path, one_launch):
     env = {**gpu_env, "RESULTS_DIR": str(tmp_path / "results")}
     summary, seconds, log = _bench(env, "agent", check=True, seconds=10, one_launch=one_launch)
