@@ -12,6 +12,8 @@ import types
 
 import torch  # its CPU build, in the folder tests/run_cpu.sh installs it into (the test puts it on the path)
 
+torch.set_num_threads(1)  # tensors of a few KB: threads only contend with the other test workers for the cores
+
 from llmhost.serve.shared_prefix import patches
 
 HQ, HK, D = 8, 2, 16  # query heads, KV heads (4 query heads each), head dim
@@ -45,17 +47,30 @@ class Wrapper:
     captured) and page indices; forward reads them. Prefill: query rows qo_indptr[e]..qo_indptr[e+1] of entry e attend
     non-causally over its pages; decode: row i over its own."""
 
-    def __init__(self, workspace, layout, use_cuda_graph=False, use_tensor_cores=False, backend="fa2", **buffers):
-        assert layout == "NHD" and backend == "fa2"
+    def __init__(self, workspace, layout, use_cuda_graph=False, use_tensor_cores=False, backend="auto", **buffers):
+        # FlashInfer's default backend, auto, is fa3 on Hopper: SGLang's kernels (and the patches') are fa2's
+        assert layout == "NHD" and backend == "fa2" and workspace.dtype == torch.uint8
+        assert all(b.dtype == torch.int32 for b in buffers.values()), {k: b.dtype for k, b in buffers.items()}
         self.is_cuda_graph_enabled, self.buffers, self.plan_ = use_cuda_graph, buffers, None
+        self.use_tensor_cores = use_tensor_cores
 
-    def _keep(self, name: str, values):
+    @staticmethod
+    def _check_types(types_, *indices):
+        """Index arrays are int32, and the data types are given (FlashInfer's default is float16) as the model's."""
+        assert all(x.dtype == torch.int32 for x in indices), [x.dtype for x in indices]
+        assert types_.get("q_data_type") == types_.get("kv_data_type") == torch.float32, types_
+
+    def _keep(self, name: str, values, last_page_len=None):
+        """An index pointer as the kernel reads it. In a graph, FlashInfer fixes the batch at construction: the
+        pointer and last-page buffers must have exactly the planned batch's size."""
         if not self.is_cuda_graph_enabled:
             return values.clone()
         buf = self.buffers[name]
-        assert values.numel() <= buf.numel(), (name, values.numel(), buf.numel())  # a graph's buffers do not grow
-        buf[:values.numel()].copy_(values)
-        return buf[:values.numel()]
+        assert values.numel() == buf.numel(), (name, values.numel(), buf.numel())
+        last = next(v for k, v in self.buffers.items() if k.startswith("paged_kv_last_page_len"))
+        assert last_page_len is None or last_page_len.numel() == last.numel() == buf.numel() - 1
+        buf.copy_(values)
+        return buf
 
     def _pages(self, name: str, indices):
         if self.is_cuda_graph_enabled:  # the kernel the graph replays reads the buffer it was captured with
@@ -66,7 +81,8 @@ class Wrapper:
 class Prefill(Wrapper):
     def plan(self, qo_indptr, kv_indptr, kv_indices, last_page_len, hq, hk, d, page_size, causal=True, **types_):
         assert (hq, hk, d, page_size, causal) == (HQ, HK, D, 1, False) and bool((last_page_len == 1).all())
-        self.plan_ = (self._keep("qo_indptr_buf", qo_indptr), self._keep("paged_kv_indptr_buf", kv_indptr),
+        self._check_types(types_, qo_indptr, kv_indptr, kv_indices, last_page_len)
+        self.plan_ = (self._keep("qo_indptr_buf", qo_indptr, last_page_len), self._keep("paged_kv_indptr_buf", kv_indptr),
                       self._pages("paged_kv_indices_buf", kv_indices))
 
     def forward_return_lse(self, q, kv, causal=False, sm_scale=None):
@@ -82,8 +98,10 @@ class Prefill(Wrapper):
 
 class Decode(Wrapper):
     def plan(self, indptr, indices, last_page_len, hq, hk, d, page_size, **types_):
-        assert (hq, hk, d, page_size) == (HQ, HK, D, 1) and bool((last_page_len == 1).all())
-        self.plan_ = (self._keep("paged_kv_indptr_buffer", indptr), self._pages("paged_kv_indices_buffer", indices))
+        assert (hq, hk, d, page_size) == (HQ, HK, D, 1) and bool((last_page_len == 1).all()) and self.use_tensor_cores
+        self._check_types(types_, indptr, indices, last_page_len)
+        self.plan_ = (self._keep("paged_kv_indptr_buffer", indptr, last_page_len),
+                      self._pages("paged_kv_indices_buffer", indices))
 
     def forward_return_lse(self, q, kv, sm_scale=None):
         assert sm_scale == SCALE
@@ -109,9 +127,11 @@ class Pool:
         self.v = torch.randn(SLOTS, HK, D, generator=generator)
 
     def set_kv_buffer(self, layer, loc, k, v, *scales):
+        assert layer.layer_id == 0 and scales == () and loc.swa is None
         self.k[loc.loc], self.v[loc.loc] = k.view(-1, HK, D), v.view(-1, HK, D)
 
     def get_kv_buffer(self, layer_id):
+        assert isinstance(layer_id, int)
         return self.k, self.v
 
 
@@ -124,7 +144,10 @@ class Backend:
         self.indices_updater_decode = types.SimpleNamespace(num_qo_heads=HQ, num_kv_heads=HK, head_dim=D,
                                                             data_type=torch.float32, q_data_type=torch.float32)
         self.max_context_len, self.decode_cuda_graph_metadata = MAX_CONTEXT, {}
+        self.workspace = torch.empty(1024, dtype=torch.uint8)
         self.token_to_kv_pool, self.req_to_token = model_runner.pool, model_runner.req_to_token_pool.req_to_token
+        for name, value in getattr(model_runner, "backend_attrs", {}).items():  # a test's other backend
+            setattr(self.indices_updater_decode if name == "data_type" else self, name, value)
 
     def init_cuda_graph_state(self, max_bs, max_num_tokens, kv_indices_buf=None):
         self.graph_pages = torch.zeros(max_num_tokens * self.max_context_len, dtype=torch.int32)
@@ -136,28 +159,33 @@ class Backend:
         pages = torch.empty(int(indptr[-1]), dtype=torch.int32) if pages is None else pages
         KvIndices()[(bs,)](self.req_to_token, forward_batch.req_pool_indices, lens, indptr, None, pages,
                            self.req_to_token.shape[1])
-        wrapper.plan(indptr, pages, torch.ones(bs, dtype=torch.int32), HQ, HK, D, 1)
+        wrapper.plan(indptr, pages, torch.ones(bs, dtype=torch.int32), HQ, HK, D, 1, q_data_type=torch.float32,
+                     kv_data_type=torch.float32)
         self.forward_metadata = DecodeMetadata([wrapper])
 
     def init_forward_metadata(self, forward_batch):
-        self._plan_own(Decode(None, "NHD", use_tensor_cores=True), forward_batch, None)
+        self._plan_own(Decode(self.workspace, "NHD", use_tensor_cores=True, backend="fa2"), forward_batch, None)
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
         bs = forward_batch.batch_size
         if in_capture:
             ints = dict(dtype=torch.int32)
             self.decode_cuda_graph_metadata[bs] = [Decode(
-                None, "NHD", use_cuda_graph=True, use_tensor_cores=True,
+                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=True, backend="fa2",
                 paged_kv_indptr_buffer=torch.zeros(bs + 1, **ints), paged_kv_indices_buffer=self.graph_pages,
                 paged_kv_last_page_len_buffer=torch.ones(bs, **ints))]
         self._plan_own(self.decode_cuda_graph_metadata[bs][0], forward_batch, self.graph_pages)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):
+        if k is not None and save_kv_cache:  # the step's token first, as SGLang's does
+            where = types.SimpleNamespace(loc=forward_batch.out_cache_loc, swa=None)
+            self.token_to_kv_pool.set_kv_buffer(layer, where, k, v, *self._kv_write_scales(layer))
         q = q.contiguous().view(-1, HQ, D)
         return self.forward_metadata.decode_wrappers[0].forward(q, self.token_to_kv_pool.get_kv_buffer(0),
                                                                 sm_scale=layer.scaling).view(-1, HQ * D)
 
     def _kv_write_scales(self, layer):
+        assert layer.layer_id == 0
         return ()
 
 
@@ -178,13 +206,15 @@ class GraphRunner:
     batch picks the key of its padded size."""
 
     def __init__(self, backend):
-        self.attn_backend, self.captured = backend, []
+        self.attn_backend, self.captured, self.two_level_captured = backend, [], []
         self.capture_forward_mode = types.SimpleNamespace(is_decode=lambda: True)
         self.enable_pdmux, self.captured_req_width, self.ragged_verify_mode = False, 1, False
 
     def capture_one_shape(self, size, forward, stream_idx=None, variant_label=None):
         self.attn_backend.init_forward_metadata_out_graph(forward(size), in_capture=True)
         self.captured.append(ShapeKey(size, variant_label))
+        # what the captured forward ran: the two-level decode when the backend had planned it for the capture
+        self.two_level_captured.append(getattr(self.attn_backend, "_sp", None) is not None)
 
     def load_batch(self, forward_batch, *args, **kwargs):
         self._replay_graph_key = ShapeKey(forward_batch.batch_size)
@@ -193,15 +223,17 @@ class GraphRunner:
 class ForwardBatch:
     @classmethod
     def init_new(cls, batch, model_runner):
+        assert cls is ForwardBatch and model_runner.device is not None
         return batch.forward_batch
 
 
-def install(monkeypatch) -> None:
-    """The stand-ins in sys.modules where patches.apply() imports them, and apply() run on them (checking on)."""
+def install(monkeypatch, check: bool = True) -> None:
+    """The stand-ins in sys.modules where patches.apply() imports them, and apply() run on them (the check on or
+    off)."""
     fb = types.ModuleType("sglang.srt.layers.attention.flashinfer_backend")
     fb.FlashInferAttnBackend, fb.DecodeMetadata, fb.create_flashinfer_kv_indices_triton = Backend, DecodeMetadata, \
         KvIndices()
-    fb.KVWriteLoc = lambda loc, swa: types.SimpleNamespace(loc=loc)
+    fb.KVWriteLoc = lambda loc, swa: types.SimpleNamespace(loc=loc, swa=swa)
     flashinfer = types.ModuleType("flashinfer")
     flashinfer.__version__ = "0.6.15.post1"
     flashinfer.BatchPrefillWithPagedKVCacheWrapper, flashinfer.BatchDecodeWithPagedKVCacheWrapper = Prefill, Decode
@@ -221,7 +253,7 @@ def install(monkeypatch) -> None:
                        (GraphRunner, ("capture_one_shape", "load_batch")), (ForwardBatch, ("init_new",))):
         for name in names:
             monkeypatch.setattr(cls, name, cls.__dict__[name])  # restored after the test
-    monkeypatch.setenv("LLMHOST_SHARED_PREFIX_CHECK", "1")
+    monkeypatch.setenv("LLMHOST_SHARED_PREFIX_CHECK", "1" if check else "")
     monkeypatch.setattr(patches, "MIN_GRAPH_BATCH", 8)
     patches.apply("0.5.17")
 

@@ -6,32 +6,20 @@ the graph of SGLang's own decode must stay planned, and a batch that shares noth
 """
 from __future__ import annotations
 
-import importlib
 import sys
-from pathlib import Path
 
 import pytest
+import torch_standins
 
 from llmhost.serve.shared_prefix import groups as grouping
 from llmhost.serve.shared_prefix import patches
 
 
-TORCH_DIR = Path(sys.prefix) / "torch-cpu"  # torch's CPU build, where tests/run_cpu.sh installs it: in the test venv
-
-
 @pytest.fixture(params=["two launches", "one launch"])
 def sp(monkeypatch, request):
-    """The stand-ins, installed where patches.apply() imports them, and apply() run on them; imported here, with
-    torch's folder on the path, so nothing else in the suite imports torch. Each test runs with the levels in two
-    launches (the default) and in one (LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1)."""
-    if not (TORCH_DIR / "torch").is_dir():
-        pytest.fail(f"torch's CPU build is not in {TORCH_DIR}: ./tests/run_cpu.sh installs it", pytrace=False)
-    monkeypatch.setenv("LLMHOST_SHARED_PREFIX_ONE_LAUNCH", "1" if request.param == "one launch" else "")
-    monkeypatch.syspath_prepend(str(TORCH_DIR))
-    module = importlib.import_module("fixtures_shared_prefix_torch")
-    module.install(monkeypatch)
-    monkeypatch.setattr(module, "ONE_LAUNCH", request.param == "one launch", raising=False)
-    return module
+    """The stand-ins with patches.apply() run on them, the levels in two launches (the default) and in one
+    (LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1)."""
+    return torch_standins.load(monkeypatch, one_launch=request.param == "one launch")
 
 
 def test_an_eager_decode_of_agents_in_two_levels_equals_attention_over_each_whole_context(sp, monkeypatch):
