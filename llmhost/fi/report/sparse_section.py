@@ -120,7 +120,7 @@ def two_level_block(doc: dict) -> str:
             "match the float32 reference on the shared cases' check requests before they are timed. SGLang 0.5.17 "
             "has no "
             "shared-prefix decode for FlashInfer, so this is what an attention backend that found the groups in its "
-            "token table would gain; the last column multiplies the faster way's saving by the model's layers.</p>"
+            "token table would gain; the last column multiplies the fastest way's saving by the model's layers.</p>"
             + table(["batch", "page", "placement", "groups x members", "shared tokens", "one-level us",
                      "two-level us", "level 0 us", "level 1 us", "two-level / one-level", "% peak distinct",
                      "prefill level 0 us", "its level 0 plan", "one launch us", "its plan", "cascade us",
