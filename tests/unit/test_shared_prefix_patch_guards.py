@@ -41,6 +41,16 @@ def _merges(monkeypatch) -> list[int]:
     return calls
 
 
+def _planned_eager(sp, monkeypatch):
+    """The agents' eager decode step with both levels planned (any saving pays)."""
+    monkeypatch.setattr(grouping, "BREAK_EVEN_BYTES", 0)
+    backend, runner, req_to_token, last_nodes, lens, g = sp.setup(shared=True)
+    batch, forward_batch = sp.batch(req_to_token, last_nodes, lens)
+    _init_new(batch, runner)
+    backend.init_forward_metadata(forward_batch)
+    return backend, forward_batch, req_to_token, lens, g
+
+
 @pytest.mark.parametrize("runner_attrs, backend_attrs", [
     ({"page_size": 16}, {}),
     ({"is_draft_worker": True}, {}),
@@ -190,11 +200,7 @@ def test_groups_that_save_less_than_the_break_even_replay_sglangs_graph(sp, monk
 
 
 def test_cross_attention_and_soft_capped_layers_take_sglangs_decode(sp, monkeypatch):
-    monkeypatch.setattr(grouping, "BREAK_EVEN_BYTES", 0)
-    backend, runner, req_to_token, last_nodes, lens, g = sp.setup(shared=True)
-    batch, forward_batch = sp.batch(req_to_token, last_nodes, lens)
-    _init_new(batch, runner)
-    backend.init_forward_metadata(forward_batch)
+    backend, forward_batch, req_to_token, lens, g = _planned_eager(sp, monkeypatch)
     merges = _merges(monkeypatch)
     q = sp.torch.randn(len(lens), sp.HQ * sp.D, generator=g)
     pool, where = backend.token_to_kv_pool, forward_batch.out_cache_loc.long()
@@ -208,11 +214,7 @@ def test_cross_attention_and_soft_capped_layers_take_sglangs_decode(sp, monkeypa
 
 
 def test_the_steps_token_is_written_to_the_kv_cache_before_both_levels_read_it(sp, monkeypatch):
-    monkeypatch.setattr(grouping, "BREAK_EVEN_BYTES", 0)
-    backend, runner, req_to_token, last_nodes, lens, g = sp.setup(shared=True)
-    batch, forward_batch = sp.batch(req_to_token, last_nodes, lens)
-    _init_new(batch, runner)
-    backend.init_forward_metadata(forward_batch)
+    backend, forward_batch, req_to_token, lens, g = _planned_eager(sp, monkeypatch)
     k, v = (sp.torch.randn(len(lens), sp.HK * sp.D, generator=g) for _ in range(2))
     q = sp.torch.randn(len(lens), sp.HQ * sp.D, generator=g)
     pool, where = backend.token_to_kv_pool, forward_batch.out_cache_loc.long()
