@@ -258,7 +258,10 @@ def attempt_point(b: Bench, point: points.Point, attempt: int) -> PointRecord:
     if not error:
         summary, rel, error = measure_point(b, point, stem)
     if error:
-        cause = serverlog.error_cause(b.cfg.state_dir / "server.log", log_offset)
+        log = b.cfg.state_dir / "server.log"  # this server's own: a launch rotates it
+        cause = serverlog.error_cause(log, log_offset)
+        if not cause and server_watch(b.cfg)():  # it died before the point began: the traceback it left then
+            cause = serverlog.error_cause(log, 0, (serverlog.EXCEPTION_LINE,))
         error = f"{error} — server log: {cause}"[:400] if cause else error
     record = PointRecord.of(point, attempt=attempt, status="failed" if error else "ok", error=error or None,
                             started_at=started, ended_at=time.time(),

@@ -95,10 +95,10 @@ def size(log: Path) -> int:
         return 0
 
 
-def error_cause(log: Path, since: int) -> str:
+def error_cause(log: Path, since: int, patterns: tuple[re.Pattern, ...] = (EXCEPTION_LINE, ERROR_WORDS)) -> str:
     """The server-side cause of a failure, from what the log gained since byte `since`: the last exception line
-    (a crash's `RuntimeError: CUDA error: ...`), else the last line naming an error; '' when there is none. A log
-    shorter than `since` was rotated by a restart and is read from its start."""
+    (a crash's `RuntimeError: CUDA error: ...`), else the last line naming an error (`patterns`, in that order);
+    '' when there is none. A log shorter than `since` was rotated by a restart and is read from its start."""
     try:
         with log.open("rb") as handle:
             handle.seek(since if size(log) >= since else 0)
@@ -106,7 +106,7 @@ def error_cause(log: Path, since: int) -> str:
     except OSError:
         return ""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for pattern in (EXCEPTION_LINE, ERROR_WORDS):
+    for pattern in patterns:
         found = [ln for ln in lines if pattern.search(ln)]
         if found:
             return found[-1][:200]

@@ -1,6 +1,6 @@
 """One attempt of a point (runner.attempt_point) with the load generator's output faked: every request failed, the
 server died, a stream broke, the cache flush met a stopped server, the point was killed at its limit, the server
-logged a crash; and telemetry that cannot be written for a while. The retry rule around it is in
+logged a crash during the point or had died of one before it; and telemetry that cannot be written for a while. The retry rule around it is in
 test_bench_runner.py."""
 from __future__ import annotations
 
@@ -139,6 +139,31 @@ def test_a_failed_point_names_the_crash_the_server_logged_during_it(tmp_path, mo
     record = runner.attempt_point(bench, points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1), 1)
     assert record.error == ("load generator died: All requests failed — server log: RuntimeError: CUDA error: "
                             "an illegal memory access was encountered")
+
+
+def test_a_point_that_found_the_server_dead_names_the_crash_it_died_of_before(tmp_path, monkeypatch):
+    """The server crashed between points: the point's own stretch of the log is empty, the flush finds it down, and
+    the traceback it left before the point is the cause (its log is its own: a launch rotates it)."""
+    from standin.harness import free_port
+
+    from llmhost.serve.endpoints import ServerClient
+
+    real_flush = ServerClient.flush_cache
+    bench = _fake_attempt_env(tmp_path, monkeypatch, _details([""]))
+    monkeypatch.setattr(ServerClient, "flush_cache", real_flush)
+    bench.cfg.base_url = f"http://127.0.0.1:{free_port()}"
+    log = bench.cfg.state_dir / "server.log"
+    log.parent.mkdir()
+    log.write_text("fired up\nerror_rate_limit=0 in the args\nScheduler hit an exception: Traceback (most recent "
+                   "call last):\nRuntimeError: CUDA error: an illegal memory access was encountered\nKilled\n")
+    point = points.make_point("baseline", "chat", "concurrency", 4, None, 4, 1)
+    gone = {"now": "the server process (PID 1234) is gone"}
+    monkeypatch.setattr(runner, "server_watch", lambda cfg: lambda: gone["now"])
+    record = runner.attempt_point(bench, point, 1)
+    assert record.error.startswith("prefix cache flush failed: server down (ConnectionRefusedError")
+    assert record.error.endswith(" — server log: RuntimeError: CUDA error: an illegal memory access was encountered")
+    gone["now"] = ""  # alive (a port that does not answer yet): what came before the point is not its cause
+    assert "server log" not in runner.attempt_point(bench, point, 2).error
 
 
 def test_telemetry_that_cannot_be_written_for_a_while_is_a_gap_not_the_end_of_sampling(monkeypatch, capsys):
