@@ -51,8 +51,9 @@ def parse_args(argv: list[str], doc: str) -> Options:
     parser = cli.Parser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", help=f"comma-separated arms to run (default: all; built in: {', '.join(arms_mod.REGISTRY)})")
     parser.add_argument("--arm", action="append", default=[], metavar='NAME="FLAGS"',
-                        help="add an arm: baseline + these launch_server flags; it runs even when --arms lists "
-                        "others (repeatable; BENCH_USER_ARMS arms are picked by --arms like the built-in ones)")
+                        help="add an arm: baseline + these launch_server flags and settings as KEY=value "
+                        f"({', '.join(arms_mod.ARM_LIFECYCLE_SETTINGS)}); it runs even when --arms lists others "
+                        "(repeatable; BENCH_USER_ARMS arms are picked by --arms like the built-in ones)")
     parser.add_argument("--workloads", help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)}; "
                         "agent with --tune)")
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
