@@ -13,14 +13,12 @@ import pytest
 TORCH_DIR = Path(sys.prefix) / "torch-cpu"  # torch's CPU build, where tests/run_cpu.sh installs it: in the test venv
 
 
-def load(monkeypatch: pytest.MonkeyPatch, one_launch: bool = False, check: bool = True) -> ModuleType:
+def load(monkeypatch: pytest.MonkeyPatch, check: bool = True) -> ModuleType:
     """The stand-ins module, installed where patches.apply() imports them, with apply() run on them (the check on
-    unless asked off; both levels in one launch when asked); ONE_LAUNCH on the module says which."""
+    unless asked off)."""
     if not (TORCH_DIR / "torch").is_dir():
         pytest.fail(f"torch's CPU build is not in {TORCH_DIR}: ./tests/run_cpu.sh installs it", pytrace=False)
-    monkeypatch.setenv("LLMHOST_SHARED_PREFIX_ONE_LAUNCH", "1" if one_launch else "")
     monkeypatch.syspath_prepend(str(TORCH_DIR))
     module = importlib.import_module("fixtures_shared_prefix_torch")
     module.install(monkeypatch, check)
-    monkeypatch.setattr(module, "ONE_LAUNCH", one_launch, raising=False)
     return module

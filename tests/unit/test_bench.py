@@ -113,8 +113,8 @@ def test_an_arm_may_change_a_lifecycle_setting_as_key_value():
 def test_an_arm_may_give_the_server_an_environment_but_no_secret_in_it():
     """SERVER_ENV in place of config.env's for one arm (a toggle read from the environment); arms are recorded in
     the results, so a secret-looking name is refused there."""
-    one = arms.parse_user_arm("one=SERVER_ENV=LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1")
-    assert arms.server_overrides(one) == ([], {"SERVER_ENV": "LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1"})
+    one = arms.parse_user_arm("check=SERVER_ENV=LLMHOST_SHARED_PREFIX_CHECK=1")
+    assert arms.server_overrides(one) == ([], {"SERVER_ENV": "LLMHOST_SHARED_PREFIX_CHECK=1"})
     two = arms.parse_user_arm("two='SERVER_ENV=A=1 B=2' --max-running-requests 64")
     assert arms.server_overrides(two) == (["--max-running-requests", "64"], {"SERVER_ENV": "A=1 B=2"})
     with pytest.raises(arms.ArmError, match="SERVER_ENV sets HF_TOKEN, a secret, and arms are recorded"):

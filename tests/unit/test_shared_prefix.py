@@ -155,10 +155,6 @@ def test_a_host_without_flashinfer_leaves_the_decode_alone_and_says_why(monkeypa
     ("[2026-12-04 18:48:10] shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)\n"
      "[2026-12-04 18:49:27] shared-prefix decode: 2000 decode steps, 94.1% of rows in groups",
      "on", "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)"),
-    ("[2026-12-04 18:48:10] shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1)\n"
-     "[2026-12-04 18:48:10] shared-prefix decode: both levels in one launch (LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1)",
-     "on", "shared-prefix decode: on (SGLang 0.5.17, FlashInfer 0.6.15.post1); both levels in one launch "
-     "(LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1)"),
     ("[2026-12-04 18:48:10 TP0] shared-prefix decode: off for this model runner (it needs page size 1, ...)", "off",
      "SHARED_PREFIX_DECODE=on, but the server says: shared-prefix decode: off for this model runner"),
     ("[2026-12-04 18:48:10] Failed to execute general plugin: llmhost_shared_prefix_decode\n"

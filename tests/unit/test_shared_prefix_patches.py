@@ -1,8 +1,7 @@
 """The shared-prefix patches themselves (llmhost.serve.shared_prefix.patches), run in torch on the CPU against
 stand-ins of what they patch (tests/fixtures_shared_prefix_torch.py): a batch of agents on two prompts and one request
 alone, in an order that interleaves the groups, decoded in two levels eagerly and through the two-level graph of a
-padded batch size, must equal attention over each row's whole context, with the levels in two launches and in one;
-the graph of SGLang's own decode must stay planned, and a batch that shares nothing must replay it.
+padded batch size, must equal attention over each row's whole context; the graph of SGLang's own decode must stay planned, and a batch that shares nothing must replay it.
 """
 from __future__ import annotations
 
@@ -15,11 +14,10 @@ from llmhost.serve.shared_prefix import groups as grouping
 from llmhost.serve.shared_prefix import patches
 
 
-@pytest.fixture(params=["two launches", "one launch"])
-def sp(monkeypatch, request):
-    """The stand-ins with patches.apply() run on them, the levels in two launches (the default) and in one
-    (LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1)."""
-    return torch_standins.load(monkeypatch, one_launch=request.param == "one launch")
+@pytest.fixture
+def sp(monkeypatch):
+    """The stand-ins with patches.apply() run on them."""
+    return torch_standins.load(monkeypatch)
 
 
 def test_an_eager_decode_of_agents_in_two_levels_equals_attention_over_each_whole_context(sp, monkeypatch):
@@ -30,7 +28,7 @@ def test_an_eager_decode_of_agents_in_two_levels_equals_attention_over_each_whol
         is forward_batch
     assert [g_.rows for g_ in patches._KEPT["groups"]] == [(0, 2, 5), (1, 4)]
     backend.init_forward_metadata(forward_batch)
-    assert backend._sp is not None and (backend._sp[1] is None) == sp.ONE_LAUNCH  # two levels planned
+    assert backend._sp is not None and backend._sp[1] is not None  # two levels planned
     q = sp.torch.randn(len(lens), sp.HQ * sp.D, generator=g)
     out = backend.forward_decode(q, None, None, sp.LAYER, forward_batch, save_kv_cache=False)
     assert sp.torch.allclose(out, sp.reference(backend, req_to_token, lens, q), atol=1e-5)
@@ -49,7 +47,7 @@ def test_the_two_level_graph_of_a_padded_batch_equals_attention_and_sglangs_grap
     backend.init_forward_metadata_out_graph(forward_batch)
     graphs.load_batch(forward_batch)
     assert graphs._replay_graph_key == sp.ShapeKey(8, patches.TWO_LEVELS)
-    assert (backend._sp[1] is None) == sp.ONE_LAUNCH and backend._sp[2].numel() == (16 if sp.ONE_LAUNCH else 8)
+    assert backend._sp[1] is not None and backend._sp[2].numel() == 8  # the rows' order, once
     q = sp.torch.randn(8, sp.HQ * sp.D, generator=g)
     out = backend.forward_decode(q, None, None, sp.LAYER, forward_batch, save_kv_cache=False)
     assert sp.torch.allclose(out[:6], sp.reference(backend, req_to_token, lens, q[:6]), atol=1e-5)

@@ -17,10 +17,6 @@ two of DecodeCudaGraphRunner are wrapped; everything else is SGLang's own:
   in place (FlashInfer's merge_state_in_place) and scatters the rows back.
 LLMHOST_SHARED_PREFIX_CHECK=1 makes every two-level decode graph also run SGLang's own decode on layer 0 and keep the
 largest difference, logged every 500 steps (a check, not for serving: it costs a layer's attention per step).
-LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1 (an experiment, to be measured against the default) runs both levels in one launch
-of the prefill kernel: the rows gathered twice over, level 1's rows as entries of their own after level 0's
-(llmhost.fi.two_level.one_launch is the same layout in the kernel benchmark), so level 1's kernel and its wave tail
-go; the merge and the scatter stay.
 """
 from __future__ import annotations
 
@@ -82,7 +78,6 @@ def apply(sglang_version: str) -> None:
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
 
     check = os.environ.get("LLMHOST_SHARED_PREFIX_CHECK", "") == "1"
-    one_launch = os.environ.get("LLMHOST_SHARED_PREFIX_ONE_LAUNCH", "") == "1"
     init_new = ForwardBatch.init_new.__func__
     backend = fb.FlashInferAttnBackend
     original = {name: getattr(backend, name) for name in ("__init__", "init_cuda_graph_state", "init_forward_metadata",
@@ -121,58 +116,47 @@ def apply(sglang_version: str) -> None:
         s = torch.zeros(2, 2, dtype=torch.float32, device=device)
         flashinfer.merge_state_in_place(x, s, x.clone(), s.clone())  # load the merge kernel before any capture
         log.warning("shared-prefix decode: on (SGLang %s, FlashInfer %s)", sglang_version, flashinfer.__version__)
-        if one_launch:
-            log.warning("shared-prefix decode: both levels in one launch (LLMHOST_SHARED_PREFIX_ONE_LAUNCH=1)")
 
     def init_cuda_graph_state(self: Any, max_bs: int, max_num_tokens: int, kv_indices_buf: Any = None) -> None:
         original["init_cuda_graph_state"](self, max_bs, max_num_tokens, kv_indices_buf)
         if self._sp_on:
             size = max_num_tokens * self.max_context_len
             device = self._sp_workspace.device
-            # a buffer of page indices per level; in one launch, both levels' in one
-            self._sp_indices = ([torch.zeros(2 * size, dtype=torch.int32, device=device)] if one_launch else
-                                [torch.zeros(size, dtype=torch.int32, device=device) for _ in range(2)])
+            self._sp_indices = [torch.zeros(size, dtype=torch.int32, device=device) for _ in range(2)]
 
     def _plan(self: Any, levels: tuple, bs: int, req_pool_indices: Any, seq_lens: Any,
               found: list[grouping.Group], indices: tuple | None) -> Any:
         """Plan both levels for rows 0..bs-1 (host index pointers, page indices written on the GPU) and return the
-        row order both levels take their queries in, on the GPU (the graph's own buffer when there is one). Without
-        a level-1 wrapper both levels are one launch: the rows twice over in that order, level 1's rows as entries
-        after level 0's, and one buffer of page indices."""
+        row order both levels take their queries in, on the GPU (the graph's own buffer when there is one)."""
         level0, level1, order_buf = levels
         updater = self.indices_updater_decode
         p = grouping.plan([int(x) for x in seq_lens[:bs]], found, bs if level0.is_cuda_graph_enabled else None)
-        device, host, entries = req_pool_indices.device, dict(dtype=torch.int32), len(p.kv_lens)
+        device, host = req_pool_indices.device, dict(dtype=torch.int32)
 
         def on_gpu(values: Any, dtype: Any = torch.int32) -> Any:
             return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
-        kv = torch.zeros(entries + bs + 1, **host)  # level 0's entries, then level 1's rows
-        kv[1:] = torch.cumsum(torch.tensor(p.kv_lens + p.own_lens, **host), 0)
-        kv0, kv1 = kv[:entries + 1], (kv[entries:] if level1 is None else kv[entries:] - kv[entries])
+        kv0, kv1 = torch.zeros(len(p.kv_lens) + 1, **host), torch.zeros(bs + 1, **host)
+        kv0[1:], kv1[1:] = torch.cumsum(torch.tensor(p.kv_lens, **host), 0), torch.cumsum(torch.tensor(p.own_lens,
+                                                                                                        **host), 0)
         if indices is None:
-            sizes = (int(kv[-1]),) if level1 is None else (int(kv0[-1]), int(kv1[-1]))
-            indices = tuple(torch.empty(n, dtype=torch.int32, device=device) for n in sizes)
+            indices = tuple(torch.empty(int(n[-1]), dtype=torch.int32, device=device) for n in (kv0, kv1))
         stride = self._sp_req_to_token.shape[1]
         leads = req_pool_indices[on_gpu(p.leads, torch.int64)]
-        order = torch.tensor(p.order * (2 if level1 is None else 1), dtype=torch.int64)
+        order = torch.tensor(p.order, dtype=torch.int64)
         if order_buf is None:
             order_buf = order.to(device, non_blocking=True)
         else:
             order_buf.copy_(order, non_blocking=True)
-        fb.create_flashinfer_kv_indices_triton[(entries,)](
+        fb.create_flashinfer_kv_indices_triton[(len(p.kv_lens),)](
             self._sp_req_to_token, leads, on_gpu(p.kv_lens), kv0.to(device, non_blocking=True), None, indices[0],
             stride)
         fb.create_flashinfer_kv_indices_triton[(bs,)](  # level 1's rows in `order`, like level 0's
-            self._sp_req_to_token, req_pool_indices[:bs].index_select(0, order_buf[:bs]), on_gpu(p.own_lens),
-            kv1.to(device, non_blocking=True), on_gpu(p.start), indices[-1], stride)
+            self._sp_req_to_token, req_pool_indices[:bs].index_select(0, order_buf), on_gpu(p.own_lens),
+            kv1.to(device, non_blocking=True), on_gpu(p.start), indices[1], stride)
         heads = (updater.num_qo_heads, updater.num_kv_heads, updater.head_dim, 1)
         types = dict(q_data_type=updater.q_data_type, kv_data_type=updater.data_type, non_blocking=True)
-        if level1 is None:  # one entry per level-1 row, after level 0's: query rows bs..2bs-1
-            qo = torch.tensor(p.qo_indptr + tuple(range(bs + 1, 2 * bs + 1)), **host)
-            level0.plan(qo, kv, indices[0], torch.ones(entries + bs, **host), *heads, causal=False, **types)
-            return order_buf
-        level0.plan(torch.tensor(p.qo_indptr, **host), kv0, indices[0], torch.ones(entries, **host), *heads,
+        level0.plan(torch.tensor(p.qo_indptr, **host), kv0, indices[0], torch.ones(len(p.kv_lens), **host), *heads,
                     causal=False, **types)
         level1.plan(kv1, indices[1], torch.ones(bs, **host), *heads, **types)
         return order_buf
@@ -190,24 +174,19 @@ def apply(sglang_version: str) -> None:
             return  # SGLang's own decode, already planned
         if self._sp_eager is None:
             self._sp_eager = (flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._sp_workspace, "NHD", backend="fa2"),
-                              None if one_launch else flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-                                  self._sp_workspace, "NHD", backend="fa2", use_tensor_cores=True))
+                              flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._sp_workspace, "NHD", backend="fa2",
+                                                                            use_tensor_cores=True))
         levels = (*self._sp_eager, None)
         order = _plan(self, levels, len(seq_lens), forward_batch.req_pool_indices, seq_lens, found, None)
         self._sp = (self._sp_eager[0], self._sp_eager[1], order, None)
 
     def _graph_levels(self: Any, bs: int, device: Any) -> tuple:
-        """Both levels' wrappers for the decode graph of batch size bs, on buffers of their own (in one launch, one
-        wrapper whose entries are level 0's, padded to bs, then level 1's bs rows)."""
+        """Both levels' wrappers for the decode graph of batch size bs, on buffers of their own."""
         ints = dict(dtype=torch.int32, device=device)
-        entries = 2 * bs if one_launch else bs
         level0 = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-            self._sp_workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=torch.zeros(entries + 1, **ints),
-            paged_kv_indptr_buf=torch.zeros(entries + 1, **ints), paged_kv_indices_buf=self._sp_indices[0],
-            paged_kv_last_page_len_buf=torch.ones(entries, **ints), backend="fa2")
-        if one_launch:
-            return (level0, None, torch.arange(bs, dtype=torch.int64, device=device).repeat(2),
-                    torch.zeros((), dtype=torch.float32, device=device))
+            self._sp_workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=torch.zeros(bs + 1, **ints),
+            paged_kv_indptr_buf=torch.zeros(bs + 1, **ints), paged_kv_indices_buf=self._sp_indices[0],
+            paged_kv_last_page_len_buf=torch.ones(bs, **ints), backend="fa2")
         level1 = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self._sp_workspace, "NHD", use_cuda_graph=True, use_tensor_cores=True,
             paged_kv_indptr_buffer=torch.zeros(bs + 1, **ints), paged_kv_indices_buffer=self._sp_indices[1],
@@ -258,16 +237,11 @@ def apply(sglang_version: str) -> None:
             self.token_to_kv_pool.set_kv_buffer(layer, where, k, v, *self._kv_write_scales(layer))
         kv = self.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         q = q.contiguous().view(-1, layer.tp_q_head_num, layer.head_dim)
-        bs = q.shape[0]
-        ordered = q.index_select(0, order)  # both levels read the rows in group order (in one launch, twice over)
-        if level1 is None:
-            both, lse = level0.forward_return_lse(ordered, kv, causal=False, sm_scale=layer.scaling)
-            own, own_lse, shared, shared_lse = both[bs:], lse[bs:], both[:bs], lse[:bs]
-        else:
-            own, own_lse = level1.forward_return_lse(ordered, kv, sm_scale=layer.scaling)
-            shared, shared_lse = level0.forward_return_lse(ordered, kv, causal=False, sm_scale=layer.scaling)
+        ordered = q.index_select(0, order)  # both levels read the rows in group order
+        own, own_lse = level1.forward_return_lse(ordered, kv, sm_scale=layer.scaling)
+        shared, shared_lse = level0.forward_return_lse(ordered, kv, causal=False, sm_scale=layer.scaling)
         flashinfer.merge_state_in_place(own, own_lse, shared, shared_lse)
-        out = torch.empty_like(own).index_copy_(0, order[:bs], own)
+        out = torch.empty_like(own).index_copy_(0, order, own)
         if check and largest is not None and layer.layer_id == 0:
             reference = self.forward_metadata.decode_wrappers[0].forward(q, kv, sm_scale=layer.scaling)
             torch.maximum(largest, (reference.float() - out.float()).abs().max(), out=largest)

@@ -15,20 +15,18 @@ OFF = "SGLang's own (SHARED_PREFIX_DECODE=off)"
 
 def verdict(log_text: str) -> tuple[str, str]:
     """("on" | "off" | "failed", the line to print)."""
-    on = off = failed = one_launch = None
+    on = off = failed = None
     for raw in log_text.splitlines():
         stamped = STAMP.match(raw)  # SGLang's "[2026-12-04 18:48:10 TP0] " before the message
         text = stamped.group(2) if stamped else raw
         if text.startswith("shared-prefix decode: on"):
             on = text
-        elif text.startswith("shared-prefix decode: both levels in one launch"):
-            one_launch = text.removeprefix("shared-prefix decode: ")
         elif text.startswith("shared-prefix decode: off"):
             off = text
         elif text.startswith(("Failed to execute general plugin: " + NAME, f"Failed to load plugin {NAME} ")):
             failed = text
     if on:
-        return "on", f"{on}; {one_launch}" if one_launch else on
+        return "on", on
     if off:
         return "off", f"SHARED_PREFIX_DECODE=on, but the server says: {off}"
     if failed:
