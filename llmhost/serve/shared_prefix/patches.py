@@ -131,14 +131,14 @@ def apply(sglang_version: str) -> None:
         level0, level1, order_buf = levels
         updater = self.indices_updater_decode
         p = grouping.plan([int(x) for x in seq_lens[:bs]], found, bs if level0.is_cuda_graph_enabled else None)
-        device, host = req_pool_indices.device, dict(dtype=torch.int32)
+        device, host, entries = req_pool_indices.device, dict(dtype=torch.int32), len(p.kv_lens)
 
         def on_gpu(values: Any, dtype: Any = torch.int32) -> Any:
             return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
-        kv0, kv1 = torch.zeros(len(p.kv_lens) + 1, **host), torch.zeros(bs + 1, **host)
-        kv0[1:], kv1[1:] = torch.cumsum(torch.tensor(p.kv_lens, **host), 0), torch.cumsum(torch.tensor(p.own_lens,
-                                                                                                        **host), 0)
+        kv = torch.zeros(entries + bs + 1, **host)  # level 0's entries, then level 1's rows
+        kv[1:] = torch.cumsum(torch.tensor(p.kv_lens + p.own_lens, **host), 0)
+        kv0, kv1 = kv[:entries + 1], kv[entries:] - kv[entries]
         if indices is None:
             indices = tuple(torch.empty(int(n[-1]), dtype=torch.int32, device=device) for n in (kv0, kv1))
         stride = self._sp_req_to_token.shape[1]
@@ -148,7 +148,7 @@ def apply(sglang_version: str) -> None:
             order_buf = order.to(device, non_blocking=True)
         else:
             order_buf.copy_(order, non_blocking=True)
-        fb.create_flashinfer_kv_indices_triton[(len(p.kv_lens),)](
+        fb.create_flashinfer_kv_indices_triton[(entries,)](
             self._sp_req_to_token, leads, on_gpu(p.kv_lens), kv0.to(device, non_blocking=True), None, indices[0],
             stride)
         fb.create_flashinfer_kv_indices_triton[(bs,)](  # level 1's rows in `order`, like level 0's
@@ -156,7 +156,7 @@ def apply(sglang_version: str) -> None:
             kv1.to(device, non_blocking=True), on_gpu(p.start), indices[1], stride)
         heads = (updater.num_qo_heads, updater.num_kv_heads, updater.head_dim, 1)
         types = dict(q_data_type=updater.q_data_type, kv_data_type=updater.data_type, non_blocking=True)
-        level0.plan(torch.tensor(p.qo_indptr, **host), kv0, indices[0], torch.ones(len(p.kv_lens), **host), *heads,
+        level0.plan(torch.tensor(p.qo_indptr, **host), kv0, indices[0], torch.ones(entries, **host), *heads,
                     causal=False, **types)
         level1.plan(kv1, indices[1], torch.ones(bs, **host), *heads, **types)
         return order_buf
