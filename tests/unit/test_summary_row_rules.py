@@ -160,3 +160,77 @@ def test_goodput_samples_for_differences_count_failed_requests_as_not_good():
     g = _group([*COMPLETED, BROKEN])
     assert list(tables.METRICS["goodput"].samples(g, SLO)) == [100.0, 100.0, 0.0, 0.0]  # 300 ms > 250 ms SLO
     assert np.array_equal(tables.METRICS["ttft_p50"].samples(g, SLO), [100.0, 200.0, 300.0])
+
+
+def test_tpot_is_each_completed_requests_time_per_output_token_and_goodput_holds_it_to_the_slo():
+    """TPOT = (e2e - TTFT) / (output tokens - 1): 10, 20, 30 and 3,000 ms (the last within TTFT but over the SLO's
+    2,000 ms) for the four completed requests, and one that broke: TPOT p50 25 ms; goodput counts 3 of 5 sent; the
+    pooled ITL p50 is over every gap of the completed requests."""
+    reqs = [_req(1.0, 100.0, 110.0, gaps=(10.0,)), _req(2.0, 100.0, 140.0, gaps=(20.0, 20.0)),
+            _req(3.0, 100.0, 130.0, gaps=(30.0,)), _req(4.0, 100.0, 3100.0, gaps=(3000.0,)), BROKEN]
+    row = tables.summary_row(_group(reqs), SLO)
+    assert row["tpot_n"] == 4 and row["tpot_p50_ms"] == 25.0
+    assert row["tpot_p99_ms"] == pytest.approx(30.0 + 0.97 * 2970.0)  # linear between the 3rd and 4th of 4
+    assert row["itl_n"] == 5 and row["itl_p50_ms"] == 20.0  # 10, 20, 20, 30, 3000
+    assert row["goodput_pct"] == pytest.approx(60.0) and row["meets_slo"] is True  # 60% >= 50%
+
+
+def test_the_slo_share_is_the_goodput_percentage_as_a_fraction():
+    """4 of 8 good is exactly the SLO's 50%: met (a share scaled by anything but 1/100 would miss or pass wrongly)."""
+    reqs = [_req(float(i), 100.0 if i < 4 else 900.0, 1000.0) for i in range(8)]
+    row = tables.summary_row(_group(reqs), SLO)
+    assert row["goodput_pct"] == 50.0 and row["meets_slo"] is True
+    row = tables.summary_row(_group(reqs[1:]), SLO)  # 3 of 7
+    assert row["meets_slo"] is False
+
+
+def test_the_row_names_its_load_and_a_failed_repeat_without_a_message_as_failed():
+    points = (_record("base", 1, _summary(100.0)), _record("base", 2, None, status="failed", error=None))
+    row = tables.summary_row(_group(COMPLETED, points), SLO)
+    assert row["point_errors"] == "failed" and row["load"] == "c=2" and row["offered_rate"] is None
+    two = (*points, _record("base", 3, None, status="failed", error="server died"))
+    assert tables.summary_row(_group(COMPLETED, two), SLO)["point_errors"] == "failed; server died"
+    assert tables.diff_row(_group(COMPLETED), _group(COMPLETED, concurrency=None, num_prompts=4), SLO)["load"] \
+        == "all 4 at once"
+
+
+def test_the_seed_decides_the_bootstrap_and_the_row_passes_it_on():
+    reqs = [_req(float(i), 100.0 + 37.0 * (i % 7), 1000.0 + 13.3 * i + (i * i % 17), gaps=(5.0 + i % 5,))
+            for i in range(40)]
+    g = _group(reqs)
+    for seed in (0, 7):
+        row = tables.summary_row(g, SLO, seed=seed)
+        ttft = stats.percentile_summary([r.ttft_ms for r in reqs], tables.PCTS, seed=seed)
+        tpot = stats.percentile_summary([(r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1) for r in reqs],
+                                        tables.PCTS[:2], seed=seed)
+        assert (row["ttft_p99_lo_ms"], row["ttft_p99_hi_ms"]) == (ttft[99.0].lo, ttft[99.0].hi)
+        assert (row["tpot_p50_lo_ms"], row["tpot_p50_hi_ms"]) == (tpot[50.0].lo, tpot[50.0].hi)
+    other = _group([_req(float(i), 150.0 + 17.1 * i + (i * i % 11), 1000.0) for i in range(40)])
+    g = _group([_req(float(i), 100.0 + 13.7 * i + (i * i % 13), 1000.0) for i in range(40)])
+    rows = [tables.diff_row(g, other, SLO, seed=s) for s in (0, 7)]
+    assert rows[0]["ttft_p50_lo_pct"] != rows[1]["ttft_p50_lo_pct"]
+    assert rows[1]["ttft_p50_lo_pct"] == tables.diff_row(g, other, SLO, seed=7)["ttft_p50_lo_pct"]
+
+
+@pytest.mark.parametrize(("delta", "lo", "hi", "higher_better", "verdict"), [
+    (math.nan, math.nan, math.nan, True, "no data"),
+    (5.0, math.nan, 9.0, True, "no CI"),
+    (5.0, 1.0, math.nan, True, "no CI"),
+    (5.0, 1.0, 9.0, True, "better"),
+    (5.0, 1.0, 9.0, False, "worse"),
+    (0.5, 0.25, 0.75, True, "better"),  # a gain under 1 is still a gain
+    (-5.0, -9.0, -1.0, True, "worse"),
+    (-5.0, -9.0, -1.0, False, "better"),
+    (0.0, 0.0, 0.0, True, "within noise"),
+    (2.0, 0.0, 4.0, True, "within noise"),  # a CI that touches 0
+])
+def test_each_verdict_of_a_difference(delta, lo, hi, higher_better, verdict):
+    d = stats.Difference(delta, lo, hi, 10 * delta, 10 * lo, 10 * hi)
+    m = tables.Metric("x", "ms", higher_better, 50.0, lambda g, s: np.array([]))
+    fields = tables._diff_fields("x", m, d, np.array([1.0]), np.array([2.0]))
+    assert fields["x_verdict"] == verdict
+    assert (fields["x_delta_pct"], fields["x_unit"]) == (10 * delta, "%") or math.isnan(delta)
+    share = tables._diff_fields("x", tables.Metric("x", "%", higher_better, "mean", m.samples), d, np.array([1.0]),
+                                np.array([2.0]))  # a share in %: the change in percentage points, CI and all
+    assert share["x_verdict"] == verdict and share["x_unit"] == "pp"
+    assert [share[f"x_{k}_pct"] for k in ("delta", "lo", "hi")] == [delta, lo, hi] or math.isnan(delta)
