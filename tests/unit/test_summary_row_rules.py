@@ -190,8 +190,9 @@ def test_the_row_names_its_load_and_a_failed_repeat_without_a_message_as_failed(
     assert row["point_errors"] == "failed" and row["load"] == "c=2" and row["offered_rate"] is None
     two = (*points, _record("base", 3, None, status="failed", error="server died"))
     assert tables.summary_row(_group(COMPLETED, two), SLO)["point_errors"] == "failed; server died"
-    assert tables.diff_row(_group(COMPLETED), _group(COMPLETED, concurrency=None, num_prompts=4), SLO)["load"] \
-        == "all 4 at once"
+    diff = tables.diff_row(_group(COMPLETED), _group(COMPLETED, concurrency=None, num_prompts=4), SLO)
+    assert (diff["load"], diff["concurrency"], diff["request_rate"], diff["num_prompts"]) == ("all 4 at once", None,
+                                                                                              None, 4)
 
 
 def test_the_seed_decides_the_bootstrap_and_the_row_passes_it_on():
