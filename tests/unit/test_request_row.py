@@ -1,16 +1,21 @@
 """What one request of SGLang's load generator becomes in requests/<point>.jsonl (loadgen.request_row), exactly:
 seconds on the module's perf_counter clock to milliseconds and Unix seconds, a failed request's error kept and its
-timings left out of every percentile, a tool-call delta's text, which route's headers are timed, and the API check
-that names what a newer benchmark module changed."""
+timings left out of every percentile, a tool-call delta's text, which route's headers are timed, the API check
+that names what a newer benchmark module changed, and a point run in this process against the stand-in server."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
+import time
 import types
 
 import pytest
+from standin.harness import STANDIN_DIR, launch
 
-from llmhost.bench import loadgen
+from llmhost.bench import loadgen, points
 from llmhost.bench.records import RequestRecord
+from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 
 @dataclasses.dataclass
@@ -132,15 +137,6 @@ def test_a_point_run_in_process_writes_its_measured_requests_by_start_on_the_wal
     """Generator.run_point with the stand-in module against a stand-in server: the warm-up requests are not
     measured; each measured request was appended to the completed file as it finished; the requests file holds
     them all, sorted by start, on time.time()'s clock, and the completed file is gone."""
-    import json
-    import sys
-    import time
-
-    from standin.harness import STANDIN_DIR, launch
-
-    from llmhost.bench import points
-    from llmhost.bench.workloads import REGISTRY as WORKLOADS
-
     monkeypatch.setenv("HOME", str(tmp_path))  # the module's dataset cache
     monkeypatch.syspath_prepend(str(STANDIN_DIR))
     for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
@@ -154,7 +150,7 @@ def test_a_point_run_in_process_writes_its_measured_requests_by_start_on_the_wal
         result = real(args)
         appended.extend(json.loads(line) for line in loadgen.completed_file(requests).read_text().splitlines())
         return result
-    serving.run_benchmark = run_benchmark
+    monkeypatch.setattr(serving, "run_benchmark", run_benchmark)
     point = points.make_point("baseline", "agent", "concurrency", 4, None, 16, 1)  # the native route
     requests = tmp_path / "r.jsonl"
     with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv:
@@ -173,7 +169,7 @@ def test_a_point_run_in_process_writes_its_measured_requests_by_start_on_the_wal
     assert all(0 < r["headers_ms"] <= r["ttft_ms"] for r in rows)  # /generate sends its headers first
     assert not loadgen.completed_file(requests).exists()
     # a benchmark that reports another count than the outputs kept is an error, not a silent mismatch
-    serving.run_benchmark = lambda args: {**real(args), "ttfts": []}
+    monkeypatch.setattr(serving, "run_benchmark", lambda args: {**real(args), "ttfts": []})
     with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv:
         argv = points.bench_argv(point, WORKLOADS["agent"], base_url=srv.url, model_dir="/m",
                                  served_model_name="qwen3-4b", seed=1, output_file=tmp_path / "out.jsonl")
