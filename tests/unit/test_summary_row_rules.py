@@ -1,5 +1,6 @@
-"""The whole-point summary row, its arm/run differences and the tool-call row, on small hand-worked groups: latencies
-from completed requests only, throughput and rates from successful repeats only, differences signed b - a."""
+"""The whole-point summary row, its arm/run differences, the tool-call and methods rows, on small hand-worked groups:
+latencies from completed requests only, throughput and rates from successful repeats only, differences signed b - a,
+each verdict, and the first arm as the reference when none is marked."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,8 @@ import pytest
 
 from llmhost import stats
 from llmhost.bench.arms import Arm
-from llmhost.bench.records import Point, PointRecord, PointSummary, RequestRecord, ToolCallCase
+from llmhost.bench.records import (Point, PointRecord, PointSummary, RequestRecord, ServerRecord, ToolCallCase,
+                                    ToolCallSkipped)
 from llmhost.report import load, tables
 
 SLO = stats.Slo(ttft_ms=250.0, itl_ms=2000.0, pct=50.0)
@@ -235,3 +237,45 @@ def test_each_verdict_of_a_difference(delta, lo, hi, higher_better, verdict):
                                 np.array([2.0]))  # a share in %: the change in percentage points, CI and all
     assert share["x_verdict"] == verdict and share["x_unit"] == "pp"
     assert [share[f"x_{k}_pct"] for k in ("delta", "lo", "hi")] == [delta, lo, hi] or math.isnan(delta)
+
+
+def test_tool_call_rows_score_the_right_tool_give_the_latency_and_say_why_an_arm_has_none():
+    """Arm `base`: 3 of 4 expected tools called right (an asymmetric split), latencies 10..40 ms (p50 25); arm `skip`:
+    skipped with its reason; arm `none`: nothing recorded."""
+    def case(arm, expected, called, latency):
+        return ToolCallCase(arm, f"{expected}-{called}-{latency}", "p", expected, called, args_ok=True,
+                            ok=expected == called, latency_ms=latency, error="")
+    cases = (case("base", "search", "search", 10.0), case("base", "search", "search", 20.0),
+             case("base", "weather", "weather", 30.0), case("base", "search", "weather", 40.0),
+             ToolCallSkipped("skip", "dummy weights never call tools unless forced"))
+    arms = tuple(Arm(n, n, "#222", (), "") for n in ("base", "skip", "none"))
+    rows = tables.toolcall_rows(types.SimpleNamespace(arms=arms, toolcalls=cases))
+    assert rows[0] == {"arm": "base", "cases": 4, "skipped": "", "ok_pct": 75.0, "right_tool_pct": 75.0,
+                       "args_ok_pct": 100.0, "no_tool_respected_pct": rows[0]["no_tool_respected_pct"],
+                       "latency_p50_ms": 25.0}
+    assert math.isnan(rows[0]["no_tool_respected_pct"])  # no case expected no tool: no share, not 0%
+    assert rows[1:] == [{"arm": "skip", "cases": 0, "skipped": "dummy weights never call tools unless forced"},
+                        {"arm": "none", "cases": 0, "skipped": "no tool-call cases recorded"}]
+
+
+def test_the_methods_rows_give_each_arms_command_readiness_backend_decode_and_version():
+    server = ServerRecord("fast", "python -m sglang.launch_server --x", {"attention_backend": "flashinfer",
+                                                                          "version": "0.5.17"}, 21.5,
+                          "2026-12-05T04:32:24Z", decode="shared-prefix decode: on")
+    arms = (Arm("base", "Baseline", "#111", (), ""), Arm("fast", "Fast", "#222", ("--x", "1"), ""))
+    rows = tables.methods_rows(types.SimpleNamespace(arms=arms, servers={"fast": server}))
+    assert rows == [
+        {"arm": "base", "label": "Baseline", "flags": "(none)",
+         "launch_command": "(not recorded: servers/<arm>.json missing)", "ready_s": None, "attention_backend": None,
+         "decode": "", "server_version": None},
+        {"arm": "fast", "label": "Fast", "flags": "--x 1", "launch_command": "python -m sglang.launch_server --x",
+         "ready_s": 21.5, "attention_backend": "flashinfer", "decode": "shared-prefix decode: on",
+         "server_version": "0.5.17"}]
+
+
+def test_without_a_marked_baseline_the_first_arm_is_the_reference():
+    arms = (Arm("first", "first", "#111", (), ""), Arm("second", "second", "#222", ("--x",), ""))
+    first, second = _timed("first", 100.0, n_good=10), _timed("second", 50.0, n_good=10)
+    rows = tables.baseline_rows(types.SimpleNamespace(arms=arms), [first, second], SLO)
+    assert [(r["arm"], r["baseline"]) for r in rows] == [("second", "first")]
+    assert tables.baseline_rows(types.SimpleNamespace(arms=()), [first], SLO) == []
