@@ -1,21 +1,16 @@
 """What one request of SGLang's load generator becomes in requests/<point>.jsonl (loadgen.request_row), exactly:
 seconds on the module's perf_counter clock to milliseconds and Unix seconds, a failed request's error kept and its
-timings left out of every percentile, a tool-call delta's text, which route's headers are timed, the API check
-that names what a newer benchmark module changed, and a point run in this process against the stand-in server."""
+timings left out of every percentile, a tool-call delta's text, which route's headers are timed, and the API check
+that names what a newer benchmark module changed (a point run in process: test_loadgen.py)."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
-import time
 import types
 
 import pytest
-from standin.harness import STANDIN_DIR, launch
 
-from llmhost.bench import loadgen, points
+from llmhost.bench import loadgen
 from llmhost.bench.records import RequestRecord
-from llmhost.bench.workloads import REGISTRY as WORKLOADS
 
 
 @dataclasses.dataclass
@@ -130,48 +125,3 @@ def test_each_api_change_is_named():
         == "ASYNC_REQUEST_FUNCS lacks the sglang and sglang-oai-chat backends"
     assert loadgen.api_problem(_module(ASYNC_REQUEST_FUNCS=["sglang", "sglang-oai-chat"])) \
         == "ASYNC_REQUEST_FUNCS lacks the sglang and sglang-oai-chat backends"
-
-
-def test_a_point_run_in_process_writes_its_measured_requests_by_start_on_the_wall_clock(tmp_path, monkeypatch,
-                                                                                         free_port):
-    """Generator.run_point with the stand-in module against a stand-in server: the warm-up requests are not
-    measured; each measured request was appended to the completed file as it finished; the requests file holds
-    them all, sorted by start, on time.time()'s clock, and the completed file is gone."""
-    monkeypatch.setenv("HOME", str(tmp_path))  # the module's dataset cache
-    monkeypatch.syspath_prepend(str(STANDIN_DIR))
-    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
-        monkeypatch.delitem(sys.modules, name)
-    from sglang.benchmark import serving
-
-    gen = loadgen.Generator(serving)
-    real, appended = serving.run_benchmark, []
-
-    def run_benchmark(args):
-        result = real(args)
-        appended.extend(json.loads(line) for line in loadgen.completed_file(requests).read_text().splitlines())
-        return result
-    monkeypatch.setattr(serving, "run_benchmark", run_benchmark)
-    point = points.make_point("baseline", "agent", "concurrency", 4, None, 16, 1)  # the native route
-    requests = tmp_path / "r.jsonl"
-    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv:
-        argv = points.bench_argv(point, WORKLOADS["agent"], base_url=srv.url, model_dir="/m",
-                                 served_model_name="qwen3-4b", seed=1, output_file=tmp_path / "out.jsonl")
-        argv += ["--warmup-requests", "2"]  # the module's own option: these requests go first, unmeasured
-        before = time.time()
-        totals = gen.run_point(argv, requests)
-        after = time.time()
-    rows = [json.loads(line) for line in requests.read_text().splitlines()]
-    assert totals["completed"] == len(rows) == 16 and set(totals) == set(loadgen.SUMMARY_KEYS)  # 16 groups
-    assert len(gen.outputs) == 18  # the two warm-up requests first, never measured
-    assert sorted(map(json.dumps, appended)) == sorted(map(json.dumps, rows))
-    assert [r["start_s"] for r in rows] == sorted(r["start_s"] for r in rows)
-    assert all(before < r["start_s"] < r["end_s"] < after and r["ok"] for r in rows)
-    assert all(0 < r["headers_ms"] <= r["ttft_ms"] for r in rows)  # /generate sends its headers first
-    assert not loadgen.completed_file(requests).exists()
-    # a benchmark that reports another count than the outputs kept is an error, not a silent mismatch
-    monkeypatch.setattr(serving, "run_benchmark", lambda args: {**real(args), "ttfts": []})
-    with launch(free_port, "--served-model-name", "qwen3-4b", env={"STANDIN_ITL_MS": "1"}) as srv:
-        argv = points.bench_argv(point, WORKLOADS["agent"], base_url=srv.url, model_dir="/m",
-                                 served_model_name="qwen3-4b", seed=1, output_file=tmp_path / "out.jsonl")
-        with pytest.raises(loadgen.LoadgenError, match="^16 request outputs kept but the benchmark reports 0$"):
-            gen.run_point(argv, requests)
