@@ -82,7 +82,8 @@ class Prefill(Wrapper):
     def plan(self, qo_indptr, kv_indptr, kv_indices, last_page_len, hq, hk, d, page_size, causal=True, **types_):
         assert (hq, hk, d, page_size, causal) == (HQ, HK, D, 1, False) and bool((last_page_len == 1).all())
         self._check_types(types_, qo_indptr, kv_indptr, kv_indices, last_page_len)
-        self.plan_ = (self._keep("qo_indptr_buf", qo_indptr, last_page_len), self._keep("paged_kv_indptr_buf", kv_indptr),
+        self.plan_ = (self._keep("qo_indptr_buf", qo_indptr, last_page_len),
+                      self._keep("paged_kv_indptr_buf", kv_indptr),
                       self._pages("paged_kv_indices_buf", kv_indices))
 
     def forward_return_lse(self, q, kv, causal=False, sm_scale=None):

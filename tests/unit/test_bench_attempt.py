@@ -1,7 +1,7 @@
 """One attempt of a point (runner.attempt_point) with the load generator's output faked: every request failed, the
 server died, a stream broke, the cache flush met a stopped server, the point was killed at its limit, the server
-logged a crash during the point or had died of one before it; and telemetry that cannot be written for a while. The retry rule around it is in
-test_bench_runner.py."""
+logged a crash during the point or had died of one before it; and telemetry that cannot be written for a while. The
+retry rule around it is in test_bench_runner.py."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,8 @@
 """The shared-prefix patches themselves (llmhost.serve.shared_prefix.patches), run in torch on the CPU against
 stand-ins of what they patch (tests/fixtures_shared_prefix_torch.py): a batch of agents on two prompts and one request
 alone, in an order that interleaves the groups, decoded in two levels eagerly and through the two-level graph of a
-padded batch size, must equal attention over each row's whole context; the graph of SGLang's own decode must stay planned, and a batch that shares nothing must replay it.
+padded batch size, must equal attention over each row's whole context; the graph of SGLang's own decode must stay
+planned, and a batch that shares nothing must replay it.
 """
 from __future__ import annotations
 
