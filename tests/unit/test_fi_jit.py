@@ -148,7 +148,9 @@ def _plan(tmp_path: Path, names: list[str], allow_warm: bool = False, python: st
                        python=python, jobs=jobs)
 
 
-# A worker that takes 0.4 s per cold run and logs when it starts and ends, to see lanes overlap.
+# A worker that takes 0.4 s per cold run and logs when it starts and ends, to see lanes overlap. prefill_paged's cold
+# run, the first started, also waits (up to 10 s) for decode_base's to start: lanes in parallel overlap there however
+# slowly a loaded box starts Python; lanes run one after the other would leave decode_base waiting for it to end.
 TIMED_WORKER = r'''#!{python}
 import json, os, sys, time
 args = sys.argv[sys.argv.index("-m") + 2:]
@@ -157,6 +159,12 @@ cold = args[args.index("--repeat") + 1] != "0"
 with open(os.environ["LANE_LOG"], "a") as log:
     log.write(f"start {name} {cold} {time.monotonic()}\n")
 time.sleep(0.4 if cold else 0.05)
+deadline = time.monotonic() + 10
+while name == "prefill_paged" and cold and time.monotonic() < deadline:
+    with open(os.environ["LANE_LOG"]) as log:
+        if "start decode_base True" in log.read():
+            break
+    time.sleep(0.02)
 with open(os.environ["LANE_LOG"], "a") as log:
     log.write(f"end {name} {cold} {time.monotonic()}\n")
 print(json.dumps({"variant": name, "setup_s": 0.1, "first_call_s": 0.4 if cold else 0.05,
