@@ -9,11 +9,16 @@ Closed loop (c requests in flight, each completion sends the next request):
   burst: c prompts arrived at once and prefill together, and every refill so far was triggered by that lockstep
   wave. After c completions every slot has turned over once on average, so what is in flight was sent at staggered
   times. In a closed loop each completion sends exactly one request, so the warm-up is exactly the first 2c - 1
-  requests sent (the first wave c, and the c - 1 refills sent before the c-th completion).
+  requests sent (the first wave c, and the c - 1 refills its first c - 1 completions triggered). It is counted by
+  send order, not by time: a client streaming c requests sends a refill some ms after the completion that triggered
+  it, so refills of the first wave can be sent after t_start. On the H200 at agent c=128 (lockstep), 60 and 92 of
+  the first wave's 128 refills were sent up to 41 ms after the c-th completion; counted by time, they were 87 of the
+  window's 89 requests over 500 ms (the start-up burst again) and its steady TTFT p99 was 555 ms instead of 455.
 * Drain starts at t_end = the time the last request was sent: after it no completion is replaced, so fewer than c
   requests are in flight and the survivors run faster than under the load being measured.
 * The steady window is [t_start, t_end]. A request is steady when it was sent at or after t_start and finished by
-  t_end, i.e. it ran its whole life at c in flight. Warm-up requests: sent before t_start. Drain requests: sent in
+  t_end, i.e. it ran its whole life at c in flight. Warm-up requests: sent before t_start, or among the first 2c - 1
+  sends of a closed loop. Drain requests: sent in
   the window but still running at t_end (the c requests in flight when sending stopped). The drain group is
   length-biased (long requests are more likely to be in flight at any instant), so steady e2e latency is slightly
   optimistic; TTFT, decided early in a request's life, is not affected much.
@@ -142,10 +147,13 @@ def _ends(start_s: np.ndarray, e2e_ms: np.ndarray) -> np.ndarray:
     return np.asarray(start_s, float) + np.nan_to_num(np.asarray(e2e_ms, float), nan=0.0) / 1000.0
 
 
-def _split(start: np.ndarray, end: np.ndarray, out_tokens: np.ndarray, t_start: float, t_end: float) -> Window:
+def _split(start: np.ndarray, end: np.ndarray, out_tokens: np.ndarray, t_start: float, t_end: float,
+           echo: np.ndarray | None = None) -> Window:
+    """Phases by send time against the window; `echo` (a mask) marks requests that are warm-up wherever they fall."""
     phases: list[Phase] = []
-    for s, e in zip(start, end):
-        phases.append("warmup" if not s >= t_start else "drain" if e > t_end else "steady")
+    for i, (s, e) in enumerate(zip(start, end)):
+        warmup = not s >= t_start or (echo is not None and echo[i])
+        phases.append("warmup" if warmup else "drain" if e > t_end else "steady")
     done = (end > t_start) & (end <= t_end)  # (t_start, t_end]: see the module docstring
     return Window(t_start, t_end, tuple(phases), int(done.sum()), int(np.asarray(out_tokens)[done].sum()))
 
@@ -160,7 +168,11 @@ def closed_loop_window(start_s: np.ndarray, e2e_ms: np.ndarray, output_tokens: n
     if start.size <= concurrency:  # the first wave is the whole point: nothing is sent after a completion
         return _split(start, end, output_tokens, math.nan, math.nan)
     t_start = float(np.sort(end)[concurrency - 1])
-    return _split(start, end, output_tokens, t_start, float(start.max()))
+    # the first 2c - 1 sends: the first wave and the refills its first c - 1 completions triggered, however late the
+    # client sent them (one streaming c requests sends a refill ms after its completion, and past t_start)
+    echo = np.zeros(start.size, bool)
+    echo[np.argsort(start, kind="stable")[:2 * concurrency - 1]] = True
+    return _split(start, end, output_tokens, t_start, float(start.max()), echo)
 
 
 def open_loop_window(start_s: np.ndarray, e2e_ms: np.ndarray, output_tokens: np.ndarray) -> Window:

@@ -22,8 +22,9 @@ def _request(t: float, ttft: float | None = 100.0, ok: bool = True) -> RequestRe
 
 def _repeat() -> steady.RepeatWindow:
     # c = 2 in lockstep: two requests sent at 0, 1, ..., 5 s, each taking 1 s. The 2nd completion (1 s) opens the
-    # window, the last send (5 s) closes it: warm-up = the wave at 0 s, drain = the wave at 5 s, steady = 1..4 s.
-    # Among the steady eight, the first sent at 3 s failed and the second sent at 4 s had a 300 ms TTFT.
+    # window, the last send (5 s) closes it: warm-up = the first 2c - 1 sends (the wave at 0 s and the refill of its
+    # first completion), drain = the wave at 5 s, steady = the other seven, sent at 1..4 s. Among them, the first
+    # sent at 3 s failed and the second sent at 4 s had a 300 ms TTFT.
     rows = [_request(float(t)) for t in range(6) for _ in range(2)]
     rows[6] = _request(3.0, ok=False)
     rows[9] = _request(4.0, ttft=300.0)
@@ -37,16 +38,16 @@ def test_ttft_by_phase_holds_only_the_successful_requests() -> None:
     r = _repeat()
     assert r.is_steady, r.steadiness.reasons
     assert (r.window.t_start, r.window.t_end) == (1.0, 5.0)
-    assert sorted(r.ttft_ms["steady"]) == [100.0] * 6 + [300.0]  # 8 steady requests, one failed
-    assert list(r.ttft_ms["warmup"]) == list(r.ttft_ms["drain"]) == [100.0, 100.0]
+    assert sorted(r.ttft_ms["steady"]) == [100.0] * 5 + [300.0]  # 7 steady requests, one failed
+    assert list(r.ttft_ms["warmup"]) == [100.0] * 3 and list(r.ttft_ms["drain"]) == [100.0, 100.0]
 
 
 def test_a_failed_steady_request_counts_as_sent_but_never_good() -> None:
     r = _repeat()
-    assert r.good_sent(SLO) == (6, 8)
-    # 8 completions in (1, 5] s (the failed one included): 2 req/s, times 6 of 8 within the SLO
+    assert r.good_sent(SLO) == (5, 7)
+    # 8 completions in (1, 5] s (the failed one included): 2 req/s, times 5 of 7 within the SLO
     assert r.window.request_throughput == pytest.approx(2.0)
-    assert steady.goodput_rps(r, SLO) == pytest.approx(1.5)
+    assert steady.goodput_rps(r, SLO) == pytest.approx(2.0 * 5 / 7)
 
 
 def test_the_token_means_are_over_the_successful_steady_requests() -> None:
@@ -54,4 +55,4 @@ def test_the_token_means_are_over_the_successful_steady_requests() -> None:
     # the failed request's 0 output tokens (and its unreported cached tokens) are not averaged in
     assert r.tokens == pytest.approx((100.0, 10.0, 64.0))
     assert r.window.output_throughput == pytest.approx(70 / 4)
-    assert np.array_equal(r.steady_sent[0], [True, True, True, True, False, True, True, True])
+    assert np.array_equal(r.steady_sent[0], [True, True, True, False, True, True, True])

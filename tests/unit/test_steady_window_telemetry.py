@@ -22,11 +22,12 @@ def _request(t: float, ttft: float = 100.0, ok: bool = True, headers: float = 10
 
 def _rows() -> list[RequestRecord]:
     # c = 2 in lockstep: two requests sent at 0, 1, ..., 5 s, each 1 s long, first token after 100 ms. The window is
-    # (1, 5] s (test_steady_repeat_counts.py). The wave at 1 s waited 40 ms for its headers and one of its requests
-    # 300 ms for its first token; the first request sent at 3 s failed after its first token. Every prompt but those
-    # of the wave at 2 s found 64 of its 100 tokens in the prefix cache.
+    # (1, 5] s, its steady requests the seven sent at 1-4 s after the first 2c - 1 (test_steady_repeat_counts.py).
+    # The wave at 1 s waited 40 ms for its headers and its steady request 300 ms for its first token; the first
+    # request sent at 3 s failed after its first token. Every prompt but those of the wave at 2 s found 64 of its 100
+    # tokens in the prefix cache.
     rows = [_request(float(t), headers=40.0 if t == 1 else 10.0) for t in range(6) for _ in range(2)]
-    rows[2] = _request(1.0, ttft=300.0, headers=40.0)
+    rows[3] = _request(1.0, ttft=300.0, headers=40.0)
     rows[6] = _request(3.0, ok=False)
     return rows
 
@@ -96,9 +97,9 @@ def test_the_load_generators_cpu_is_averaged_in_the_window_and_split_at_the_wave
 def test_running_requests_waves_and_steady_headers_are_the_windows() -> None:
     r = _windowed()
     assert r.running == pytest.approx(5.0 / 3.0)
-    assert (r.arrivals.mean_size, r.arrivals.period_s, r.arrivals.count) == pytest.approx((2.0, 1.0, 4))
-    assert sorted(r.steady_headers_ms) == [10.0] * 5 + [40.0] * 2  # the successful steady requests'
-    assert sorted(r.prefix.hit_ttft_ms) == [100.0] * 4 + [300.0] and list(r.prefix.miss_ttft_ms) == [100.0] * 2
+    assert (r.arrivals.mean_size, r.arrivals.period_s, r.arrivals.count) == pytest.approx((7 / 4, 1.0, 4))
+    assert sorted(r.steady_headers_ms) == [10.0] * 5 + [40.0]  # the successful steady requests'
+    assert sorted(r.prefix.hit_ttft_ms) == [100.0] * 3 + [300.0] and list(r.prefix.miss_ttft_ms) == [100.0] * 2
 
 
 def test_without_telemetry_the_measuring_side_is_unmeasured() -> None:

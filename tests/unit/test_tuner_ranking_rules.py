@@ -34,7 +34,8 @@ def _point(arm: str = "baseline", repeat: int = 1, pattern: str = "concurrency",
 
 
 # 12 requests at c=2, 1 s each, 11 output tokens after a 100 ms first token: mean ITL (1000 - 100) / 10 = 90 ms.
-# The steady window holds the 8 requests sent at 1..4 s and runs at 2 requests per second (test_tuner.py).
+# The steady window holds the 7 requests sent at 1..4 s after the first 2c - 1 and runs at 2 requests per second
+# (test_tuner.py).
 ROWS = _closed_loop(12, 2, 1000.0, 100.0, 11)
 
 
@@ -102,18 +103,18 @@ def test_a_requests_mean_itl_is_its_decode_time_over_the_tokens_after_the_first(
 
 
 def test_a_failed_request_is_not_good_even_with_a_fast_first_token():
-    # one of the 8 steady requests failed after its 100 ms first token: 7 of 8 good, 2 x 7 / 8 = 1.75 req/s
+    # one of the 7 steady requests failed after its 100 ms first token: 6 of 7 good, 2 x 6 / 7 req/s
     rows = [dataclasses.replace(r, ok=False, error="reset") if i == 4 else r for i, r in enumerate(ROWS)]
     met = rank.repeat_goodput(_point(), rows, stats.Slo(500, 100, 99))
-    assert (met.good, met.steady) == (7, 8) and met.goodput_rps == pytest.approx(1.75)
+    assert (met.good, met.steady) == (6, 7) and met.goodput_rps == pytest.approx(2.0 * 6 / 7)
 
 
 def test_good_tokens_per_second_count_only_the_output_of_requests_that_met_the_slo():
-    # two steady requests answer 21 tokens but miss the TTFT limit: 6 of 8 good, 2 x 6 / 8 = 1.5 req/s, each good
-    # request 11 tokens: 1.5 x 11 = 16.5 tok/s (the 21-token answers do not raise it)
+    # two steady requests answer 21 tokens but miss the TTFT limit: 5 of 7 good, 2 x 5 / 7 req/s, each good request
+    # 11 tokens: 2 x 5 / 7 x 11 tok/s (the 21-token answers do not raise it)
     rows = [dataclasses.replace(r, ttft_ms=900.0, output_tokens=21) if i in (4, 5) else r for i, r in enumerate(ROWS)]
     met = rank.repeat_goodput(_point(), rows, stats.Slo(500, 100, 99))
-    assert met.goodput_rps == pytest.approx(1.5) and met.good_tok_s == pytest.approx(16.5)
+    assert met.goodput_rps == pytest.approx(2.0 * 5 / 7) and met.good_tok_s == pytest.approx(2.0 * 5 / 7 * 11)
 
 
 def test_only_closed_loop_and_poisson_points_are_ranked(tmp_path):

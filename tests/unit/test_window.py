@@ -25,13 +25,24 @@ def test_closed_loop_warmup_is_the_first_2c_minus_1_sends_and_drain_the_last_c_i
     start, e2e = closed_loop([1000.0] * 20, concurrency=4)  # waves of 4 at t = 0, 1, 2, 3, 4
     w = window.closed_loop_window(start, e2e, np.full(20, 10), concurrency=4)
     assert w.t_start == 1.0 and w.t_end == 4.0  # the 4th completion; the last send
-    assert w.count("warmup") == 4  # with ties at t=1 the refills sent at t_start are already steady
-    assert w.phase[:4] == ("warmup",) * 4 and w.phase[-4:] == ("drain",) * 4
-    assert w.count("steady") == 12
+    # the refills sent at t_start by the first three completions are warm-up by send order, the fourth's steady
+    assert w.count("warmup") == 2 * 4 - 1
+    assert w.phase[:7] == ("warmup",) * 7 and w.phase[-4:] == ("drain",) * 4
+    assert w.count("steady") == 9
     # completions in (1, 4]: the waves ending at 2, 3 and 4 s, 4 requests a second as the loop runs (the wave
     # ending at t_start opened the window)
     assert w.completed == 12 and w.request_throughput == pytest.approx(4.0)
     assert w.output_throughput == pytest.approx(12 * 10 / 3.0)
+
+
+def test_refills_the_client_sends_late_are_still_the_first_wave_s_echo() -> None:
+    # c=4: the first wave ends at 1.00-1.03 s and the client sends each refill 25 ms after its completion (busy
+    # streaming), so three of the four refills go out after the 4th completion opened the window; by time they would
+    # be steady, though the first three completions triggered them: only the 4th's refill is
+    start, e2e = closed_loop([1000.0, 1010.0, 1020.0, 1030.0] + [1000.0] * 24, concurrency=4, delay_s=0.025)
+    w = window.closed_loop_window(start, e2e, np.full(28, 10), concurrency=4)
+    assert w.t_start == pytest.approx(1.03) and int(np.sum(start[4:8] > w.t_start)) == 3
+    assert w.phase[:7] == ("warmup",) * 7 and w.phase[7] == "steady"
 
 
 def test_staggered_closed_loop_counts_exactly_2c_minus_1_warmup_requests() -> None:
@@ -118,11 +129,11 @@ def test_prefix_hits_need_most_of_the_prompt_cached_and_unrecorded_counts_are_un
 
 def test_the_runner_can_window_its_request_records_in_any_order() -> None:
     from llmhost.bench.records import Point, RequestRecord
-    start, e2e = closed_loop([1000.0] * 20, concurrency=4)
+    start, e2e = closed_loop([1000.0] * 28, concurrency=4)  # waves of 4 at t = 0 .. 6
     rows = [RequestRecord(float(s), True, "", 100, 10, 50.0, (9.0,) * 9, float(e)) for s, e in zip(start, e2e)]
-    point = Point("p", "baseline", "chat", "concurrency", 4, None, 20, 0)
+    point = Point("p", "baseline", "chat", "concurrency", 4, None, 28, 0)
     w, verdict = window.measure(point, rows[::-1])
-    assert (w.t_start, w.t_end, w.count("steady")) == (1.0, 4.0, 12) and verdict.is_steady
+    assert (w.t_start, w.t_end, w.count("steady")) == (1.0, 6.0, 28 - 7 - 4) and verdict.is_steady
 
 
 def test_a_closed_loop_window_that_sees_fewer_completions_than_slots_is_not_steady() -> None:

@@ -68,17 +68,18 @@ def test_keeping_up_with_exactly_the_required_share_and_count_passes() -> None:
 
 
 def test_the_drift_check_sees_only_successful_requests_sent_after_the_warm_up() -> None:
-    # closed loop c=8, 6 waves of 1 s: the window runs from the 8th completion (1 s) to the last send (5 s); its
-    # whole turnovers are the waves sent at 1-5 s, halved into 1-2 s and 3-5 s. The start-up wave's TTFT is 50x
-    # the rest: counted, it would be a third of the first half.
-    start = np.repeat(np.arange(6.0), 8)
-    e2e = np.full(48, 1000.0)
-    ttft = np.where(start == 0, 5000.0, np.where(start < 3, 100.0, 110.0))
-    ok = np.ones(48, bool)
+    # closed loop c=8, 7 waves of 1 s: the window runs from the 8th completion (1 s) to the last send (6 s); the
+    # warm-up is the first 15 sends, so turnover 1 (the wave sent at 1 s) is partial, and the whole turnovers are
+    # the waves sent at 2-5 s, halved into 2-3 s and 4-5 s. The start-up wave's TTFT is 50x the rest: counted, it
+    # would be half of the first half.
+    start = np.repeat(np.arange(7.0), 8)
+    e2e = np.full(56, 1000.0)
+    ttft = np.where(start == 0, 5000.0, np.where(start < 4, 100.0, 110.0))
+    ok = np.ones(56, bool)
     ok[-1], ttft[-1] = False, 9000.0  # failed: kept out
-    point = Point("p", "baseline", "chat", "concurrency", 8, None, 48, 1)
-    w, verdict = window.window_and_check(point, start, e2e, np.full(48, 10), ttft, ok)
-    assert (w.t_start, w.t_end) == (1.0, 5.0)
+    point = Point("p", "baseline", "chat", "concurrency", 8, None, 56, 1)
+    w, verdict = window.window_and_check(point, start, e2e, np.full(56, 10), ttft, ok)
+    assert (w.t_start, w.t_end) == (1.0, 6.0)
     assert verdict.is_steady and verdict.ttft_drift_pct == pytest.approx(10.0), verdict.reasons
     assert window.min_window_completions(point) == 8
     assert window.min_window_completions(Point("q", "baseline", "chat", "qps", None, 2.0, 20, 1)) == 16
@@ -125,7 +126,7 @@ def test_half_the_prompt_cached_is_already_a_hit() -> None:
 
 
 def test_measure_reads_a_failed_request_without_ttft_as_not_timed() -> None:
-    rows = [RequestRecord(float(i // 4), True, "", 100, 10, 100.0, (9.0,) * 9, 1000.0) for i in range(19)]
-    rows.append(RequestRecord(4.0, False, "boom", 100, 0, None, (), 1000.0))
-    w, verdict = window.measure(Point("p", "baseline", "chat", "concurrency", 4, None, 20, 1), rows)
-    assert verdict.is_steady and w.count("steady") + w.count("drain") + w.count("warmup") == 20
+    rows = [RequestRecord(float(i // 4), True, "", 100, 10, 100.0, (9.0,) * 9, 1000.0) for i in range(27)]
+    rows.append(RequestRecord(6.0, False, "boom", 100, 0, None, (), 1000.0))
+    w, verdict = window.measure(Point("p", "baseline", "chat", "concurrency", 4, None, 28, 1), rows)
+    assert verdict.is_steady and w.count("steady") + w.count("drain") + w.count("warmup") == 28
