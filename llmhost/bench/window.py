@@ -18,10 +18,9 @@ Closed loop (c requests in flight, each completion sends the next request):
   requests are in flight and the survivors run faster than under the load being measured.
 * The steady window is [t_start, t_end]. A request is steady when it was sent at or after t_start and finished by
   t_end, i.e. it ran its whole life at c in flight. Warm-up requests: sent before t_start, or among the first 2c - 1
-  sends of a closed loop. Drain requests: sent in
-  the window but still running at t_end (the c requests in flight when sending stopped). The drain group is
-  length-biased (long requests are more likely to be in flight at any instant), so steady e2e latency is slightly
-  optimistic; TTFT, decided early in a request's life, is not affected much.
+  sends. Drain requests: sent in the window but still running at t_end (the c requests in flight when sending
+  stopped). The drain group is length-biased (long requests are more likely to be in flight at any instant), so
+  steady e2e latency is slightly optimistic; TTFT, decided early in a request's life, is not affected much.
 * Window throughput counts what *completed* in the window (requests and output tokens) over its length: in a
   steady state that equals the rate of work done, with no edge effect from requests sent before it. It counts
   completions in (t_start, t_end]: the c-th completion opens the window and a closed loop's last send is itself
