@@ -98,3 +98,50 @@ def test_cpu_timer_drops_three_warm_up_calls_and_syncs_around_each():
     got = split_plan.cpu_us(lambda: calls.append("call"), 5, lambda: calls.append("sync"))
     assert got["n"] == 5 and calls.count("call") == 8 and calls.count("sync") == 16
     assert 0 <= got["p10_us"] <= got["median_us"] <= got["p90_us"]
+
+
+def test_the_chunk_is_read_at_either_end_of_the_workspace_and_not_past_it():
+    at_start = FakeWrapper(prefill_info(33, True, chunk_offset=0), (512).to_bytes(4, "little"), offset=0)
+    assert split_plan.decision(at_start, page_size=16)["kv_chunk_tokens"] == 512
+    at_end = FakeWrapper(prefill_info(33, True, chunk_offset=252), (1024).to_bytes(4, "little"), offset=252)
+    assert split_plan.decision(at_end, page_size=16)["kv_chunk_tokens"] == 1024  # bytes 252-255 of 256
+    past_end = FakeWrapper(prefill_info(33, True, chunk_offset=253), b"\x01\x01\x01", offset=253)
+    assert split_plan.decision(past_end, page_size=16)["kv_chunk_tokens"] is None
+    no_workspace = FakeWrapper(prefill_info(33, True))
+    del no_workspace._pin_memory_int_workspace_buffer
+    assert split_plan.decision(no_workspace, page_size=16) == {
+        "split_kv": True, "work_units": 33, "kv_chunk_tokens": None, "plan_struct": "PrefillPlanInfo",
+        "cta_tile_q": 16, "page_size": 16}
+
+
+def test_a_chunk_of_one_token_is_a_chunk_and_zero_is_no_limit():
+    assert split_plan.chunk_from_bytes((1).to_bytes(4, "little")) == 1
+    assert split_plan.chunk_from_bytes((0).to_bytes(4, "little")) is None
+
+
+def test_a_plan_without_a_kwargs_forwarder_is_taken_at_its_word():
+    class Explicit:  # _plan_impl exists but plan() cannot forward to it
+        def plan(self, indptr, fixed_split_size=None): ...
+
+        def _plan_impl(self, indptr, *, disable_split_kv=False): ...
+
+    assert split_plan.plan_parameters(Explicit().plan) == {"indptr", "fixed_split_size"}
+
+    class Forwarder:
+        def plan(self, indptr, **kwargs): ...
+
+        def _plan_impl(self, indptr, *, disable_split_kv=False): ...
+
+    assert split_plan.plan_parameters(Forwarder().plan) == {"indptr", "kwargs", "disable_split_kv"}
+    assert split_plan.plan_parameters(lambda indptr, **kwargs: None) == {"indptr", "kwargs"}  # nothing behind it
+
+
+def test_bad_plans_and_empty_batches_are_one_line_errors():
+    with pytest.raises(split_plan.PlanInfoError, match="the wrapper has no _plan_info after plan\\(\\): not "
+                                                       "FlashInfer 0.6.x's decode wrapper"):
+        split_plan.decision(FakeWrapper(None), page_size=1)
+    with pytest.raises(split_plan.PlanInfoError, match="plan info has 12 fields; this code knows \\[10, 15\\] "
+                                                       "\\(FlashInfer 0.6.x PrefillPlanInfo / DecodePlanInfo\\)"):
+        split_plan.parse_plan_info([0] * 12)
+    with pytest.raises(ValueError, match="^no requests$"):
+        split_plan.forced_split_pages([])

@@ -2,6 +2,8 @@
 copy, padding), the graph-replay evidence from the counters, and analyze()'s document with every key it writes."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,60 @@ def test_summaries_weight_sharing_by_references_and_fall_back_to_equal_weights()
                    "contiguous_pairs": 0.75, "truncated": 1}
     empty = [{**r, "refs": 0} for r in rows]
     assert analysis.summarize_rows(empty)["sharing_ratio"] == 0.5
+
+
+def test_a_sample_s_row_reads_its_page_size_and_drops_padding_only_where_the_step_says_graph():
+    meta = {"t": 3.0, "mode": "decode", "bs": 2, "page_size": 16, "truncated": True}  # no graph, no kind: eager
+    row = analysis.sample_row(analysis.Sample(meta, np.array([0, 2, 3]), np.array([0, 16, 32]), np.array([0, 1, 2]),
+                                              np.array([0, 1]), np.array([1, 1])))
+    keys = ("t", "mode", "kind", "bs", "truncated", "requests", "padding", "unique_pages", "runs")
+    assert {k: row[k] for k in keys} == {"t": 3.0, "mode": "decode", "kind": "eager", "bs": 2, "truncated": True,
+                                         "requests": 2, "padding": 0, "unique_pages": 3, "runs": 2}  # pages 0 1, 2
+    assert row["new_tokens"] == 2
+    plain = analysis.sample_row(analysis.Sample({"t": 4.0, "mode": "decode", "bs": 1, "graph": True, "kind": "graph"},
+                                                np.array([0, 2, 3]), np.array([0, 1, 7]), np.array([0]),
+                                                np.array([0]), np.array([1])))
+    assert (plain["kind"], plain["truncated"], plain["requests"], plain["padding"], plain["runs"]) == \
+        ("graph", False, 1, 1, 1)  # page size 1: slots 0 and 1 are one run
+    assert "new_tokens" not in plain
+
+
+def test_the_graph_evidence_at_its_edges():
+    assert analysis.graph_proof({"prefill_eager": 2}, [])["prefill_steps"] == 2
+    assert analysis.graph_proof({"decode_graph": 2, "decode_eager": 2}, [])["graph_share"] == 0.5
+    assert analysis.graph_proof({"decode_graph": 1}, [])["sees_graph_replays"] is True
+
+
+def _shard(path, times: list[float]) -> None:
+    """A shard as the hook writes it: one request of two pages per sample."""
+    n = len(times)
+    arrays = {"indptr": [np.array([0, 2])] * n, "last_page_len": [np.array([1])] * n,
+              "req_pool_indices": [np.array([0])] * n, "qo_indptr": [np.array([0, 1])] * n,
+              "indices": [np.array([5, 6])] * n}
+    metas = [{"t": t, "mode": "decode", "bs": 1} for t in times]
+    data = {"meta": np.frombuffer(json.dumps(metas).encode(), np.uint8)}
+    for name, parts in arrays.items():
+        data[name] = np.concatenate(parts)
+        data[f"{name}_off"] = np.concatenate([[0], np.cumsum([len(p) for p in parts])])
+    np.savez(path, **data)
+
+
+def test_a_trace_is_every_shard_s_samples_in_time_order_with_or_without_stats(tmp_path):
+    _shard(tmp_path / "shard-1-0.npz", [2.0, 5.0])
+    _shard(tmp_path / "shard-2-0.npz", [1.0, 3.0])
+    samples, stats = analysis.load_trace(tmp_path)
+    assert [s.meta["t"] for s in samples] == [1.0, 2.0, 3.0, 5.0] and stats == []
+    only_stats = tmp_path / "stats-only"
+    only_stats.mkdir()
+    (only_stats / "stats-7.json").write_text('{"counters": {"decode_graph": 1}}')
+    assert analysis.load_trace(only_stats) == ([], [{"counters": {"decode_graph": 1}}])
+
+
+def test_a_damaged_file_of_a_trace_is_named_with_its_reason(tmp_path):
+    (tmp_path / "stats-1.json").write_text("{not json")
+    with pytest.raises(analysis.TraceFormatError, match=r"stats-1.json is damaged \(Expecting property name"):
+        analysis.load_trace(tmp_path)
+    (tmp_path / "stats-1.json").write_text("{}")
+    (tmp_path / "shard-1-0.npz").write_bytes(b"not a zip")
+    with pytest.raises(analysis.TraceFormatError, match=r"shard-1-0.npz is damaged \(.+\) — move it aside"):
+        analysis.load_trace(tmp_path)
