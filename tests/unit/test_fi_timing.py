@@ -48,3 +48,24 @@ def test_timer_comparison_names_the_case_with_the_largest_gap():
     assert got["event_over_precise_median"] == pytest.approx(1.22)
     assert got["largest_gap_case"] == "b" and got["largest_gap_us"] == pytest.approx(24.0)
     assert timing.timer_comparison([], str) == {}
+
+
+def test_each_timer_times_the_callable_it_is_given_and_the_record_keeps_its_samples(monkeypatch):
+    seen = []
+    fake = {"graph": lambda fn, repeat: seen.append(("graph", fn, repeat)) or [0.1] * repeat,
+            "event": lambda fn, repeat: seen.append(("event", fn, repeat)) or [0.2] * repeat}
+    monkeypatch.setattr(timing, "TIMERS", fake)
+
+    def kernel():
+        return None
+    got = timing.timed(kernel, repeat=2, method="graph", compare_events=True)
+    assert seen == [("graph", kernel, 2), ("event", kernel, 2)] and got["samples_ms"] == [0.1, 0.1]
+    assert got["p10_us"] == pytest.approx(100.0) and got["p90_us"] == pytest.approx(100.0)
+    assert timing.gpu_time_ms(kernel, repeat=1) == [0.1]  # one measured iteration is enough
+
+
+def test_the_precise_timer_is_cupti_where_cupti_python_is_installed_and_bad_methods_name_the_choices(monkeypatch):
+    monkeypatch.setattr(timing, "has_cupti", lambda: True)
+    assert timing.precise_method() == "cupti"
+    with pytest.raises(ValueError, match="unknown timing method 'stopwatch' \\(choose from event, graph, cupti\\)"):
+        timing.gpu_time_ms(lambda: None, repeat=3, method="stopwatch")  # type: ignore[arg-type]
