@@ -12,7 +12,7 @@ Closed loop (c requests in flight, each completion sends the next request):
   requests sent (the first wave c, and the c - 1 refills its first c - 1 completions triggered). It is counted by
   send order, not by time: a client streaming c requests sends a refill some ms after the completion that triggered
   it, so refills of the first wave can be sent after t_start. On the H200 at agent c=128 (lockstep), 60 and 92 of
-  the first wave's 128 refills were sent up to 41 ms after the c-th completion; counted by time, they were 87 of the
+  the first wave's 128 refills were sent up to 79 ms after the c-th completion; counted by time, they were 87 of the
   window's 89 requests over 500 ms (the start-up burst again) and its steady TTFT p99 was 555 ms instead of 455.
 * Drain starts at t_end = the time the last request was sent: after it no completion is replaced, so fewer than c
   requests are in flight and the survivors run faster than under the load being measured.
