@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmhost.fi import roofline
+from test_fi_roofline import case
 
 EXACT = 1e-12
 
@@ -47,20 +48,15 @@ def test_no_bytes_or_no_time_is_refused_but_one_byte_is_a_case():
             line(**bad)
 
 
-def case(dtype: str, path: str, us: float | None, kv_bytes: int | None) -> dict:
-    return {"dtype": dtype, "path": path, "page_size": 1, "batch": 64, "seq_len": 4096, "placement": "contiguous",
-            "median_us": us, "kv_bytes": kv_bytes, "pct_peak": None}
-
-
 def test_a_case_missing_its_time_or_its_bytes_is_no_half_of_a_pair():
-    cases = [case("bf16", "tensor-core", 100.0, 2000), case("fp8", "tensor-core", 60.0, None),
-             case("bf16", "cuda-core", None, 2000), case("fp8", "cuda-core", 60.0, 1000)]
+    cases = [case("bf16", "tensor-core", 100.0, 2000, None), case("fp8", "tensor-core", 60.0, None, None),
+             case("bf16", "cuda-core", None, 2000, None), case("fp8", "cuda-core", 60.0, 1000, None)]
     assert roofline.per_element_evidence(cases) == {}
 
 
 def test_a_path_without_a_pair_does_not_hide_the_paths_after_it():
-    cases = [case("bf16", "a-first-path", 100.0, 2000),  # sorts first, no FP8 half
-             case("bf16", "tensor-core", 100.0, 2000), case("fp8", "tensor-core", 50.0, 1000)]
+    cases = [case("bf16", "a-first-path", 100.0, 2000, None),  # sorts first, no FP8 half
+             case("bf16", "tensor-core", 100.0, 2000, None), case("fp8", "tensor-core", 50.0, 1000, None)]
     got = roofline.per_element_evidence(cases)
     assert list(got) == ["tensor-core"] and got["tensor-core"]["pairs"] == 1
 

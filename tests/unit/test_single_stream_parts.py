@@ -11,10 +11,8 @@ import pytest
 from llmhost.bench import arms as arms_mod, floor, kernel_profile, runner, single_stream
 from llmhost.bench.stream_records import StreamRequestRecord
 from llmhost.serve.metrics import Sample
+from test_single_stream import QWEN3_4B
 
-QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
-            "torch_dtype": "bfloat16"}
 
 
 @pytest.fixture()
