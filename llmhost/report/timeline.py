@@ -113,8 +113,9 @@ def cumulative_hit_rate(df: Any) -> Any:
     cached_tokens_total only on the first request: until then it counts as 0."""
     sums = df[df["name"].isin([CACHED, PROMPT])].groupby([*KEYS, "worker", "name"], as_index=False)["value"].sum()
     wide = sums.pivot_table(index=[*KEYS, "worker"], columns="name", values="value").reset_index()
-    if PROMPT not in wide:
-        return wide.assign(value=[], series=[])[[*KEYS, "series", "value"]]
+    if PROMPT not in wide:  # no prompt counter scraped (cached tokens alone, or nothing): nothing to divide by
+        import pandas as pd
+        return pd.DataFrame(columns=[*KEYS, "series", "value"])
     wide[CACHED] = wide[CACHED].fillna(0.0) if CACHED in wide else 0.0
     per = wide.rename(columns={"worker": "series"})
     both = _with_each(per, _summed(per))
