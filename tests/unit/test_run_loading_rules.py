@@ -117,3 +117,11 @@ def test_a_directory_that_is_not_a_run_is_named_with_the_fix(tmp_path: Path):
     with pytest.raises(load.LoadError) as exc:
         load.run_manifest(bare)
     assert "did you mean" not in str(exc.value)  # no latest beside it: the reader's own words
+
+
+def test_an_arm_the_manifest_does_not_name_is_shown_grey_with_no_flags(tmp_path: Path):
+    run = load.load_run(make_run(tmp_path, torn=False))
+    assert run.arm("nobody") == load.Arm("nobody", "nobody", "#7f7f7f", (), "(not in manifest)", False)
+    side = load.SideRun(run.path, run.manifest, (), ())
+    assert side.arm_label("nobody") == "nobody"
+    assert side.arm_label(run.arms[0].name) == run.arms[0].label
