@@ -133,7 +133,8 @@ def kv_cache(ctx: Context) -> Chart:
     series = [("KV pool used (%)", kv_used(df)), ("prefix-cache hit since start (%)", cumulative_hit_rate(df))]
     if all(sub.empty for _, sub in series):
         return Chart("kv", title, read, None, HOW_TO_GET.format(
-            what="sglang:token_usage / cached_tokens_total / prompt_tokens_total", hint=" (from the server's /metrics)"))
+            what="sglang:token_usage / cached_tokens_total / prompt_tokens_total",
+            hint=" (from the server's /metrics)"))
     if any((sub["series"] != "").any() for _, sub in series):
         read += (" Arms with several workers: the solid line is all of them (KV: the mean of their pools' shares; "
                  "hit rate: their cached tokens summed over their prompt tokens summed), a thinner dashed line each "

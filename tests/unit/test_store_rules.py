@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench import points, store
-from llmhost.bench.records import RecordError, SCHEMA
+from llmhost import files
+from llmhost.bench import load_profile, points, store
+from llmhost.bench.records import SCHEMA, RecordError, TelemetrySample
+from llmhost.bench.stream_records import StreamKernelRecord, StreamRequestRecord
 from tests.fixtures_bench import make_run
 from tests.unit.test_single_stream import arm_record
 from tests.unit.test_store import _attempt
@@ -80,12 +82,44 @@ def test_latest_replaces_an_older_link_and_a_stale_temporary_one(tmp_path: Path)
     assert os.readlink(tmp_path / "bench" / "latest") == new.run_id and not stale.is_symlink()
 
 
-def test_single_stream_records_are_filed_by_type(tmp_path: Path):
+def test_single_stream_and_kernel_records_are_filed_by_type_and_read_back(tmp_path: Path):
     run = store.RunStore.create(tmp_path)
     arm = arm_record()
-    run.append_stream(arm)
-    assert run.read_stream_arms().records == [arm]
-    assert not (run.root / "stream_requests.jsonl").exists() and not (run.root / "stream_kernels.jsonl").exists()
+    kernels = StreamKernelRecord("baseline", "ok", 100, 3.5, 3.9, {"GEMM": 2.0}, (), "t.json.gz")
+    request = StreamRequestRecord("baseline", 1, True, "", 4, 20.0, (3.0,))
+    profile = load_profile.failed(points.make_point("baseline", "agent", "concurrency", 64, None, 384, 1), "why")
+    for record in (arm, kernels, request):
+        run.append_stream(record)
+    run.append_point_kernels(profile)
+    assert run.read_stream_arms().records == [arm] and run.read_stream_kernels().records == [kernels]
+    assert run.read_point_kernels().records == [profile]
+    assert [StreamRequestRecord.from_dict(r) for r in files.read_jsonl(run.root / "stream_requests.jsonl").rows] == [
+        request]
+    for name in ("stream_arms.jsonl", "stream_kernels.jsonl", "point_kernels.jsonl", "points.jsonl"):
+        with open(run.root / name, "a") as fh:
+            fh.write('{"torn')
+    said = {name: loaded.warnings for name, loaded in (
+        ("stream_arms.jsonl", run.read_stream_arms()), ("stream_kernels.jsonl", run.read_stream_kernels()),
+        ("point_kernels.jsonl", run.read_point_kernels()), ("points.jsonl", run.read_points()))}
+    for name, warnings in said.items():  # a damaged line is named by its file
+        assert len(warnings) == 1 and warnings[0].startswith(f"{name}: "), (name, warnings)
+
+
+def test_telemetry_samples_are_appended_in_order(tmp_path: Path):
+    run = store.RunStore.create(tmp_path)
+    first = [TelemetrySample(1.0, "gpu", "gpu_util_pct", {"gpu": "0"}, 50.0, None)]
+    second = [TelemetrySample(2.0, "metrics", "sglang:token_usage", {}, 0.5, "p")]
+    run.append_telemetry(first)
+    run.append_telemetry(second)
+    assert [TelemetrySample.from_dict(r) for r in files.read_jsonl(run.telemetry_path).rows] == first + second
+
+
+def test_latest_stays_with_a_newer_run_when_an_older_one_records_again(tmp_path: Path):
+    older, newer = store.RunStore.create(tmp_path, "a"), store.RunStore.create(tmp_path, "b")
+    older.append_point(_attempt("x", 1, "ok"))
+    newer.append_point(_attempt("x", 1, "ok"))
+    older.append_point(_attempt("y", 1, "ok"))  # a --resume of the older run
+    assert os.readlink(tmp_path / "bench" / "latest") == newer.run_id
 
 
 def test_resume_lists_three_retried_points_then_says_there_are_more(tmp_path: Path):
@@ -99,5 +133,10 @@ def test_resume_lists_three_retried_points_then_says_there_are_more(tmp_path: Pa
     assert lines[0] == "resume: 0 of 5 points ok (kept), 4 failed (tried again: a, b, c ...), 1 not yet run"
     assert lines[1:] == ["warning: toolcalls.jsonl: a torn last line (a crash mid-write) is skipped by readers and "
                          "closed off before the next record"]
+    three = store.RunStore.create(tmp_path)
+    for pid in "abc":
+        three.append_point(_attempt(pid, 1, "failed"))
+    assert store.resume_lines(three, plan[:3], only_missing=False)[0] == (
+        "resume: 0 of 3 points ok (kept), 3 failed (tried again: a, b, c), 0 not yet run")
     assert store.resume_lines(store.RunStore.create(tmp_path), plan[:1], only_missing=False) == [
         "resume: 0 of 1 points ok (kept), 0 failed, 1 not yet run"]
