@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Mutation testing (not part of CI: ~12 min on 2 cores): mutmut makes small deliberate bugs, one at a time, in
-# the modules the dashboard's numbers and the safety rules live in ([tool.mutmut] in pyproject.toml lists them and
-# the fast unit tests that judge each mutant), and counts how many the tests catch ("killed").
+# Mutation testing (not part of CI: the whole list takes hours on 2 cores, one module's globs minutes): mutmut makes
+# small deliberate bugs, one at a time, in the modules the dashboard's numbers and the safety rules live in
+# ([tool.mutmut] in pyproject.toml lists them and the fast unit tests that judge each mutant), and counts how many
+# the tests catch ("killed").
 #   ./tests/mutation.sh                 # everything listed, 2 workers; writes mutants/ (git-ignored)
 #   ./tests/mutation.sh 'llmhost.stats*' # only some mutants (mutmut's name globs)
 # Then: .venv/bin/mutmut results (survivors), .venv/bin/mutmut show NAME (a survivor's diff).

@@ -140,3 +140,20 @@ def test_resume_lists_three_retried_points_then_says_there_are_more(tmp_path: Pa
         "resume: 0 of 3 points ok (kept), 3 failed (tried again: a, b, c), 0 not yet run")
     assert store.resume_lines(store.RunStore.create(tmp_path), plan[:1], only_missing=False) == [
         "resume: 0 of 1 points ok (kept), 0 failed, 1 not yet run"]
+
+
+def test_the_raw_folder_is_made_once_and_a_blocked_one_is_named_in_one_line(tmp_path: Path):
+    run = store.RunStore.create(tmp_path)
+    assert run.raw_dir() == run.root / "raw" and run.raw_dir().is_dir()
+    blocked = store.RunStore.create(tmp_path / "b")
+    (blocked.root / "raw").write_text("a file where the folder goes")
+    with pytest.raises(files.WriteError) as exc:
+        blocked.raw_dir()
+    assert str(exc.value).startswith(f"cannot write {blocked.root / 'raw'}: File exists (") and exc.value.errno
+
+
+def test_every_line_of_a_raw_output_stays_a_line_of_its_own_when_redacted(tmp_path: Path):
+    raw = tmp_path / "out.jsonl"
+    raw.write_text('{"a": 1, "api_key": "sk-1"}\n{"b": 2}\n')
+    store.redact_jsonl(raw)
+    assert raw.read_text() == '{"a": 1, "api_key": "<redacted>"}\n{"b": 2}\n'
