@@ -157,3 +157,8 @@ def test_every_line_of_a_raw_output_stays_a_line_of_its_own_when_redacted(tmp_pa
     raw.write_text('{"a": 1, "api_key": "sk-1"}\n{"b": 2}\n')
     store.redact_jsonl(raw)
     assert raw.read_text() == '{"a": 1, "api_key": "<redacted>"}\n{"b": 2}\n'
+
+
+def test_an_untagged_run_is_named_by_its_stamp_alone(tmp_path: Path):
+    assert store.new_run_id(now=0) == "19700101-000000"
+    assert len(store.RunStore.create(tmp_path).run_id) == len("20261205-090000")
