@@ -127,3 +127,11 @@ def test_server_env_pairs_split_at_their_first_equals_sign_and_gpus_refuse_only_
                                              ("0", [512, 1024, 2048, 4096])])
 def test_prefill_graphs_stop_at_a_set_chunk_size_including_it(chunk, kept):
     assert graphs.prefill_sizes([512, 1024, 2048, 4096], chunk) == kept
+
+
+def test_start_refuses_only_a_gpu_with_less_than_two_gib_past_the_reserve():
+    total = 24 * GIB  # reserve 4 GiB
+    assert spec.gpu_room_problem((6 * GIB, total)) is None and spec.gpu_room_problem(None) is None
+    assert spec.gpu_room_problem((0.0, 0.0)) is None  # a GPU that reports no memory: SGLang finds out
+    assert spec.gpu_room_problem((6 * GIB - 1, total)) == ("the GPU has only 6.0 of 24.0 GiB free — stop what holds "
+                                                           "it (nvidia-smi) or set MEM_FRACTION_STATIC")
