@@ -14,7 +14,6 @@ from llmhost.serve.metrics import Sample
 from test_single_stream import QWEN3_4B
 
 
-
 @pytest.fixture()
 def model_cfg(tmp_path):
     model = tmp_path / "Qwen3-4B"
