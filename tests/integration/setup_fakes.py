@@ -34,6 +34,9 @@ class Host:
         (self.bin / "python3").chmod(0o755)
         # the real uv (pinned in the test extras) on PATH: dry runs rehearse with it instead of installing one
         os.symlink(find_uv_bin(), self.bin / "uv")
+        # a roomy disk (1 TiB free) unless a test says otherwise: the real machine's free space must not decide
+        self.shim("df", 'printf "Filesystem 1024-blocks Used Available Capacity Mounted\\n'
+                        '/dev/x 1 0 1073741824 1%% /\\n"')
 
     def shim(self, name: str, body: str) -> Path:
         path = self.bin / name
