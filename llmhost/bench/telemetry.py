@@ -43,6 +43,7 @@ METRICS_KEPT = (
     "sglang:time_to_first_token_seconds_sum", "sglang:time_to_first_token_seconds_count",
     "sglang:inter_token_latency_seconds_sum", "sglang:inter_token_latency_seconds_count",
     "sglang:queue_time_seconds_sum", "sglang:queue_time_seconds_count",
+    "sglang:per_stage_req_latency_seconds_sum", "sglang:per_stage_req_latency_seconds_count",
 )
 SMI_FIELDS = (("utilization.gpu", "gpu_util_pct", 1.0), ("memory.used", "gpu_mem_used_gb", 1 / 1024),
               ("power.draw", "gpu_power_w", 1.0), ("clocks.sm", "gpu_sm_clock_mhz", 1.0))

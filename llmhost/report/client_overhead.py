@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -31,20 +31,32 @@ HISTOGRAM = "sglang:time_to_first_token_seconds"
 SUM, COUNT = f"{HISTOGRAM}_sum", f"{HISTOGRAM}_count"
 # Time per output token after the first, observed per streamed chunk (sum += the chunk's gap, count += its tokens)
 ITL_HISTOGRAM = "sglang:inter_token_latency_seconds"
+# Inside SGLang's TTFT, observed in its scheduler per request as each stage ends (0.5.17, req_time_stats.py):
+# intake = the scheduler's receipt to its waiting queue, queued = that queue to the request's first forward pass
+# (its queue-time histogram), prefill = that first pass to the prefill's result processed (every chunk of it; with
+# the overlap scheduler the result is processed during the next step). The rest of SGLang's TTFT is tokenization
+# and the trips between its processes (tokenizer manager -> scheduler -> detokenizer -> tokenizer manager).
+PER_STAGE = "sglang:per_stage_req_latency_seconds"
+QUEUE_HISTOGRAM = "sglang:queue_time_seconds"
+TTFT_PARTS: tuple[tuple[str, str, dict[str, str] | None], ...] = (
+    ("intake", PER_STAGE, {"stage": "request_process"}), ("queued", QUEUE_HISTOGRAM, None),
+    ("prefill", PER_STAGE, {"stage": "prefill_forward"}))
 # The page calls the gap out when the client's mean exceeds the server's by both of these
 GAP_MS, GAP_SHARE = 50.0, 0.2
 BUSY_CLIENT_PCT = 90.0  # the load generator's CPU, % of its one core, from which the page calls it client-bound
 
 
-def counters(telemetry: Sequence[TelemetrySample], point_id: str,
-             histogram: str = HISTOGRAM) -> tuple[list[float], list[tuple[float, float]]]:
+def counters(telemetry: Sequence[TelemetrySample], point_id: str, histogram: str = HISTOGRAM,
+             where: Mapping[str, str] | None = None) -> tuple[list[float], list[tuple[float, float]]]:
     """The point's sampler ticks (sorted) at which every label set (worker) of the histogram was scraped, and per
-    tick its (sum s, count) summed over them. A tick that missed a worker is left out: its sum would lack that
-    worker's counts, and a delta to or from it would be wrong, even negative."""
+    tick its (sum s, count) summed over them; `where`: only the label sets carrying these labels (one stage of
+    STAGES). A tick that missed a worker is left out: its sum would lack that worker's counts, and a delta to or
+    from it would be wrong, even negative."""
     total, count = f"{histogram}_sum", f"{histogram}_count"
+    wanted = tuple((where or {}).items())
     ticks: dict[float, dict[tuple, list[float]]] = defaultdict(dict)
     for s in telemetry:
-        if s.point_id == point_id and s.name in (total, count):
+        if s.point_id == point_id and s.name in (total, count) and all(s.labels.get(k) == v for k, v in wanted):
             pair = ticks[s.t].setdefault(tuple(sorted(s.labels.items())), [math.nan, math.nan])
             pair[0 if s.name == total else 1] = s.value
     workers = {key for by in ticks.values() for key in by}
@@ -54,10 +66,10 @@ def counters(telemetry: Sequence[TelemetrySample], point_id: str,
 
 
 def window_delta(telemetry: Sequence[TelemetrySample], point_id: str, histogram: str, t_start: float,
-                 t_end: float) -> tuple[float, float, float, float] | None:
-    """(Δsum s, Δcount, first tick, last tick) of the histogram between the last ticks at or before the window's
-    ends; None when the window has no two such ticks."""
-    times, values = counters(telemetry, point_id, histogram)
+                 t_end: float, where: Mapping[str, str] | None = None) -> tuple[float, float, float, float] | None:
+    """(Δsum s, Δcount, first tick, last tick) of the histogram (its label sets with `where`'s labels) between the
+    last ticks at or before the window's ends; None when the window has no two such ticks."""
+    times, values = counters(telemetry, point_id, histogram, where)
     i0, i1 = bisect.bisect_right(times, t_start) - 1, bisect.bisect_right(times, t_end) - 1
     if math.isnan(t_start) or i0 < 0 or i1 <= i0:
         return None
@@ -112,6 +124,17 @@ def itl_means(telemetry: Sequence[TelemetrySample], point_id: str, t_start: floa
     gaps = float((output_tokens[inside] - 1).sum())
     client = 1000.0 * float((end_s[inside] - first_token_s[inside]).sum()) / gaps if gaps else math.nan
     return 1000.0 * delta[0] / delta[1], client
+
+
+def ttft_parts(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float,
+               t_end: float) -> dict[str, float]:
+    """Each of TTFT_PARTS' mean ms over the window (Δsum / Δcount between the last ticks at or before its ends), nan
+    where the window has no two ticks or the stage ended no request between them."""
+    parts = {}
+    for name, histogram, where in TTFT_PARTS:
+        delta = window_delta(telemetry, point_id, histogram, t_start, t_end, where)
+        parts[name] = 1000.0 * delta[0] / delta[1] if delta and delta[1] > 0 else math.nan
+    return parts
 
 
 def gap_is_notable(client_ms: float, server_ms: float) -> bool:

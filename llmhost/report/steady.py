@@ -47,6 +47,8 @@ class RepeatWindow:
     # the load generator's CPU % in the ticks a wave was sent, in the others, and the extra ms a wave cost it
     # (client_overhead.client_cpu_at_waves)
     client_cpu_waves: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    # SGLang's mean ms of each part of its TTFT over the window (client_overhead.TTFT_PARTS); {} without telemetry
+    ttft_parts: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -91,7 +93,8 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
                                                             r.itl_mean_ms[order][in_window]), server, cpu,
                         waves.find(start[in_window]), itl, tokens,
                         client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers,
-                        steady_headers[np.isfinite(steady_headers)], pace, cpu_waves)
+                        steady_headers[np.isfinite(steady_headers)], pace, cpu_waves,
+                        client_overhead.ttft_parts(telemetry, point.point_id, w.t_start, w.t_end))
 
 
 def _mean_of(values: np.ndarray) -> float:
@@ -124,7 +127,9 @@ def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
             "client_wave_extra_ms": _mean([r.client_cpu_waves[2] for r in steady]),
             "client_cpu_pct": _mean([r.client_cpu_pct for r in steady]),
             "server_itl_mean_ms": _mean([r.itl[0] for r in steady]),
-            "client_itl_mean_ms": _mean([r.itl[1] for r in steady])}
+            "client_itl_mean_ms": _mean([r.itl[1] for r in steady]),
+            **{f"server_{name}_ms": _mean([r.ttft_parts.get(name, math.nan) for r in steady])
+               for name, _, _ in client_overhead.TTFT_PARTS}}
 
 
 def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:

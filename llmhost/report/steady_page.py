@@ -129,7 +129,7 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
         page.table(_steady_columns(), rows, left=4) + tail_trade_note(rows, paired, slo) + waves_note(rows)
-        + measuring_side_note(rows) + way_in_note(rows) if rows else page.missing("No point has request data yet."))
+        + measuring_side_note(rows) + ttft_parts_note(rows) + way_in_note(rows) if rows else page.missing("No point has request data yet."))
 
 
 def _unsteady_columns() -> list[tuple[str, page.Cell]]:
@@ -163,6 +163,7 @@ def _steady_columns() -> list[tuple[str, page.Cell]]:
                                                       + (" <span class=flag title='lockstep waves: see the note under "
                                                          "the table'>≋</span>" if r["in_waves"] else "")),
             ("TTFT mean ms: client / SGLang (n); client to response headers, mean (p99)", _server_ttft_cell),
+            ("Inside SGLang's TTFT, mean ms: intake / queued / prefill / rest", _ttft_parts_cell),
             ("Time per token after the first, ms: client / SGLang",
              lambda r: f"{num(r['client_itl_mean_ms'], 2)} / {num(r['server_itl_mean_ms'], 2)}"),
             ("Load generator CPU % of a core", lambda r: num(r["client_cpu_pct"], 0) + (
@@ -181,6 +182,45 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
     return f"{num(client)} / {num(server)} ({r['server_ttft_n']}){flag}" + (
         f"; headers {num(headers)}" if math.isfinite(headers) else "") + (
         f" (p99 {num(tail)})" if math.isfinite(headers) and math.isfinite(tail) else "")
+
+
+def ttft_parts(r: dict[str, Any]) -> dict[str, float] | None:
+    """The row's split of SGLang's mean TTFT (client_overhead.TTFT_PARTS, then "rest": tokenization and the trips
+    between SGLang's processes), or None when a part or SGLang's mean is missing (runs recorded before the split)."""
+    parts = {name: r.get(f"server_{name}_ms", math.nan) for name, _, _ in client_overhead.TTFT_PARTS}
+    total = r.get("server_ttft_mean_ms", math.nan)
+    if not all(math.isfinite(v) for v in (*parts.values(), total)):
+        return None
+    return {**parts, "rest": total - sum(parts.values())}
+
+
+def _ttft_parts_cell(r: dict[str, Any]) -> str:
+    parts = ttft_parts(r)
+    return "–" if parts is None else " / ".join(num(v) for v in parts.values())
+
+
+# What each part of SGLang's TTFT is, for the note that names the largest
+TTFT_PART_MEANING = {
+    "intake": "its scheduler taking the request in (receipt to its waiting queue)",
+    "queued": "the request waiting in the scheduler's queue while the steps ahead of it ran (decode steps and "
+              "earlier arrivals' prefills)",
+    "prefill": "the prefill itself (every prompt token not found in the prefix cache, all its chunks; with the "
+               "overlap scheduler its result is read during the next step)",
+    "rest": "tokenization and the trips between SGLang's processes (tokenizer manager, scheduler, detokenizer)"}
+
+
+def ttft_parts_note(rows: list[dict[str, Any]]) -> str:
+    """A paragraph splitting SGLang's own mean TTFT at the point where it was longest, or '' without the split."""
+    split = [(r, parts) for r in rows if (parts := ttft_parts(r)) is not None]
+    if not split:
+        return ""
+    r, parts = max(split, key=lambda item: item[0]["server_ttft_mean_ms"])
+    largest = max(parts, key=lambda name: parts[name])
+    return (f"<p class=read>Where SGLang's own TTFT goes (its per-stage histograms over the same steady windows, "
+            f"means; each stage is counted as it ends, so the parts of one window need not add up exactly). Longest "
+            f"at {esc(r['arm'])} · {esc(r['workload'])} · {esc(r['load'])}: {num(r['server_ttft_mean_ms'])} ms = "
+            f"intake {num(parts['intake'])} + queued {num(parts['queued'])} + prefill {num(parts['prefill'])} + rest "
+            f"{num(parts['rest'])} ms. The largest part, {largest}, is {TTFT_PART_MEANING[largest]}.</p>")
 
 
 def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], slo: stats.Slo) -> str:

@@ -458,6 +458,12 @@ def test_a_steady_point_shows_the_measuring_sides_share_and_its_lockstep_waves(p
     assert 0.5 * row["server_ttft_mean_ms"] <= row["client_ttft_mean_ms"] <= 3 * row["server_ttft_mean_ms"] + 20
     assert row["client_itl_mean_ms"] == pytest.approx(row["server_itl_mean_ms"], rel=0.25)
     assert 4.0 <= row["server_itl_mean_ms"] <= 10.0  # the stand-in's 5 ms a token, stretched on a busy machine
+    # SGLang's TTFT split by its scheduler's per-stage histograms: the stand-in's 100 ms prefill (+ 20 us a prompt
+    # token not cached), no queue at c=8 (its slots are many more), its intake a lock
+    assert 100.0 <= row["server_prefill_ms"] <= 250.0
+    assert 0.0 <= row["server_queued_ms"] < 20.0 and 0.0 <= row["server_intake_ms"] < 20.0
+    assert row["server_prefill_ms"] <= row["server_ttft_mean_ms"] + 20.0
     assert 0 < row["client_cpu_pct"] < 100  # the load generator, sampled from /proc
     assert row["in_waves"] and row["wave_size"] >= 2  # every answer 256 tokens: the 8 go and come together
-    assert "Time per token after the first" in (run / "dashboard.html").read_text()
+    html = (run / "dashboard.html").read_text()
+    assert "Time per token after the first" in html and "Where SGLang's own TTFT goes" in html

@@ -85,6 +85,8 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
             self.steady_headers_ms = np.full(n, headers) if math.isfinite(headers) else np.array([])
             self.headers_pace_ms = {100: 3.0, 300: 5.0}.get(n, math.nan)
             self.client_cpu_waves = (30.0, 20.0, 50.0) if n == 100 else (math.nan, 22.0, math.nan)
+            self.ttft_parts = {100: {"intake": 1.0, "queued": 40.0, "prefill": 100.0},
+                               300: {"intake": 3.0, "queued": 60.0, "prefill": math.nan}}.get(n, {})
     fields = steady._measuring_side_fields([Rep(200.0, 400.0, 100, 40.0), Rep(300.0, 500.0, 300, 80.0),
                                             Rep(math.nan, math.nan, 0)])
     assert math.isclose(fields["client_headers_mean_ms"], 70.0)  # weighted like the TTFT means
@@ -96,6 +98,8 @@ def test_steady_rows_weight_repeats_by_what_sglang_counted_and_the_page_names_th
     assert math.isclose(fields["client_ttft_mean_ms"], 475.0) and math.isclose(fields["client_cpu_pct"], (40 + 60 + 30) / 3)
     assert (fields["server_itl_mean_ms"], fields["client_itl_mean_ms"]) == (pytest.approx(34 / 3),
                                                                             pytest.approx(37 / 3))
+    # TTFT's parts: means over the repeats that measured each
+    assert (fields["server_intake_ms"], fields["server_queued_ms"], fields["server_prefill_ms"]) == (2.0, 50.0, 100.0)
     row = {"arm": "baseline", "workload": "agent", "load": "c=64", **fields, "client_cpu_pct": 35.0}
     note = steady_page.measuring_side_note([row, {**row, "load": "c=8", "client_ttft_mean_ms": 280.0}])
     assert "At 1 point(s)" in note and "client 475.0 ms vs SGLang 275.0 ms" in note and "c=64" in note

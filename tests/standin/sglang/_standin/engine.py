@@ -113,7 +113,10 @@ class Stats:
         self.ttft_s: dict[bool, list[float]] = {False: [], True: []}
         self.e2e_s: dict[bool, list[float]] = {False: [], True: []}
         self.itl_s: dict[bool, list[tuple[float, int]]] = {False: [], True: []}  # (mean ITL, tokens)
-        self.queue_s: list[float] = []
+        self.queue_s: list[float] = []  # waiting for a slot (SGLang's queue_time)
+        # SGLang's per-stage histograms: request_process = taking the request in (here, the engine's lock to enter
+        # its queue), prefill_forward = the prefill to its first token; observed as each ends
+        self.stage_s: dict[str, list[float]] = {"request_process": [], "prefill_forward": []}
         self.last_hit_rate = 0.0  # the last prefill batch's, 0.0 once a decode step ran (as SGLang)
         self.gen_throughput = 0.0
 
@@ -219,15 +222,18 @@ class Engine:
 
     def run(self, req: Request, cancelled: threading.Event | None = None):
         """Yield output pieces one by one; admission, prefill and decode delays happen inside."""
+        entered = time.time()
         with self.lock:
             self.queued += 1
+            queued_ts = time.time()
+            self.stats.stage_s["request_process"].append(queued_ts - entered)
         self.slots.acquire()
         tick: int | None = None  # set while this request decodes on the step clock
         try:
             with self.lock:
                 self.queued -= 1
                 req.started_ts = time.time()
-                self.stats.queue_s.append(req.started_ts - req.received_ts)
+                self.stats.queue_s.append(req.started_ts - queued_ts)
                 # why: at least one prompt token is always computed, so a full hit reports len-1 (4521 -> 4520)
                 req.cached_tokens = min(self.cache.match(req.prompt), max(len(req.prompt) - 1, 0))
                 self.running[req.rid] = req
@@ -262,6 +268,8 @@ class Engine:
                 req.output.append(piece)
                 if i == 0:
                     req.first_token_ts = time.time()
+                    with self.lock:
+                        self.stats.stage_s["prefill_forward"].append(req.first_token_ts - req.started_ts)
                 yield piece
         finally:
             if tick is not None:

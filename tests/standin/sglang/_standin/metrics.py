@@ -1,7 +1,8 @@
 """/metrics text: the families, HELP/TYPE lines and label sets of SGLang 0.5.17 (captured), with live values.
 
 Live: request/queue gauges, token usage, cache hit rate, KV token counts, prompt/generation/request/cached-token
-counters, TTFT / e2e / inter-token-latency histograms (the captured bucket bounds), HTTP request counters.
+counters, TTFT / e2e / inter-token-latency / queue-time / per-stage histograms (the captured bucket bounds), HTTP
+request counters.
 Every other family keeps the sample lines of a freshly started real server (tests/captures/GET_metrics.txt).
 As on SGLang 0.5.17: cache_hit_rate is the last prefill batch's and reads 0.0 once decoding ran, and the families
 missing from the fresh capture (cached_tokens_total, inter_token_latency_seconds, ...) appear with the first
@@ -63,6 +64,11 @@ def histogram(name: str, labels: str, bounds: list[float], samples: list[tuple[f
     return lines
 
 
+def _with_stage(labels: str, stage: str) -> str:
+    """`labels` with stage="..." in SGLang's (sorted) place."""
+    return ",".join(sorted(labels.split(",") + [f'stage="{stage}"']))
+
+
 def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, active: Counter) -> str:
     """The whole exposition text for one scrape."""
     m = model
@@ -93,6 +99,15 @@ def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, 
                 if per[s] or not s:
                     labels = f'engine_type="unified",is_streaming="{str(s).lower()}",model_name="{m}"'
                     live[name] += histogram(name, labels, tpl.bounds["sglang:" + name], [(v, 1) for v in per[s]])
+        # scheduler-side histograms, labelled as SGLang's scheduler labels them (its warm-up's observations, in the
+        # fresh capture's counts, are left out: readers take differences)
+        sched = f'engine_type="unified",model_name="{m}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+        live["queue_time_seconds"] = histogram("queue_time_seconds", sched, tpl.bounds["sglang:queue_time_seconds"],
+                                               [(v, 1) for v in stats.queue_s])
+        live["per_stage_req_latency_seconds"] = [
+            line for stage, values in stats.stage_s.items()
+            for line in histogram("per_stage_req_latency_seconds", _with_stage(sched, stage),
+                                  tpl.bounds["sglang:per_stage_req_latency_seconds"], [(v, 1) for v in values])]
         itl = stats.itl_s[False] + stats.itl_s[True]
         live["inter_token_latency_seconds"] = histogram("inter_token_latency_seconds",
                                                         f'engine_type="unified",model_name="{m}"',
