@@ -40,6 +40,7 @@ class Requests:
     ttft_ms: np.ndarray
     itl_mean_ms: np.ndarray  # per request TPOT: (e2e - ttft) / (output tokens - 1) (nan with < 2 output tokens)
     itl_all_ms: np.ndarray  # every ITL gap of every request, pooled (what bench_serving's ITL percentiles use)
+    itl_count: np.ndarray  # how many of those gaps each request has (in order), so gaps() can pick requests'
     e2e_ms: np.ndarray
     cached_tokens: np.ndarray  # nan: not recorded
     headers_ms: np.ndarray  # time to the response headers (llmhost.bench.loadgen); nan: not recorded
@@ -47,6 +48,12 @@ class Requests:
     @property
     def n(self) -> int:
         return int(self.ok.size)
+
+    def gaps(self, chosen: np.ndarray) -> np.ndarray:
+        """The ITL gaps of the requests at the indices `chosen` (any order), pooled."""
+        ends = np.cumsum(self.itl_count)
+        return np.concatenate([np.array([], float)] + [self.itl_all_ms[ends[i] - self.itl_count[i]:ends[i]]
+                                                       for i in np.asarray(chosen, int)])
 
     @staticmethod
     def concat(parts: list["Requests"]) -> "Requests":
@@ -137,6 +144,7 @@ def requests_from_records(rows: list[RequestRecord]) -> Requests:
         ttft_ms=np.array([math.nan if r.ttft_ms is None else r.ttft_ms for r in rows], float),
         itl_mean_ms=np.array([_tpot(r) for r in rows], float),
         itl_all_ms=np.array([g for r in rows for g in r.itl_ms], float),
+        itl_count=np.array([len(r.itl_ms) for r in rows], int),
         e2e_ms=np.array([r.e2e_ms for r in rows], float),
         cached_tokens=np.array([math.nan if r.cached_tokens is None else r.cached_tokens for r in rows], float),
         headers_ms=np.array([math.nan if r.headers_ms is None else r.headers_ms for r in rows], float),

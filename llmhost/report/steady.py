@@ -16,7 +16,7 @@ import numpy as np
 from llmhost import repeats, stats
 from llmhost.bench import window
 from llmhost.bench.records import PointRecord, TelemetrySample
-from llmhost.report import client_overhead, waves
+from llmhost.report import client_overhead, rate_budget, waves
 from llmhost.report.load import Requests, Run
 from llmhost.report.tables import Group, load_label
 
@@ -49,6 +49,8 @@ class RepeatWindow:
     client_cpu_waves: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     # SGLang's mean ms of each part of its TTFT over the window (client_overhead.TTFT_PARTS); {} without telemetry
     ttft_parts: dict[str, float] = dataclasses.field(default_factory=dict)
+    # where a closed loop's steady rate went (llmhost.report.rate_budget); None: not a closed loop, or no window
+    rate_budget: rate_budget.Budget | None = None
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -94,7 +96,21 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
                         waves.find(start[in_window]), itl, tokens,
                         client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers,
                         steady_headers[np.isfinite(steady_headers)], pace, cpu_waves,
-                        client_overhead.ttft_parts(telemetry, point.point_id, w.t_start, w.t_end))
+                        client_overhead.ttft_parts(telemetry, point.point_id, w.t_start, w.t_end),
+                        _rate_budget(point, w, r, order, first, end, timed))
+
+
+def _rate_budget(point: PointRecord, w: window.Window, r: Requests, order: np.ndarray, first: np.ndarray,
+                 end: np.ndarray, timed: np.ndarray) -> rate_budget.Budget | None:
+    """The budget of a closed loop's steady window from the requests that streamed and completed inside it.
+    `first`, `end`: unix s of the first token and the end of the `timed` requests (send order, `order` of r)."""
+    closed = point.request_rate is None and point.concurrency and point.pattern not in window.TRANSIENT_PATTERNS
+    if not closed or not w.has_window:
+        return None
+    inside = (end > w.t_start) & (end <= w.t_end)  # the window's completions, as its throughput counts them
+    picked = order[timed][inside]
+    return rate_budget.budget(point.concurrency, w.duration_s, w.completed, r.output_tokens[picked],
+                              r.ttft_ms[picked], r.e2e_ms[picked], r.gaps(picked))
 
 
 def _mean_of(values: np.ndarray) -> float:
@@ -130,6 +146,13 @@ def _measuring_side_fields(steady: list[RepeatWindow]) -> dict[str, Any]:
             "client_itl_mean_ms": _mean([r.itl[1] for r in steady]),
             **{f"server_{name}_ms": _mean([r.ttft_parts.get(name, math.nan) for r in steady])
                for name, _, _ in client_overhead.TTFT_PARTS}}
+
+
+def _budget_fields(steady: list[RepeatWindow]) -> dict[str, float]:
+    """The rate budget's pace and shares (%), means over the steady repeats that have one (nan: none has)."""
+    have = [r.rate_budget for r in steady if r.rate_budget is not None]
+    return {"budget_pace_ms": _mean([b.pace_ms for b in have]), "budget_pace_rate": _mean([b.pace_rate for b in have]),
+            **{f"budget_{name}_pct": _mean([100 * b.shares[name] for b in have]) for name in rate_budget.PARTS}}
 
 
 def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:
@@ -186,7 +209,7 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_goodput_pct", good), **_ci_fields("steady_goodput_rps", good_rps),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
-        **_measuring_side_fields(steady), **_wave_fields(g, steady), **_token_fields(steady),
+        **_measuring_side_fields(steady), **_wave_fields(g, steady), **_token_fields(steady), **_budget_fields(steady),
         "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
         "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),
         "per_repeat": [{"repeat": r.repeat, "is_steady": r.is_steady,
