@@ -97,13 +97,13 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
                         client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers,
                         steady_headers[np.isfinite(steady_headers)], pace, cpu_waves,
                         client_overhead.ttft_parts(telemetry, point.point_id, w.t_start, w.t_end),
-                        _rate_budget(point, w, r, order, first, end, timed))
+                        _rate_budget(point, w, r, order, end, timed))
 
 
-def _rate_budget(point: PointRecord, w: window.Window, r: Requests, order: np.ndarray, first: np.ndarray,
-                 end: np.ndarray, timed: np.ndarray) -> rate_budget.Budget | None:
-    """The budget of a closed loop's steady window from the requests that streamed and completed inside it.
-    `first`, `end`: unix s of the first token and the end of the `timed` requests (send order, `order` of r)."""
+def _rate_budget(point: PointRecord, w: window.Window, r: Requests, order: np.ndarray, end: np.ndarray,
+                 timed: np.ndarray) -> rate_budget.Budget | None:
+    """The budget of a closed loop's steady window from the requests that streamed and completed inside it. `order`:
+    r's send order; `timed`: the requests (in it) that streamed a first token; `end`: unix s of their ends."""
     closed = point.request_rate is None and point.concurrency and point.pattern not in window.TRANSIENT_PATTERNS
     if not closed or not w.has_window:
         return None
