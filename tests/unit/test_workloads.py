@@ -50,3 +50,12 @@ def test_manifest_entries_carry_kind_and_dataset_parameters():
     kinds = {name: entry.kind for name, entry in entries.items()}
     assert kinds == {"agent": "gsp", "chat": "random-ids", "long": "random-ids", "agent-tools": "openai-chat"}
     assert entries["long"].params["random_input_len"] == 8192
+
+
+def test_the_priming_pass_is_one_single_token_question_per_system_prompt():
+    # same seed and system prompts as the measured pass, the smallest question and answer gsp can make: it caches the
+    # 16 prompts and costs one decode step
+    argv = REGISTRY["agent"].dataset_args(384, prime=True)
+    assert (_arg(argv, "--num-prompts"), _arg(argv, "--gsp-prompts-per-group")) == ("16", "1")
+    assert (_arg(argv, "--gsp-system-prompt-len"), _arg(argv, "--gsp-question-len"),
+            _arg(argv, "--gsp-output-len")) == ("4096", "1", "1")
