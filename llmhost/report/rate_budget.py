@@ -14,7 +14,8 @@ request every cycle = c * D / completed. The requests completed in the window sa
 (N: mean output tokens; mean gap = sum(e2e - TTFT) / sum(N - 1)), so the four shares of a cycle add up to 1 and the
 window's rate = c x 1000 / pace x decode share x N / (N - 1): the rate every slot decoding at the pace all the time
 would make (pace_rate), less each share. Pure arithmetic over the stored requests; a window with no request completed
-after its first token, or no gap, has no budget.
+after its first token, or no gap, has no budget. What the stalls look like from a stream: its gaps of at least
+STALL_X times the pace, how many a request met and how long they were on average.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import math
 import numpy as np
 
 PARTS = ("decode", "stalls", "first", "between")  # the shares of a cycle, in a request's order
+STALL_X = 2.0  # a gap of at least this many paces is a stall: a step that ran as long as two
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,6 +34,8 @@ class Budget:
     pace_rate: float  # output tok/s if every slot decoded at the pace all the time: c * 1000 / pace_ms
     shares: dict[str, float]  # PARTS -> share of a slot's cycle (sum 1)
     rate: float  # the window's output tok/s, as pace_rate x decode share x N / (N - 1)
+    stalls_per_request: float  # gaps of at least STALL_X paces a request met
+    stall_ms: float  # their mean length (nan: none)
 
 
 def budget(concurrency: int, window_s: float, completed: int, output_tokens: np.ndarray, ttft_ms: np.ndarray,
@@ -51,4 +55,6 @@ def budget(concurrency: int, window_s: float, completed: int, output_tokens: np.
     parts["between"] = cycle - sum(parts.values())
     shares = {name: parts[name] / cycle for name in PARTS}
     pace_rate = 1000.0 * concurrency / pace
-    return Budget(pace, pace_rate, shares, pace_rate * shares["decode"] * n / (n - 1))  # n > 1: `many`
+    stalls = gaps_ms[gaps_ms >= STALL_X * pace]
+    return Budget(pace, pace_rate, shares, pace_rate * shares["decode"] * n / (n - 1),  # n > 1: `many`
+                  stalls.size / output_tokens.size, float(stalls.mean()) if stalls.size else math.nan)

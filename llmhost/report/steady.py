@@ -152,7 +152,9 @@ def _budget_fields(steady: list[RepeatWindow]) -> dict[str, float]:
     """The rate budget's pace and shares (%), means over the steady repeats that have one (nan: none has)."""
     have = [r.rate_budget for r in steady if r.rate_budget is not None]
     return {"budget_pace_ms": _mean([b.pace_ms for b in have]), "budget_pace_rate": _mean([b.pace_rate for b in have]),
-            **{f"budget_{name}_pct": _mean([100 * b.shares[name] for b in have]) for name in rate_budget.PARTS}}
+            **{f"budget_{name}_pct": _mean([100 * b.shares[name] for b in have]) for name in rate_budget.PARTS},
+            "budget_stalls_per_request": _mean([b.stalls_per_request for b in have]),
+            "budget_stall_ms": _mean([b.stall_ms for b in have])}
 
 
 def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from llmhost import stats
 from llmhost.bench import window
-from llmhost.report import client_overhead, page
+from llmhost.report import client_overhead, page, rate_budget
 from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots, legend_at_right
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
@@ -237,7 +237,8 @@ def rate_budget_html(rows: list[dict[str, Any]]) -> str:
                                                             f"{num(r['budget_pace_rate'], 0)}"),
         *((f"{head}, % of a slot's time", (lambda key: lambda r: num(r[key]))(f"budget_{name}_pct"))
           for name, head in (("decode", "Decoding at the pace"), ("stalls", "Gaps above the pace"),
-                             ("first", "Waiting for the first token"), ("between", "Between requests")))]
+                             ("first", "Waiting for the first token"), ("between", "Between requests"))),
+        (f"Stalls (gaps ≥ {rate_budget.STALL_X:g}× the pace): a request, mean ms", _stalls_cell)]
     worst = min(shown, key=lambda r: r["budget_decode_pct"])
     losses = {"stalls": "gaps above the pace", "first": "waiting for first tokens", "between": "between requests"}
     largest = max(losses, key=lambda name: worst[f"budget_{name}_pct"])
@@ -252,6 +253,11 @@ def rate_budget_html(rows: list[dict[str, Any]]) -> str:
             + f"<p class=read>Least time decoding at the pace: {esc(worst['arm'])} · {esc(worst['workload'])} · "
             f"{esc(worst['load'])}, {num(worst['budget_decode_pct'])}%; its largest loss was "
             f"{losses[largest]}, {num(worst[f'budget_{largest}_pct'])}%.</p>")
+
+
+def _stalls_cell(r: dict[str, Any]) -> str:
+    """'8.7, 32': stalls a request met and their mean ms (absent from summaries written before they were counted)."""
+    return f"{num(r.get('budget_stalls_per_request', math.nan))}, {num(r.get('budget_stall_ms', math.nan), 0)}"
 
 
 def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], slo: stats.Slo) -> str:

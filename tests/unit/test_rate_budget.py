@@ -22,6 +22,16 @@ def test_a_cycle_splits_into_decode_stalls_first_token_and_between():
                         "between": pytest.approx(0.56)}
     assert list(b.shares) == list(rate_budget.PARTS) and sum(b.shares.values()) == pytest.approx(1.0)
     assert b.rate == pytest.approx(20.0)  # 4 requests x 5 tokens in 1 s: the shares close on the window's rate
+    assert (b.stalls_per_request, b.stall_ms) == (1.0, 60.0)  # each request's 60 ms gap: three paces
+
+
+def test_a_stall_is_a_gap_of_at_least_two_paces():
+    # two requests: gaps of 10, 10, 10, 10 ms and of 19.9, 20, 35 ms; pace 10 ms, so 20 and 35 ms are stalls
+    gaps = np.array([10.0, 10.0, 10.0, 10.0, 19.9, 20.0, 35.0])
+    b = rate_budget.budget(1, 1.0, 2, np.array([5.0, 4.0]), np.array([5.0, 5.0]), np.array([45.0, 79.9]), gaps)
+    assert b.pace_ms == 10.0 and b.stalls_per_request == 1.0 and b.stall_ms == 27.5
+    calm = rate_budget.budget(1, 1.0, 1, np.array([3.0]), np.array([5.0]), np.array([25.0]), np.array([10.0, 10.0]))
+    assert calm.stalls_per_request == 0.0 and math.isnan(calm.stall_ms)
 
 
 def test_the_pace_is_the_median_gap_and_stalls_the_mean_above_it():
@@ -84,6 +94,7 @@ def test_a_steady_closed_loop_window_gets_its_budget_from_the_requests_completed
     assert b.shares == {"decode": pytest.approx(0.72), "stalls": pytest.approx(0.18), "first": pytest.approx(0.1),
                         "between": pytest.approx(0.0, abs=1e-9)}
     assert b.rate == pytest.approx(20.0)  # the window's 8 x 10 tokens in 4 s
+    assert (b.stalls_per_request, b.stall_ms) == (1.0, 260.0)
     assert steady.window_repeat(_point(rate=2.0), r).rate_budget is None  # Poisson arrivals: no slots to split
 
 
@@ -97,14 +108,16 @@ def test_only_the_windows_own_completions_count():
 
 ROW = {"arm": "baseline", "workload": "agent", "load": "c=64", "steady_output_throughput": 6346.0,
        "budget_pace_ms": 8.42, "budget_pace_rate": 7599.0, "budget_decode_pct": 83.2, "budget_stalls_pct": 7.3,
-       "budget_first_pct": 7.9, "budget_between_pct": 1.5}
+       "budget_first_pct": 7.9, "budget_between_pct": 1.5, "budget_stalls_per_request": 8.7, "budget_stall_ms": 32.4}
 
 
 def test_the_page_tables_the_budget_and_names_the_point_that_decoded_least():
-    article = {**ROW, "arm": "article", "budget_decode_pct": 65.1, "budget_stalls_pct": 23.0,
-               "budget_first_pct": 10.0, "budget_between_pct": 1.9}
+    article = {k: v for k, v in ROW.items() if k not in ("budget_stalls_per_request", "budget_stall_ms")}
+    article.update(arm="article", budget_decode_pct=65.1, budget_stalls_pct=23.0, budget_first_pct=10.0,
+                   budget_between_pct=1.9)
     html = steady_page.rate_budget_html([ROW, article, {**ROW, "load": "rate 2", "budget_decode_pct": math.nan}])
     assert "Where a closed loop's steady rate goes" in html and "8.42 → 7,599" in html
+    assert "<td>8.7, 32</td>" in html and "<td>—, —</td>" in html  # the article's: a summary from before the count
     assert html.count("<tr") == 3  # the header and the two rows with a budget
     assert "Least time decoding at the pace: article · agent · c=64, 65.1%; its largest loss was gaps above the " \
         "pace, 23.0%." in html
