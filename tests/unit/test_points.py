@@ -96,7 +96,7 @@ def test_warm_point_asks_new_questions_over_the_system_prompts_its_priming_pass_
         assert _arg(prime, flag) == _arg(warm, flag)
     assert (_arg(prime, "--gsp-prompts-per-group"), _arg(prime, "--gsp-question-len")) == ("1", "1")
     assert (_arg(warm, "--gsp-prompts-per-group"), _arg(warm, "--gsp-question-len")) == ("3", "128")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^workload chat has no shared prefixes to prime$"):
         WORKLOADS["chat"].dataset_args(32, prime=True)
 
 

@@ -4,6 +4,7 @@ the dashboard's table and note (llmhost.report.steady_page)."""
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -124,3 +125,50 @@ def test_the_page_tables_the_budget_and_names_the_point_that_decoded_least():
     waiting = steady_page.rate_budget_html([{**ROW, "budget_first_pct": 9.0}])
     assert "its largest loss was waiting for first tokens, 9.0%." in waiting
     assert steady_page.rate_budget_html([{k: v for k, v in ROW.items() if not k.startswith("budget_")}]) == ""
+
+
+def test_only_requests_with_a_gap_set_the_mean_gap():
+    # a 2-token request (one 40 ms gap) counts; a 1-token one whose stream closed 30 ms after its token does not
+    b = rate_budget.budget(1, 1.0, 2, np.array([2.0, 1.0]), np.array([10.0, 10.0]), np.array([50.0, 40.0]),
+                           np.array([40.0]))
+    assert b.pace_ms == 40.0 and b.shares["stalls"] == pytest.approx(0.0)  # mean gap 40 ms, not (40 + 30) / 1
+    assert b.shares["decode"] == pytest.approx(0.5 * 40.0 / 500.0)  # N = 1.5: half a gap a request at the pace
+
+
+def test_a_pace_under_a_millisecond_is_still_a_pace():
+    b = rate_budget.budget(1, 1.0, 1, np.array([3.0]), np.array([5.0]), np.array([6.0]), np.array([0.5, 0.5]))
+    assert b is not None and b.pace_ms == 0.5 and b.pace_rate == 2000.0
+
+
+def test_the_window_counts_completions_after_its_start_and_up_to_its_end():
+    # the first wave (ending at 1 s, the c-th completion: the window's start) stalled 1.3 s and is not counted; the
+    # requests sent at 4 s end exactly at the window's end (5 s) and are: their 200 ms first token moves the split
+    rows = [_record(float(t), GAPS) for t in range(1, 6) for _ in range(2)]
+    rows[6:8] = [_record(4.0, (80.0,) * 7 + (100.0, 140.0), ttft=200.0)] * 2
+    rows += [_record(-0.3, (80.0,) * 8 + (560.0,), ttft=100.0)] * 2  # sent at -0.3 s, ending at 1 s
+    b = steady.window_repeat(_point(), load.requests_from_records(rows)).rate_budget
+    assert b.shares["first"] == pytest.approx((6 * 100.0 + 2 * 200.0) / 8 / 1000.0)
+    assert b.stalls_per_request == pytest.approx(6 / 8)  # the six others' 260 ms gaps; 140 ms is under two paces
+
+
+def test_open_and_transient_loads_have_no_slots_to_split():
+    r = load.requests_from_records([_record(float(t), GAPS) for t in range(6) for _ in range(2)])
+    capped = Point("p", "baseline", "agent", "qps", 2, 2.0, 12, 1)  # Poisson arrivals under a concurrency cap
+    burst = Point("p", "baseline", "agent", "burst", 2, None, 12, 1)
+    for point in (capped, burst):
+        record = PointRecord.of(point, attempt=1, status="ok", error=None, started_at=0.0, ended_at=6.0,
+                                cache_flushed=False, summary=None, requests_file="requests/p.jsonl")
+        assert steady.window_repeat(record, r).rate_budget is None
+
+
+def test_a_points_row_carries_the_budget_in_percent_over_its_steady_repeats():
+    def rep(decode: float, stalls: float, per_request: float, stall_ms: float) -> types.SimpleNamespace:
+        shares = {"decode": decode, "stalls": stalls, "first": 0.1, "between": 0.9 - decode - stalls + 0.0}
+        return types.SimpleNamespace(rate_budget=rate_budget.Budget(8.0, 8000.0, shares, 6000.0, per_request,
+                                                                    stall_ms))
+    fields = steady._budget_fields([rep(0.8, 0.05, 8.0, 30.0), rep(0.7, 0.15, 10.0, math.nan),
+                                    types.SimpleNamespace(rate_budget=None)])
+    assert fields["budget_decode_pct"] == pytest.approx(75.0) and fields["budget_stalls_pct"] == pytest.approx(10.0)
+    assert fields["budget_first_pct"] == pytest.approx(10.0) and fields["budget_pace_rate"] == 8000.0
+    assert fields["budget_stalls_per_request"] == 9.0 and fields["budget_stall_ms"] == 30.0
+    assert all(math.isnan(v) for v in steady._budget_fields([]).values())

@@ -96,3 +96,8 @@ def test_the_note_splits_the_longest_ttft_and_names_its_largest_part():
     assert "The largest part, rest, is tokenization and the trips between SGLang's processes" in rest
     assert steady_page.ttft_parts_note([{k: v for k, v in ROW.items() if k != "server_intake_ms"}]) == ""
     assert steady_page.ttft_parts_note([]) == ""
+
+
+def test_one_request_in_the_window_is_a_mean_of_one():
+    one = _stage("prefill_forward", [(10.0, 4), (0.09, 1), (0.0, 0), (0.0, 0)])
+    assert client_overhead.ttft_parts(one, POINT, 100.5, 103.0)["prefill"] == pytest.approx(90.0)

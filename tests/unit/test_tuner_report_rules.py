@@ -3,6 +3,7 @@
 text (llmhost.report.tuner)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import types
@@ -21,8 +22,8 @@ NO_CI = stats.Interval(1.0, math.nan, math.nan, 1)
 
 def _row(trial: str, goodput: stats.Interval, verdict: str, diff: stats.Difference = rank.NO_DIFF,
          usd: stats.Interval | None = None, share: float = 0.95, not_steady: int = 0) -> rank.TrialRow:
-    return rank.TrialRow(trial, "c64", goodput, stats.Interval(share, share - 0.02, min(1.0, share + 0.02), 3), diff,
-                         verdict, usd, not_steady)
+    return rank.TrialRow(trial, "c64", goodput, stats.Interval(share, share - 0.02, min(0.995, share + 0.02), 3),
+                         diff, verdict, usd, not_steady)
 
 
 BETTER = _row("cps2048", stats.Interval(22.5, 21.0, 24.0, 3), "better",
@@ -54,6 +55,7 @@ def test_a_trial_without_ci_or_price_and_a_ranking_without_winner_or_cut():
 
 def test_the_budget_line_says_what_the_tune_spent():
     assert driver.budget_line(900.0, 900.0) == "took 15m00s of its 15m00s budget (100%)"
+    assert driver.budget_line(0.25, 0.5) == "took 0m00s of its 0m00s budget (50%)"  # any budget above 0 has a share
     assert driver.budget_line(0.0, 0.0) == "took 0m00s of its 0m00s budget (-)"
     assert driver.budget_line(61.0, 0.0) == "took 1m01s, over its 0m00s budget by 1m01s (-)"
 
@@ -88,11 +90,31 @@ def test_finish_writes_tune_json_and_the_winners_lines_when_asked(tmp_path, caps
 
 
 def test_finish_without_apply_prints_the_lines_and_writes_no_config(tmp_path, capsys):
-    closing = driver.finish(tmp_path, "r", TUNE, RANKING, "", None, 10.0)
+    closing = driver.finish(tmp_path, "r", TUNE, RANKING, "", None, 774.04)
     assert closing["lines"] == ["CHUNKED_PREFILL_SIZE=2048"] and closing["applied"] is None
+    assert closing["spent_s"] == 774.0  # to a tenth of a second
     out = capsys.readouterr().out
-    assert "to use the winner, add to config.local.env (or run again with --apply)" in out
-    assert "    CHUNKED_PREFILL_SIZE=2048" in out and not (tmp_path / "config.local.env").exists()
+    assert "\n[tune] to use the winner, add to config.local.env (or run again with --apply):\n" \
+           "    CHUNKED_PREFILL_SIZE=2048\n" in out
+    assert not (tmp_path / "config.local.env").exists()
+
+
+BOTH = Trial("cps2048-lpm", (("--chunked-prefill-size", "2048"), ("--schedule-policy", "lpm")), "refine")
+
+
+def test_a_winner_with_a_launch_flag_joins_the_users_server_extra_args(tmp_path, capsys):
+    tune = driver.TuneRun(TUNE.rows, 3, 900.0, TUNE.space, (*TUNE.trials, BOTH), (), "refine", 600.0)
+    won = rank.Ranking([dataclasses.replace(BETTER, trial=BOTH.name)], BOTH.name, "it beats the defaults")
+    local = tmp_path / "config.local.env"
+    closing = driver.finish(tmp_path, "r", tune, won, "--foo=1", local, 10.0)
+    assert closing["lines"] == ["CHUNKED_PREFILL_SIZE=2048", "SERVER_EXTRA_ARGS=--foo=1 --schedule-policy lpm"]
+    assert f"[tune] wrote CHUNKED_PREFILL_SIZE, SERVER_EXTRA_ARGS to {local}\n" in capsys.readouterr().out
+
+
+def test_a_ranking_without_the_defaults_measured_writes_nothing(tmp_path):
+    unmeasured = rank.Ranking([BETTER], None, "the defaults were not measured")
+    closing = driver.finish(tmp_path, "r", TUNE, unmeasured, "", tmp_path / "config.local.env", 10.0)
+    assert closing["winner"] is None and closing["lines"] == [] and closing["applied"] is None
 
 
 def test_when_the_defaults_win_there_is_nothing_to_write(tmp_path, capsys):
@@ -110,7 +132,7 @@ def test_the_sections_cells():
     cells = tuner._cells(BETTER, FLAGS, STAGE)
     assert cells == {"trial": "cps2048", "stage": "coarse", "flags": "--chunked-prefill-size 2048", "load": "c64",
                      "goodput": "22.50 <span class=noise>[21.00, 24.00]</span>",
-                     "share": "99.0 <span class=noise>[97.0, 100.0]</span>", "diff": "+12.5% [+5.0, +20.0]",
+                     "share": "99.0 <span class=noise>[97.0, 99.5]</span>", "diff": "+12.5% [+5.0, +20.0]",
                      "verdict": "class=better|better", "usd": "0.125 <span class=noise>[0.118, 0.133]</span>",
                      "not_steady": "1"}
     worse = tuner._cells(_row("x", NO_CI, "worse", usd=stats.Interval(math.inf, math.nan, math.nan, 1)), {}, {})
@@ -149,7 +171,7 @@ def test_the_section_ranks_under_the_pages_slo_and_shows_the_runs_choice(tmp_pat
     seen = {}
 
     def measured(root, latest, slo):
-        seen["slo"] = slo
+        seen.update(slo=slo, root=root, latest=latest)
         return {}
 
     def ranked(measured_goodput, price):
@@ -161,21 +183,41 @@ def test_the_section_ranks_under_the_pages_slo_and_shows_the_runs_choice(tmp_pat
     (tmp_path / "tune.json").write_text(json.dumps({"winner": "cps2048", "lines": ["CHUNKED_PREFILL_SIZE=2048"],
                                                     "applied": None}))
     slo = stats.Slo(300, 40, 95)
-    html, ranking = tuner.section(_run(tmp_path, TUNE.to_dict()), slo, None)
-    assert seen["slo"] is slo and seen["price"] is None
+    run = _run(tmp_path, TUNE.to_dict())
+    run.points = [types.SimpleNamespace(point_id="baseline.agent.concurrency.c64.r1")]
+    html, ranking = tuner.section(run, slo, None)
+    assert seen["slo"] is slo and seen["price"] is None and seen["root"] == tmp_path
+    assert seen["latest"] == {"baseline.agent.concurrency.c64.r1": run.points[0]}  # the run's latest attempts
     assert ranking == rank.to_json(RANKING)
-    assert "TTFT ≤ 300 ms, mean ITL ≤ 40 ms" in html and "mean of 3 paired repeats" in html
+    assert "TTFT ≤ 300 ms, mean ITL ≤ 40 ms" in html
+    assert ("mean of 3 paired repeats with a Student-t 95% CI. A trial wins only when its paired difference to the "
+            "defaults is above 0 by its CI.</p>") in html
+    assert html.count("<th class=l>") == 3  # trial, stage and flags read left-aligned
+    assert "<td class='l'>coarse</td>" in html  # each trial's stage, from the manifest's tune
     assert "<b>Winner under this page's SLO:</b> cps2048 — cps2048 beats the defaults by its paired CI" in html
     assert "<b>The run chose:</b> cps2048: CHUNKED_PREFILL_SIZE=2048 — not applied (no --apply)" in html
     assert "Search space: --chunked-prefill-size 2048 — prefill chunk." in html
     assert "Cut by the budget: mix-on." in html and "$ per M good output tokens" not in html
-    assert "--chunked-prefill-size 2048</td>" in html and "(the defaults)</td>" in html
+    assert "Dollars at" not in html and "XX" not in html
+    assert "<td class='l'>--chunked-prefill-size 2048</td>" in html and "(the defaults)</td>" in html
 
     price = cost.GpuPrice(2.5, "GPU_HOURLY_USD in config.env")
     html, _ = tuner.section(_run(tmp_path, {**TUNE.to_dict(), "cut": []}), slo, price)
     assert seen["price"] == 2.5  # dollars per million good tokens ranked at the page's price
     assert "$ per M good output tokens" in html and "Dollars at 2.5 $/h (GPU_HOURLY_USD in config.env)." in html
     assert "Cut by the budget" not in html
+
+    wide = {**TUNE.to_dict(), "cut": ["a", "b"],
+            "space": [{"flag": "--page-size", "values": ["16", "32"], "why": "pages"},
+                      {"flag": "--schedule-policy", "values": ["lpm"], "why": "prefix reuse"}]}
+    (tmp_path / "tune.json").unlink()
+    html, _ = tuner.section(_run(tmp_path, wide), slo, None)
+    assert "Search space: --page-size 16, 32 — pages; --schedule-policy lpm — prefix reuse." in html
+    assert "Cut by the budget: a, b." in html and "The run chose" not in html and "XX" not in html
+    unnamed = rank.Ranking([BETTER], None, "the defaults were not measured")
+    monkeypatch.setattr(tuner.rank, "rank", lambda m, price: unnamed)
+    html, _ = tuner.section(_run(tmp_path, wide), slo, None)
+    assert "<b>Winner under this page's SLO:</b> — — the defaults were not measured" in html
 
 
 def test_the_tune_record_travels_through_the_manifest_whole():
