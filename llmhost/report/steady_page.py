@@ -7,7 +7,7 @@ from typing import Any
 
 from llmhost import stats
 from llmhost.bench import window
-from llmhost.report import client_overhead, page, rate_budget
+from llmhost.report import client_overhead, page, rate_budget_page
 from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots, legend_at_right
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
@@ -129,7 +129,7 @@ def section_html(run: Run, rows: list[dict[str, Any]], paired: list[dict[str, An
                  f"{page.table(cols, paired, 2)}</details>")
     return body + "<h3>Steady window vs transients, per point</h3>" + (
         page.table(_steady_columns(), rows, left=4) + tail_trade_note(rows, paired, slo) + waves_note(rows)
-        + measuring_side_note(rows) + ttft_parts_note(rows) + way_in_note(rows) + rate_budget_html(rows)
+        + measuring_side_note(rows) + ttft_parts_note(rows) + way_in_note(rows) + rate_budget_page.section(rows)
         if rows else page.missing("No point has request data yet."))
 
 
@@ -222,42 +222,6 @@ def ttft_parts_note(rows: list[dict[str, Any]]) -> str:
             f"at {esc(r['arm'])} · {esc(r['workload'])} · {esc(r['load'])}: {num(r['server_ttft_mean_ms'])} ms = "
             f"intake {num(parts['intake'])} + queued {num(parts['queued'])} + prefill {num(parts['prefill'])} + rest "
             f"{num(parts['rest'])} ms. The largest part, {largest}, is {TTFT_PART_MEANING[largest]}.</p>")
-
-
-def rate_budget_html(rows: list[dict[str, Any]]) -> str:
-    """The table of where each steady closed-loop point's rate went (llmhost.report.rate_budget), and a note on the
-    point whose slots spent the least time decoding at their pace; '' when no row has a budget."""
-    shown = [r for r in rows if math.isfinite(r.get("budget_decode_pct", math.nan))]
-    if not shown:
-        return ""
-    cols: list[tuple[str, page.Cell]] = [
-        ("Arm", lambda r: esc(r["arm"])), ("Workload", lambda r: esc(r["workload"])),
-        ("Load", lambda r: esc(r["load"])), ("Window out tok/s", lambda r: num(r["steady_output_throughput"], 0)),
-        ("Pace: median gap ms → tok/s at that pace", lambda r: f"{num(r['budget_pace_ms'], 2)} → "
-                                                            f"{num(r['budget_pace_rate'], 0)}"),
-        *((f"{head}, % of a slot's time", (lambda key: lambda r: num(r[key]))(f"budget_{name}_pct"))
-          for name, head in (("decode", "Decoding at the pace"), ("stalls", "Gaps above the pace"),
-                             ("first", "Waiting for the first token"), ("between", "Between requests"))),
-        (f"Stalls (gaps ≥ {rate_budget.STALL_X:g}× the pace): a request, mean ms", _stalls_cell)]
-    worst = min(shown, key=lambda r: r["budget_decode_pct"])
-    losses = {"stalls": "gaps above the pace", "first": "waiting for first tokens", "between": "between requests"}
-    largest = max(losses, key=lambda name: worst[f"budget_{name}_pct"])
-    return ("<h3>Where a closed loop's steady rate goes</h3><p class=read>Each slot of a closed loop takes one "
-            "request after another. Over the steady window its time splits into decoding at the streams' pace (every "
-            "token after the first at the median gap between two chunks), gaps above that pace (steps that ran "
-            "longer: mostly the prefills of later arrivals, which every running stream waits for), waiting for the "
-            "first token, and time between requests (the load generator's refill). The window's rate is the pace's "
-            "rate times the decoding share (times N / (N − 1) for the first token of N), so each other share is "
-            "output it did not make (llmhost/report/rate_budget.py; means over the steady repeats).</p>"
-            + page.table(cols, shown, left=3)
-            + f"<p class=read>Least time decoding at the pace: {esc(worst['arm'])} · {esc(worst['workload'])} · "
-            f"{esc(worst['load'])}, {num(worst['budget_decode_pct'])}%; its largest loss was "
-            f"{losses[largest]}, {num(worst[f'budget_{largest}_pct'])}%.</p>")
-
-
-def _stalls_cell(r: dict[str, Any]) -> str:
-    """'8.7, 32': stalls a request met and their mean ms (absent from summaries written before they were counted)."""
-    return f"{num(r.get('budget_stalls_per_request', math.nan))}, {num(r.get('budget_stall_ms', math.nan), 0)}"
 
 
 def tail_trade_note(rows: list[dict[str, Any]], paired: list[dict[str, Any]], slo: stats.Slo) -> str:

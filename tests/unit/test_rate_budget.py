@@ -1,6 +1,6 @@
 """Where a closed loop's steady rate goes (llmhost.report.rate_budget): the four shares of a slot's cycle on worked
 numbers, the window's requests it reads (llmhost.report.steady), each request's own gaps (load.Requests.gaps), and
-the dashboard's table and note (llmhost.report.steady_page)."""
+the dashboard's table and note (llmhost.report.rate_budget_page)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llmhost.bench.records import Point, PointRecord, RequestRecord
-from llmhost.report import load, rate_budget, steady, steady_page
+from llmhost.report import load, rate_budget, rate_budget_page, steady
 
 
 def test_a_cycle_splits_into_decode_stalls_first_token_and_between():
@@ -116,15 +116,15 @@ def test_the_page_tables_the_budget_and_names_the_point_that_decoded_least():
     article = {k: v for k, v in ROW.items() if k not in ("budget_stalls_per_request", "budget_stall_ms")}
     article.update(arm="article", budget_decode_pct=65.1, budget_stalls_pct=23.0, budget_first_pct=10.0,
                    budget_between_pct=1.9)
-    html = steady_page.rate_budget_html([ROW, article, {**ROW, "load": "rate 2", "budget_decode_pct": math.nan}])
+    html = rate_budget_page.section([ROW, article, {**ROW, "load": "rate 2", "budget_decode_pct": math.nan}])
     assert "Where a closed loop's steady rate goes" in html and "8.42 → 7,599" in html
     assert "<td>8.7, 32</td>" in html and "<td>—, —</td>" in html  # the article's: a summary from before the count
     assert html.count("<tr") == 3  # the header and the two rows with a budget
     assert "Least time decoding at the pace: article · agent · c=64, 65.1%; its largest loss was gaps above the " \
         "pace, 23.0%." in html
-    waiting = steady_page.rate_budget_html([{**ROW, "budget_first_pct": 9.0}])
+    waiting = rate_budget_page.section([{**ROW, "budget_first_pct": 9.0}])
     assert "its largest loss was waiting for first tokens, 9.0%." in waiting
-    assert steady_page.rate_budget_html([{k: v for k, v in ROW.items() if not k.startswith("budget_")}]) == ""
+    assert rate_budget_page.section([{k: v for k, v in ROW.items() if not k.startswith("budget_")}]) == ""
 
 
 def test_only_requests_with_a_gap_set_the_mean_gap():
