@@ -4,13 +4,14 @@ ends with."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 
 import pytest
 
 from llmhost import config, files
-from llmhost.bench import restart_runs, runlock, run_end
+from llmhost.bench import restart_runs, run_end, runlock, runner
 from llmhost.bench.arms import ArmError
 
 
@@ -129,3 +130,46 @@ def test_a_cut_short_run_says_why_in_one_line_and_other_errors_propagate(tmp_pat
     assert (line, code) == (expected[0] + "\n", expected[1])
     with pytest.raises(ZeroDivisionError):
         restart_runs.cut_short(ZeroDivisionError(), run, "x")
+
+
+def test_a_bench_folder_that_is_a_file_is_the_problem_named(tmp_path, capsys):
+    cfg = _cfg(tmp_path)
+    cfg.results_path.mkdir(parents=True)
+    (cfg.results_path / "bench").write_text("")  # the results folder is fine, its bench folder cannot be made
+    assert restart_runs.run_locked(cfg, [], lambda: None, lambda run: 0) == 1
+    assert "RESULTS_DIR=" in capsys.readouterr().err
+
+
+def test_a_restart_passes_the_arms_flags_settings_and_extra_environment_and_logs_to_its_file(tmp_path, monkeypatch):
+    cfg = dataclasses.replace(_cfg(tmp_path), server_env="A=1")
+    run = restart_runs.new_run(cfg, restart_runs.pick_arms(cfg, None, []), "startup", "", [], startup_restarts=1)
+    arm = restart_runs.pick_arms(cfg, None, ["gc=--schedule-policy lpm --tokenizer-worker-num 2 FREEZE_GC=off"])[1]
+    seen = {}
+
+    def restart(c, extra_args=(), settings=None, *, console, unless_stopped_since):
+        console.info("launching")
+        seen.update(cfg=c, extra_args=extra_args, settings=settings, since=unless_stopped_since)
+        return "ready"
+    monkeypatch.setattr(restart_runs.lifecycle, "restart", restart)
+    monkeypatch.setattr(restart_runs, "BootWatch", lambda *a, **k: contextlib.nullcontext())
+    assert restart_runs.restart(cfg, run, arm, 1234.5, ["--x", "1"], "B=2") == "ready"
+    # a flag serve.sh owns through a setting travels as that setting, as an arm's always does (bench.arms)
+    assert seen == {"cfg": cfg, "extra_args": ["--schedule-policy", "lpm", "--x", "1"],
+                    "settings": {"TOKENIZER_WORKER_NUM": "2", "FREEZE_GC": "off", "SERVER_ENV": "A=1 B=2"},
+                    "since": 1234.5}
+    assert "launching" in (run.raw_dir() / "serve-gc.log").read_text()
+    restart_runs.restart(cfg, run, arm, 1.0)
+    assert seen["settings"] == {"TOKENIZER_WORKER_NUM": "2", "FREEZE_GC": "off"}  # no extra environment
+    assert seen["extra_args"] == ["--schedule-policy", "lpm"]
+
+
+def test_a_restart_the_user_stopped_ends_the_run(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path)
+    run = restart_runs.new_run(cfg, restart_runs.pick_arms(cfg, None, []), "startup", "", [], startup_restarts=1)
+
+    def stopped(*a, **k):
+        raise restart_runs.lifecycle.StoppedByUser("2026-12-05 12:00:00 UTC")
+    monkeypatch.setattr(restart_runs.lifecycle, "restart", stopped)
+    monkeypatch.setattr(restart_runs, "BootWatch", lambda *a, **k: contextlib.nullcontext())
+    with pytest.raises(runner.UserStopped, match="^2026-12-05 12:00:00 UTC$"):
+        restart_runs.restart(cfg, run, restart_runs.pick_arms(cfg, None, [])[0], 1.0)
