@@ -252,12 +252,18 @@ def goodput_rps(r: RepeatWindow, slo: stats.Slo) -> float:
     return r.window.goodput_rps(*r.good_sent(slo))
 
 
+def decode_share_pct(r: RepeatWindow, _: stats.Slo) -> float:
+    """How much of a closed loop's slot time went to decoding at the streams' pace (rate_budget), %; nan without."""
+    return 100 * r.rate_budget.shares["decode"] if r.rate_budget is not None else math.nan
+
+
 # Paired metrics: per steady repeat (and the SLO) -> one number; is a higher value better?
 PAIRED: dict[str, tuple[str, bool, Callable[[RepeatWindow, stats.Slo], float]]] = {
     "output_throughput": ("Window output tok/s", True, lambda r, _: r.window.output_throughput),
     "ttft_p50": ("Steady TTFT p50", False, lambda r, _: stats.percentile(r.ttft_ms["steady"], 50)),
     "ttft_p99": ("Steady TTFT p99", False, lambda r, _: stats.percentile(r.ttft_ms["steady"], 99)),
     "goodput": ("Steady goodput req/s", True, goodput_rps),
+    "decode_share": ("Decoding at the pace", True, decode_share_pct),
 }
 
 

@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+from llmhost import stats
 from llmhost.bench.records import Point, PointRecord, RequestRecord
 from llmhost.report import load, rate_budget, rate_budget_page, steady
 
@@ -172,3 +173,25 @@ def test_a_points_row_carries_the_budget_in_percent_over_its_steady_repeats():
     assert fields["budget_first_pct"] == pytest.approx(10.0) and fields["budget_pace_rate"] == 8000.0
     assert fields["budget_stalls_per_request"] == 9.0 and fields["budget_stall_ms"] == 30.0
     assert all(math.isnan(v) for v in steady._budget_fields([]).values())
+
+
+def _repeat(repeat: int, pace: float) -> steady.RepeatWindow:
+    """A lockstep c = 2 repeat, a request sent every second per slot: 9 gaps of 900 ms in all, 8 of them at `pace`."""
+    gaps = (pace,) * 8 + (900.0 - 8 * pace,)
+    point = Point(f"p{repeat}", "baseline", "agent", "concurrency", 2, None, 12, repeat)
+    record = PointRecord.of(point, attempt=1, status="ok", error=None, started_at=0.0, ended_at=6.0,
+                            cache_flushed=False, summary=None, requests_file="requests/p.jsonl")
+    rows = [RequestRecord(start_s=float(t), ok=True, error="", prompt_tokens=100, output_tokens=10, ttft_ms=100.0,
+                          itl_ms=gaps, e2e_ms=100.0 + sum(gaps)) for t in range(6) for _ in range(2)]
+    return steady.window_repeat(record, load.requests_from_records(rows))
+
+
+def test_arms_are_paired_on_their_decoding_share_too():
+    base = [_repeat(k, pace) for k, pace in ((1, 80.0), (2, 81.0), (3, 79.0))]
+    stalled = [_repeat(k, pace) for k, pace in ((1, 60.0), (2, 62.0), (3, 59.0))]  # same rate, more of it stalls
+    assert steady.decode_share_pct(base[0], None) == pytest.approx(72.0)
+    row = steady.paired_row(base, stalled, stats.Slo(500.0, 50.0, 99.0))
+    assert row["decode_share_delta_pct"] == pytest.approx(100 * (181 / 240 - 1), abs=0.5)  # 54.3% against 72%
+    assert row["decode_share_verdict"] == "worse" and row["decode_share_pairs"] == 3
+    assert row["output_throughput_delta_pct"] == pytest.approx(0.0)  # what the throughput alone does not show
+    assert math.isnan(steady.decode_share_pct(types.SimpleNamespace(rate_budget=None), None))
