@@ -50,7 +50,7 @@ def counters(telemetry: Sequence[TelemetrySample], point_id: str, histogram: str
              where: Mapping[str, str] | None = None) -> tuple[list[float], list[tuple[float, float]]]:
     """The point's sampler ticks (sorted) at which every label set (worker) of the histogram was scraped, and per
     tick its (sum s, count) summed over them; `where`: only the label sets carrying these labels (one stage of
-    STAGES). A tick that missed a worker is left out: its sum would lack that worker's counts, and a delta to or
+    TTFT_PARTS). A tick that missed a worker is left out: its sum would lack that worker's counts, and a delta to or
     from it would be wrong, even negative."""
     total, count = f"{histogram}_sum", f"{histogram}_count"
     wanted = tuple((where or {}).items())
