@@ -104,9 +104,8 @@ def _rate_budget(point: PointRecord, w: window.Window, r: Requests, order: np.nd
                  timed: np.ndarray) -> rate_budget.Budget | None:
     """The budget of a closed loop's steady window from the requests that streamed and completed inside it. `order`:
     r's send order; `timed`: the requests (in it) that streamed a first token; `end`: unix s of their ends."""
-    closed = point.request_rate is None and point.concurrency and point.pattern not in window.TRANSIENT_PATTERNS
-    if not closed or not w.has_window:
-        return None
+    if point.request_rate is not None or point.concurrency is None or not w.has_window:
+        return None  # Poisson arrivals have no slots; a transient pattern (all at once) has no window
     inside = (end > w.t_start) & (end <= w.t_end)  # the window's completions, as its throughput counts them
     picked = order[timed][inside]
     return rate_budget.budget(point.concurrency, w.duration_s, w.completed, r.output_tokens[picked],

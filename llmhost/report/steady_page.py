@@ -185,7 +185,7 @@ def _server_ttft_cell(r: dict[str, Any]) -> str:
         f" (p99 {num(tail)})" if math.isfinite(headers) and math.isfinite(tail) else "")
 
 
-def ttft_parts(r: dict[str, Any]) -> dict[str, float] | None:
+def ttft_split(r: dict[str, Any]) -> dict[str, float] | None:
     """The row's split of SGLang's mean TTFT (client_overhead.TTFT_PARTS, then "rest": tokenization and the trips
     between SGLang's processes), or None when a part or SGLang's mean is missing (runs recorded before the split)."""
     parts = {name: r.get(f"server_{name}_ms", math.nan) for name, _, _ in client_overhead.TTFT_PARTS}
@@ -196,7 +196,7 @@ def ttft_parts(r: dict[str, Any]) -> dict[str, float] | None:
 
 
 def _ttft_parts_cell(r: dict[str, Any]) -> str:
-    parts = ttft_parts(r)
+    parts = ttft_split(r)
     return "–" if parts is None else " / ".join(num(v) for v in parts.values())
 
 
@@ -212,7 +212,7 @@ TTFT_PART_MEANING = {
 
 def ttft_parts_note(rows: list[dict[str, Any]]) -> str:
     """A paragraph splitting SGLang's own mean TTFT at the point where it was longest, or '' without the split."""
-    split = [(r, parts) for r in rows if (parts := ttft_parts(r)) is not None]
+    split = [(r, parts) for r in rows if (parts := ttft_split(r)) is not None]
     if not split:
         return ""
     r, parts = max(split, key=lambda item: item[0]["server_ttft_mean_ms"])

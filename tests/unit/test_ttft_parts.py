@@ -76,12 +76,12 @@ ROW = {"arm": "baseline", "workload": "agent", "load": "c=64", "server_ttft_mean
 
 
 def test_the_rest_is_what_the_scheduler_did_not_see():
-    assert steady_page.ttft_parts(ROW) == {"intake": 0.5, "queued": 60.0, "prefill": 80.0, "rest": 9.5}
+    assert steady_page.ttft_split(ROW) == {"intake": 0.5, "queued": 60.0, "prefill": 80.0, "rest": 9.5}
     assert steady_page._ttft_parts_cell(ROW) == "0.5 / 60.0 / 80.0 / 9.5"
     for missing in ("server_queued_ms", "server_ttft_mean_ms"):
         older = {k: v for k, v in ROW.items() if k != missing}  # a run summarised before the split
-        assert steady_page.ttft_parts(older) is None and steady_page._ttft_parts_cell(older) == "–"
-    assert steady_page.ttft_parts({**ROW, "server_prefill_ms": math.nan}) is None
+        assert steady_page.ttft_split(older) is None and steady_page._ttft_parts_cell(older) == "–"
+    assert steady_page.ttft_split({**ROW, "server_prefill_ms": math.nan}) is None
 
 
 def test_the_note_splits_the_longest_ttft_and_names_its_largest_part():
