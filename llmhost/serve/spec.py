@@ -69,9 +69,11 @@ _RESERVE_SHARE, _RESERVE_MIN_MIB = 0.097, 4 * 1024  # SGLang's auto fraction on 
 _MIN_USABLE_MIB = 2 * 1024  # below this, weights + a KV pool cannot fit: refuse instead of crashing after a minute
 
 
-# TOKENIZER_WORKER_NUM=auto: one tokenizer process that encodes prompts in batches on a thread beside its event loop
-# (SGLang's dynamic batch tokenizer); config.env's comment has the H200 measurement that made it the default.
-AUTO_TOKENIZER_FLAGS = (("--tokenizer-worker-num", "1"), ("--enable-dynamic-batch-tokenizer",))
+# TOKENIZER_WORKER_NUM=auto: AUTO_TOKENIZER_PROCESSES tokenizer processes, each encoding prompts in batches on a
+# thread beside its event loop (SGLang's dynamic batch tokenizer); one where an API key is set, since SGLang refuses a
+# key with several. config.env's comment has the measurements that made it the default.
+AUTO_TOKENIZER_PROCESSES = 4
+DYNAMIC_BATCH_TOKENIZER = "--enable-dynamic-batch-tokenizer"
 
 
 def several_tokenizers_problem(cfg: Config) -> str | None:
@@ -80,20 +82,27 @@ def several_tokenizers_problem(cfg: Config) -> str | None:
     return "an API key holds SGLang to one tokenizer process" if cfg.api_key_file else None
 
 
-def tokenizer_flags(cfg: Config) -> list[list[str]]:
-    """The tokenizer's flag groups: auto = AUTO_TOKENIZER_FLAGS; N = N processes, each encoding on its own event loop
-    (add --enable-dynamic-batch-tokenizer to SERVER_EXTRA_ARGS to batch in them too). SpecError (one line) for a
-    value that is neither, or for N > 1 with an API key."""
+def tokenizer_processes(cfg: Config) -> int:
+    """How many tokenizer processes TOKENIZER_WORKER_NUM launches. SpecError (one line) for a value that is neither
+    auto nor a count, or for a count above 1 with an API key."""
     setting = cfg.tokenizer_worker_num
     if setting == "auto":
-        return [list(group) for group in AUTO_TOKENIZER_FLAGS]
+        return 1 if several_tokenizers_problem(cfg) else AUTO_TOKENIZER_PROCESSES
     if not setting.isdigit() or int(setting) < 1:
         raise SpecError(f"TOKENIZER_WORKER_NUM={setting!r} must be auto or a positive integer")
     if int(setting) > 1 and several_tokenizers_problem(cfg):
         raise SpecError(f"TOKENIZER_WORKER_NUM={setting} with API_KEY_FILE: SGLang refuses an API key with several "
                         "tokenizer processes — set TOKENIZER_WORKER_NUM=auto or 1, or drop the key (the server is "
                         "loopback-only behind the SSH tunnel)")
-    return [["--tokenizer-worker-num", str(int(setting))]]
+    return int(setting)
+
+
+def tokenizer_flags(cfg: Config) -> list[list[str]]:
+    """The tokenizer's flag groups: auto = tokenizer_processes(cfg) processes, each batching its prompts
+    (DYNAMIC_BATCH_TOKENIZER); N = N processes, each encoding on its own event loop (add
+    --enable-dynamic-batch-tokenizer to SERVER_EXTRA_ARGS to batch in them too)."""
+    count = ["--tokenizer-worker-num", str(tokenizer_processes(cfg))]
+    return [count, [DYNAMIC_BATCH_TOKENIZER]] if cfg.tokenizer_worker_num == "auto" else [count]
 
 
 def gpu_reserve_mib(total_mib: float) -> float:
@@ -296,6 +305,9 @@ def build_spec(
         ours.append(["--config", config_file])
     flags, notes = merge_extra(ours, _flag_groups(extra_tokens, "SERVER_EXTRA_ARGS"))
     notes[:0] = [fraction_note] if fraction_note else []
+    if cfg.tokenizer_worker_num == "auto" and several_tokenizers_problem(cfg):
+        notes.append(f"TOKENIZER_WORKER_NUM=auto: one tokenizer process, not {AUTO_TOKENIZER_PROCESSES}: "
+                     f"{several_tokenizers_problem(cfg)}")
     notes += graph_notes
     env = server_env(cfg)
     runner, runner_note = launcher(cfg, flags, env)
@@ -326,14 +338,19 @@ def launcher(cfg: Config, flags: Sequence[str], env: Sequence[tuple[str, str]]) 
         return ("-m",), (f"SCHEDULER_PRELOAD={cfg.scheduler_preload} but {', '.join(blockers)} needs SGLang's "
                          "processes spawned as it starts them: launched with python -m sglang.launch_server")
     if cfg.scheduler_preload == "standby":
-        return (str(PRELOADED_LAUNCH), "--standby", str(standby_count(cfg))), None
+        return (str(PRELOADED_LAUNCH), "--standby", str(standby_count(cfg, flags))), None
     return (str(PRELOADED_LAUNCH),), None
 
 
-def standby_count(cfg: Config) -> int:
+def standby_count(cfg: Config, flags: Sequence[str] = ()) -> int:
     """How many processes SGLang 0.5.17's launcher starts itself: a scheduler per tensor-parallel rank (with DP > 1
-    the data-parallel controller instead, which spawns the ranks) and the detokenizer."""
-    return (1 if cfg.dp_size > 1 else cfg.tp_size) + 1
+    the data-parallel controller instead, which spawns the ranks), the detokenizer and, with several tokenizer
+    processes (the launch flags' --tokenizer-worker-num), uvicorn's worker for each."""
+    tokenizers = 1
+    for flag, value in zip(flags, flags[1:]):
+        if flag == "--tokenizer-worker-num" and value.isdigit():
+            tokenizers = int(value)
+    return (1 if cfg.dp_size > 1 else cfg.tp_size) + 1 + (tokenizers if tokenizers > 1 else 0)
 
 
 def write_launch_files(spec: ServerSpec, state_dir: Path, api_key: str | None) -> None:

@@ -48,13 +48,15 @@ SPACE: tuple[Lever, ...] = (
     # 8192 on >= 80 GB GPUs. Smaller chunks interleave decode steps with long prefills (steadier ITL); larger ones
     # finish a long prompt in fewer steps (lower TTFT for agent prompts of several thousand tokens).
     Lever("--chunked-prefill-size", "cps", ("2048", "4096", "16384"), "prefill chunk: ITL vs TTFT on long prompts"),
-    # On by default (TOKENIZER_WORKER_NUM=auto: one process batching prompts on a thread beside its event loop), so
-    # this lever is a trial only when TOKENIZER_WORKER_NUM sets a count: with eight plain processes most of the agent
-    # TTFT tail came before SGLang answered with response headers (H200, c=64: headers p99 780 of a 1,023 ms TTFT p99).
+    # On by default (TOKENIZER_WORKER_NUM=auto: four processes, each batching prompts on a thread beside its event
+    # loop), so this lever is a trial only when TOKENIZER_WORKER_NUM sets a count: with eight plain processes most of
+    # the agent TTFT tail came before SGLang answered with response headers (H200, c=64: headers p99 780 of a 1,023 ms
+    # TTFT p99).
     Lever("--enable-dynamic-batch-tokenizer", "dbt", (SWITCH,), "prompts tokenized in batches off the event loop"),
-    # Eight processes, each encoding on its own event loop (the trial sets TOKENIZER_WORKER_NUM, so no batching): the
-    # former default. On an H200 they lost to one batching process (agent c=64: TTFT p99 688 vs 330 ms, throughput
-    # within noise) and start ~23 s later, but a host with slower cores may need the parallel encoding.
+    # Eight processes, each encoding on its own event loop (the trial sets TOKENIZER_WORKER_NUM, so no batching): an
+    # earlier default. On an H200 they lost to one batching process (agent c=64: TTFT p99 688 vs 330 ms, throughput
+    # within noise), which in turn lost to four (H100, agent c=64: +8.1% output tok/s [+5.6, +10.6]); a host with
+    # slower cores may still need more processes.
     Lever("--tokenizer-worker-num", "tok", ("8",), "tokenizer processes: encoding in parallel vs start-up"),
     # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
     # agent's shared system prompts are reused before the radix cache evicts them.

@@ -21,6 +21,7 @@ import pytest
 from llmhost import config
 from llmhost.serve import gpu, graphs, metrics, procfs
 from llmhost.serve.endpoints import ServerClient
+from llmhost.serve import spec as launch_spec
 from llmhost.serve.spec import CONFIG_FILE_NAME
 
 pytestmark = pytest.mark.gpu
@@ -38,6 +39,13 @@ def serve(env: dict[str, str], *args: str, timeout: float = 1200) -> tuple[subpr
 
 def cfg_of(env: dict[str, str]) -> config.Config:
     return config.load(env)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +74,17 @@ def test_start_serves_the_real_model_with_the_articles_features(gpu_env, record)
     record.step("start", server_info=features, version=info.get("version"))
     assert features["attention_backend"] == "flashinfer" and features["disable_radix_cache"] is False
     assert features["enable_metrics"] is True and features["enable_cache_report"] is True
-    if cfg.tokenizer_worker_num == "auto":  # one tokenizer process encoding prompts in batches
-        assert features["tokenizer_worker_num"] == 1 and features["enable_dynamic_batch_tokenizer"] is True
+    if cfg.tokenizer_worker_num == "auto":  # four tokenizer processes encoding prompts in batches (one with a key)
+        assert features["tokenizer_worker_num"] == launch_spec.tokenizer_processes(cfg)
+        assert features["enable_dynamic_batch_tokenizer"] is True
+    if cfg.scheduler_preload == "standby":  # every process SGLang started, uvicorn's tokenizer workers too, a standby
+        argv = json.loads((cfg.state_dir / "launch_command.json").read_text())["argv"]
+        group = procfs.group_pids(int((cfg.state_dir / "pgid").read_text()))
+        lines = {pid: _cmdline(pid) for pid in group}
+        standbys = [pid for pid, line in lines.items() if "standby_main" in line]
+        spawned = [pid for pid, line in lines.items() if "spawn_main" in line]
+        record.step("start", standbys=len(standbys), spawned_without_standby=len(spawned))
+        assert len(standbys) == int(argv[argv.index("--standby") + 1]) and spawned == [], lines
     assert (cfg.state_dir / "launch_command.txt").read_text().strip() == json.loads(
         (cfg.state_dir / "launch_command.json").read_text())["command"]
     # SGLang captured exactly the CUDA graphs config.env asks for (its own capture log lines)

@@ -151,9 +151,9 @@ def test_recorded_launch_command_is_exactly_what_runs(running):
     assert all(environ[k] == v for k, v in record["env"].items())
     assert (s.state / "launch_command.txt").read_text().strip() == record["command"]
     for feature in ("--attention-backend", "--enable-metrics", "--enable-cache-report",
-                    "--enable-dynamic-batch-tokenizer"):  # TOKENIZER_WORKER_NUM=auto: one process, batching
+                    "--enable-dynamic-batch-tokenizer"):  # TOKENIZER_WORKER_NUM=auto: four processes, batching
         assert feature in cmdline
-    assert cmdline[cmdline.index("--tokenizer-worker-num") + 1] == "1"
+    assert cmdline[cmdline.index("--tokenizer-worker-num") + 1] == "4"
 
 
 def test_a_start_with_another_port_is_refused_and_the_running_server_kept(running):

@@ -60,9 +60,26 @@ def run_scheduler_process(writer, fail):
                  "main": sys.modules["__main__"].__name__})
 '''
 
+UVICORN_SUBPROCESS = '''
+import multiprocessing, os
+import torch
+spawn = multiprocessing.get_context("spawn")  # as uvicorn._subprocess, when SGLang's http_server imports it
+
+
+def subprocess_started(sockets, writer):  # a tokenizer process: SGLang's app on the listening socket uvicorn passes
+    writer.send({"pid": os.getpid(), "ppid": os.getppid(), "torch_saw_start_env": torch.SAW_START_ENV,
+                 "main_pid": multiprocessing.current_process()._parent_pid,  # SGLang: get_main_process_id()
+                 "port": sockets[0].getsockname()[1]})
+
+
+def get_subprocess(sockets, writer):
+    return spawn.Process(target=subprocess_started, kwargs={"sockets": sockets, "writer": writer})
+'''
+
 LAUNCH_SERVER = '''
-import json, multiprocessing as mp, os, signal, sys, time
+import json, multiprocessing as mp, os, signal, socket, sys, time
 from sglang.srt.managers.scheduler import run_scheduler_process
+from uvicorn._subprocess import get_subprocess
 
 if __name__ == "__main__":
     fail = sys.argv[1:] == ["--fail"]
@@ -81,9 +98,19 @@ if __name__ == "__main__":
         time.sleep(30)
     child = reader.recv()
     proc.join()
+    workers = []
+    if sys.argv[1:2] == ["--workers"]:  # uvicorn.run(..., workers=N) once the scheduler is up
+        listening = socket.create_server(("127.0.0.1", 0))
+        for _ in range(int(sys.argv[2])):
+            reader, writer = mp.Pipe(duplex=False)
+            worker = get_subprocess([listening], writer)
+            worker.start()
+            workers.append(reader.recv())
+            worker.join()
+        workers = [dict(w, listening=w["port"] == listening.getsockname()[1]) for w in workers]
     standbys = [s.pid for s in sys.modules["preloaded_launch"].STANDBYS] if "preloaded_launch" in sys.modules else []
     print(json.dumps({"launcher": os.getpid(), "argv": sys.argv, "child": child, "exitcode": proc.exitcode,
-                      "unused_standbys": standbys}), flush=True)
+                      "unused_standbys": standbys, "workers": workers}), flush=True)
 '''
 
 
@@ -95,6 +122,9 @@ def fake_sglang(tmp_path) -> Path:
         (folder / "__init__.py").write_text("")
     (managers / "scheduler.py").write_text(textwrap.dedent(SCHEDULER))
     (tmp_path / "sglang" / "launch_server.py").write_text(textwrap.dedent(LAUNCH_SERVER))
+    (tmp_path / "uvicorn").mkdir()
+    (tmp_path / "uvicorn" / "__init__.py").write_text("")
+    (tmp_path / "uvicorn" / "_subprocess.py").write_text(textwrap.dedent(UVICORN_SUBPROCESS))
     (tmp_path / "torch" / "cuda").mkdir(parents=True)
     (tmp_path / "torch" / "__init__.py").write_text(textwrap.dedent(TORCH))
     (tmp_path / "torch" / "cuda" / "__init__.py").write_text(textwrap.dedent(TORCH_CUDA))
@@ -141,6 +171,25 @@ def test_a_standby_becomes_the_scheduler_with_torch_imported_before_its_start_an
     assert child["nested_start_method"] == "spawn" and child["sigquit_default"]
     assert child["main"] == "__mp_main__"
     assert len(out["unused_standbys"]) == 1  # the fake starts one process of the two standbys
+
+
+def test_uvicorns_tokenizer_processes_become_standbys_with_the_listening_socket_and_the_launcher_as_main(
+        fake_sglang):
+    done = launch(fake_sglang, "--workers", "3", mode=("--standby", "3"))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    workers = out["workers"]
+    assert len(workers) == 3 and out["unused_standbys"] == []
+    assert [w["torch_saw_start_env"] for w in workers[:2]] == [None, None]  # torch imported before their start
+    assert workers[2]["torch_saw_start_env"] == "yes"  # the scheduler took the 3rd standby: spawned as usual
+    assert all(w["ppid"] == w["main_pid"] == out["launcher"] and w["listening"] for w in workers)
+
+
+def test_a_fork_server_leaves_uvicorns_spawn_alone(fake_sglang):
+    done = launch(fake_sglang, "--workers", "1", mode=FORK)
+    assert done.returncode == 0, done.stderr
+    (worker,) = json.loads(done.stdout.strip().splitlines()[-1])["workers"]
+    assert worker["torch_saw_start_env"] == "yes" and worker["listening"]  # spawned by uvicorn, as without it
 
 
 def test_a_standby_that_died_is_passed_over_and_the_process_spawned(fake_sglang):

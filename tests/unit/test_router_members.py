@@ -37,7 +37,7 @@ def test_local_workers_are_whole_servers_on_loopback_ports_after_port_and_the_ro
         argv = worker.spec.argv
         assert flag(argv, "--host") == "127.0.0.1" and flag(argv, "--port") == str(30001 + i)
         assert flag(argv, "--tp-size") == "2" and "--dp-size" not in argv  # data parallel: the router's job
-        assert flag(argv, "--tokenizer-worker-num") == "1" and "--enable-dynamic-batch-tokenizer" in argv
+        assert flag(argv, "--tokenizer-worker-num") == "4" and "--enable-dynamic-batch-tokenizer" in argv
         assert worker.after == worker.after_pool == ()  # own GPUs: both start at once
     assert env(workers[0])["CUDA_VISIBLE_DEVICES"] == "0,1" and env(workers[1])["CUDA_VISIBLE_DEVICES"] == "2,3"
 

@@ -41,8 +41,9 @@ def flag(argv, name):
 
 def test_the_articles_features_are_all_on(cfg):
     argv = build_spec(cfg).argv
-    # the default start: launch_server with its scheduler and detokenizer waiting in standbys (SCHEDULER_PRELOAD)
-    assert argv[:5] == ("/opt/venv/bin/python", str(launch_spec.PRELOADED_LAUNCH), "--standby", "2",
+    # the default start: launch_server with its scheduler, detokenizer and four tokenizer processes waiting in
+    # standbys (SCHEDULER_PRELOAD)
+    assert argv[:5] == ("/opt/venv/bin/python", str(launch_spec.PRELOADED_LAUNCH), "--standby", "6",
                         "sglang.launch_server")
     assert flag(argv, "--attention-backend") == ["flashinfer"]
     assert flag(argv, "--enable-metrics") == [] and flag(argv, "--enable-cache-report") == []
@@ -62,11 +63,15 @@ def test_scheduler_preload_runs_launch_server_through_the_fork_server_and_off_is
 
 
 def test_standby_runs_launch_server_with_a_standby_per_process_sglang_starts(cfg):
-    argv = build_spec(dataclasses.replace(cfg, scheduler_preload="standby")).argv
+    one = dataclasses.replace(cfg, scheduler_preload="standby", tokenizer_worker_num="1")
+    argv = build_spec(one).argv
     assert argv[1:5] == (str(launch_spec.PRELOADED_LAUNCH), "--standby", "2", "sglang.launch_server")  # + detokenizer
-    tp4 = build_spec(dataclasses.replace(cfg, scheduler_preload="standby", tp_size=4)).argv
-    dp2 = build_spec(dataclasses.replace(cfg, scheduler_preload="standby", tp_size=2, dp_size=2)).argv
+    tp4 = build_spec(dataclasses.replace(one, tp_size=4)).argv
+    dp2 = build_spec(dataclasses.replace(one, tp_size=2, dp_size=2)).argv
     assert tp4[2:4] == ("--standby", "5") and dp2[2:4] == ("--standby", "2")  # DP: its controller spawns the ranks
+    # several tokenizer processes: uvicorn starts one worker each, after SGLang's own processes
+    assert build_spec(dataclasses.replace(one, tokenizer_worker_num="auto")).argv[2:4] == ("--standby", "6")
+    assert build_spec(dataclasses.replace(one, tokenizer_worker_num="8")).argv[2:4] == ("--standby", "10")
 
 
 @pytest.mark.parametrize("change, named", [
@@ -91,9 +96,9 @@ def test_every_host_of_several_runs_the_same_m_command(cfg):
     assert {build_spec(several, node_rank=rank).argv[1] for rank in (0, 1)} == {"-m"}
 
 
-def test_auto_tokenizer_is_one_process_batching_prompts_and_a_count_is_that_many_plain_processes(cfg):
+def test_auto_tokenizer_is_four_processes_batching_prompts_and_a_count_is_that_many_plain_processes(cfg):
     argv = build_spec(cfg).argv
-    assert flag(argv, "--tokenizer-worker-num") == ["1"] and flag(argv, "--enable-dynamic-batch-tokenizer") == []
+    assert flag(argv, "--tokenizer-worker-num") == ["4"] and flag(argv, "--enable-dynamic-batch-tokenizer") == []
     eight = build_spec(dataclasses.replace(cfg, tokenizer_worker_num="8")).argv
     assert flag(eight, "--tokenizer-worker-num") == ["8"] and "--enable-dynamic-batch-tokenizer" not in eight
     both = build_spec(dataclasses.replace(cfg, tokenizer_worker_num="4",
@@ -279,8 +284,11 @@ def test_redactor_replaces_the_key_in_the_server_output(tmp_path):
 
 def test_an_api_key_is_refused_only_with_several_tokenizer_processes_as_sglang_refuses_it(cfg, tmp_path):
     keyed = dataclasses.replace(cfg, api_key_file=str(tmp_path / "key"))
-    spec = build_spec(keyed)
-    assert flag(spec.argv, "--tokenizer-worker-num") == ["1"] and spec.notes == ()
+    spec = build_spec(keyed)  # auto: one batching process, and a note why not four
+    assert flag(spec.argv, "--tokenizer-worker-num") == ["1"] and "--enable-dynamic-batch-tokenizer" in spec.argv
+    assert spec.notes == ("TOKENIZER_WORKER_NUM=auto: one tokenizer process, not 4: an API key holds SGLang to one "
+                          "tokenizer process",)
+    assert spec.argv[2:4] == ("--standby", "2")  # no tokenizer process of uvicorn's to wait in a standby
     one = build_spec(dataclasses.replace(keyed, tokenizer_worker_num="1")).argv
     assert flag(one, "--tokenizer-worker-num") == ["1"] and "--enable-dynamic-batch-tokenizer" not in one
     with pytest.raises(SpecError, match="TOKENIZER_WORKER_NUM=4 with API_KEY_FILE"):
@@ -320,9 +328,9 @@ def test_the_values_the_defaults_launch_with_are_what_build_gives_the_server(cfg
     extra = "--schedule-policy lpm --enable-mixed-chunk --page-size=16"
     values = launch_spec.launched_values(dataclasses.replace(cfg, server_extra_args=extra))
     assert values == {"--schedule-policy": "lpm", "--enable-mixed-chunk": "", "--page-size": "16",
-                      "--tokenizer-worker-num": "1", "--enable-dynamic-batch-tokenizer": ""}  # auto, as build has it
+                      "--tokenizer-worker-num": "4", "--enable-dynamic-batch-tokenizer": ""}  # auto, as build has it
     argv = build_spec(dataclasses.replace(cfg, server_extra_args=extra)).command
-    assert flag(argv, "--tokenizer-worker-num") == ["1"] and flag(argv, "--schedule-policy") == ["lpm"]
+    assert flag(argv, "--tokenizer-worker-num") == ["4"] and flag(argv, "--schedule-policy") == ["lpm"]
     chunked = launch_spec.launched_values(dataclasses.replace(cfg, chunked_prefill_size="2048",
                                                               tokenizer_worker_num="8"))
     assert chunked == {"--tokenizer-worker-num": "8", "--chunked-prefill-size": "2048"}

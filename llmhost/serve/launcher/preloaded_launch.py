@@ -12,7 +12,8 @@ at the processes that hold them:
 - on (no --standby): a fork server, which forks each of SGLang's processes with them imported;
 - --standby N: N interpreters spawned at once by the launcher, each of which becomes one of SGLang's processes when
   SGLang starts it (pickled as spawn pickles it, its pipes sent as the fork server sends them); no fork, and a
-  process beyond N is spawned as usual.
+  process beyond N is spawned as usual. With several tokenizer processes, uvicorn's workers (which it starts through
+  `multiprocessing.get_context("spawn")`, the listening socket among their arguments) become standbys as well.
 SGLang's own modules are imported only then: they read the GPU's properties while imported.
 
 What spawn gave those processes, they keep:
@@ -101,8 +102,12 @@ class PreloadedContext(context.ForkServerContext):
     Process = PreloadedProcess
 
 
-def point_spawn_at(ctx: PreloadedContext) -> None:
-    """SGLang's `mp.set_start_method("spawn", force=True)` makes `mp.Process` start in `ctx` instead."""
+def point_spawn_at(ctx: PreloadedContext | StandbyContext) -> None:
+    """SGLang's `mp.set_start_method("spawn", force=True)` makes `mp.Process` start in `ctx` instead. A standby
+    context also answers `multiprocessing.get_context("spawn")`, which uvicorn asks for when it starts SGLang's
+    tokenizer processes (--tokenizer-worker-num > 1): they become standbys too."""
+    if isinstance(ctx, StandbyContext):
+        context._concrete_contexts["spawn"] = ctx
     default = context._default_context
     original = default.set_start_method
 
