@@ -245,10 +245,22 @@ def main(argv: list[str] | None = None) -> int:
         server.log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
                    f"('{s['host']}', {s['port']}): {exc.strerror.lower() if exc.strerror else exc}")
         return 1
-    server.log(f"INFO:     Started server process [{os.getpid()}]")
-    server.log("INFO:     Waiting for application startup.")
-    server.log("INFO:     Application startup complete.")
-    server.log(f"INFO:     Uvicorn running on http://{s['host']}:{s['port']} (Press CTRL+C to quit)")
+    workers = int(parsed.get("tokenizer_worker_num") or 1)
+    if workers > 1:  # uvicorn's supervisor first, then each tokenizer process as SGLang 0.5.17 logs it
+        server.log(f"INFO:     Uvicorn running on http://{s['host']}:{s['port']} (Press CTRL+C to quit)")
+        server.log(f"INFO:     Started parent process [{os.getppid()}]")
+        for i in range(workers):
+            ipc = f"ipc:///tmp/standin-tokenizer-{os.getpid()}-{i}"
+            server.log(f"INFO:     Started server process [{os.getpid()}]")
+            server.log("INFO:     Waiting for application startup.")
+            server.log(f"INFO:     Start multi-tokenizer worker process {os.getpid()}, ipc_name={ipc}")
+            server.log(f"Router registered worker IPC: {ipc} (total: {i + 1})")
+            server.log("INFO:     Application startup complete.")
+    else:
+        server.log(f"INFO:     Started server process [{os.getpid()}]")
+        server.log("INFO:     Waiting for application startup.")
+        server.log("INFO:     Application startup complete.")
+        server.log(f"INFO:     Uvicorn running on http://{s['host']}:{s['port']} (Press CTRL+C to quit)")
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     time.sleep(startup_s * 0.2)
     list(eng.run(engine.Request(api_warmup_id(), engine.tokenize("The capital city of France is"), 1, 0, False)))
