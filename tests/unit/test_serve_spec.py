@@ -72,6 +72,8 @@ def test_standby_runs_launch_server_with_a_standby_per_process_sglang_starts(cfg
     # several tokenizer processes: uvicorn starts one worker each, after SGLang's own processes
     assert build_spec(dataclasses.replace(one, tokenizer_worker_num="auto")).argv[2:4] == ("--standby", "6")
     assert build_spec(dataclasses.replace(one, tokenizer_worker_num="8")).argv[2:4] == ("--standby", "10")
+    assert build_spec(dataclasses.replace(one, tokenizer_worker_num="2")).argv[2:4] == ("--standby", "4")
+    assert launch_spec.standby_count(one) == 2  # flags without a tokenizer count: SGLang's one process, no worker
 
 
 @pytest.mark.parametrize("change, named", [
@@ -291,8 +293,11 @@ def test_an_api_key_is_refused_only_with_several_tokenizer_processes_as_sglang_r
     assert spec.argv[2:4] == ("--standby", "2")  # no tokenizer process of uvicorn's to wait in a standby
     one = build_spec(dataclasses.replace(keyed, tokenizer_worker_num="1")).argv
     assert flag(one, "--tokenizer-worker-num") == ["1"] and "--enable-dynamic-batch-tokenizer" not in one
-    with pytest.raises(SpecError, match="TOKENIZER_WORKER_NUM=4 with API_KEY_FILE"):
+    with pytest.raises(SpecError) as refused:
         build_spec(dataclasses.replace(keyed, tokenizer_worker_num="4"))
+    assert str(refused.value) == ("TOKENIZER_WORKER_NUM=4 with API_KEY_FILE: SGLang refuses an API key with several "
+                                  "tokenizer processes — set TOKENIZER_WORKER_NUM=auto or 1, or drop the key (the "
+                                  "server is loopback-only behind the SSH tunnel)")
 
 
 def test_redactor_also_catches_the_key_as_repr_escapes_it_in_server_args(tmp_path):
