@@ -47,16 +47,18 @@ class TuneRun:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self),
-                "space": [{"flag": lv.flag, "key": lv.key, "values": list(lv.values), "why": lv.why}
-                          for lv in self.space]}
+                "space": [{"flag": lv.flag, "key": lv.key, "values": list(lv.values), "why": lv.why,
+                           "also": list(lv.also)} for lv in self.space]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TuneRun":
         """The manifest's `tune` as written by to_dict; BenchError (one line) when it is damaged."""
         try:
             return cls(tuple(tuple(r) for r in d["rows"]), int(d["repeats"]), float(d["budget_s"]),
-                       tuple(Lever(lv["flag"], lv["key"], tuple(lv["values"]), lv["why"]) for lv in d["space"]),
-                       tuple(Trial(t["name"], tuple(map(tuple, t["settings"])), t["stage"]) for t in d["trials"]),
+                       tuple(Lever(lv["flag"], lv["key"], tuple(lv["values"]), lv["why"], tuple(lv.get("also", ())))
+                             for lv in d["space"]),
+                       tuple(Trial(t["name"], tuple(map(tuple, t["settings"])), t["stage"], tuple(t.get("also", ())))
+                             for t in d["trials"]),
                        tuple(d["cut"]), d["stage"], float(d["coarse_estimate_s"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise runner.BenchError(f"the manifest's tune record is damaged ({type(exc).__name__}: {exc}) — "

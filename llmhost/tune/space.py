@@ -30,6 +30,7 @@ class Lever:
     key: str  # short name used in trial names
     values: tuple[str, ...]  # coarse candidates, ascending when numeric
     why: str
+    also: tuple[str, ...] = ()  # bare flags a trial of this lever passes with its value (a count that keeps batching)
 
     @property
     def is_numeric(self) -> bool:
@@ -53,11 +54,12 @@ SPACE: tuple[Lever, ...] = (
     # the agent TTFT tail came before SGLang answered with response headers (H200, c=64: headers p99 780 of a 1,023 ms
     # TTFT p99).
     Lever("--enable-dynamic-batch-tokenizer", "dbt", (SWITCH,), "prompts tokenized in batches off the event loop"),
-    # Eight processes, each encoding on its own event loop (the trial sets TOKENIZER_WORKER_NUM, so no batching): an
-    # earlier default. On an H200 they lost to one batching process (agent c=64: TTFT p99 688 vs 330 ms, throughput
-    # within noise), which in turn lost to four (H100, agent c=64: +8.1% output tok/s [+5.6, +10.6]); a host with
-    # slower cores may still need more processes.
-    Lever("--tokenizer-worker-num", "tok", ("8",), "tokenizer processes: encoding in parallel vs start-up"),
+    # Eight processes, each batching its prompts (the trial sets TOKENIZER_WORKER_NUM, which alone would launch them
+    # plain, so it passes the batching flag too): one batching process beat eight plain ones on an H200 (agent c=64:
+    # TTFT p99 330 vs 688 ms, throughput within noise), and four batching beat one on an H100 (+8.1% output tok/s
+    # [+5.6, +10.6]; two: +5.3%); whether eight go further depends on the host's cores.
+    Lever("--tokenizer-worker-num", "tok", ("8",), "batching tokenizer processes: parallel encoding vs start-up",
+          ("--enable-dynamic-batch-tokenizer",)),
     # fcfs is the 0.5.17 default; lpm admits the waiting requests with the longest cached prefix first, so the
     # agent's shared system prompts are reused before the radix cache evicts them.
     Lever("--schedule-policy", "sp", ("lpm",), "longest-prefix-match admission: more prefix-cache hits"),
@@ -82,11 +84,13 @@ class Trial:
     name: str
     settings: tuple[tuple[str, str], ...]  # ((flag, value), ...), lever order; () = the defaults
     stage: str  # "coarse" or "refine"
+    also: tuple[str, ...] = ()  # the moved levers' `also` flags
 
     def flags(self) -> tuple[str, ...]:
-        return tuple(part for flag, value in self.settings
-                     for part in ((f"{flag}={value}",) if is_setting(flag) else (flag,) if value == SWITCH
-                                  else (flag, value)))
+        moved = tuple(part for flag, value in self.settings
+                      for part in ((f"{flag}={value}",) if is_setting(flag) else (flag,) if value == SWITCH
+                                   else (flag, value)))
+        return moved + tuple(flag for flag in self.also if flag not in moved)
 
     def arm(self, index: int) -> Arm:
         if not self.settings:
@@ -173,7 +177,8 @@ def trial_of(settings: Sequence[tuple[str, str]], space: Sequence[Lever], stage:
     order = [lv.flag for lv in space]
     ordered = tuple(sorted(settings, key=lambda s: order.index(s[0])))
     name = "-".join(keys[f] + ("" if v == SWITCH else v) for f, v in ordered) if ordered else DEFAULTS_NAME
-    return Trial(name.lower(), ordered, stage)
+    also = {lv.flag: lv.also for lv in space}
+    return Trial(name.lower(), ordered, stage, tuple(dict.fromkeys(a for f, _ in ordered for a in also[f])))
 
 
 def probe_order(lever: Lever) -> tuple[str, ...]:

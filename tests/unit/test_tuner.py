@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from llmhost import stats
+from llmhost.bench import arms
 from llmhost.bench.arms import ARM_LIFECYCLE_SETTINGS, Arm, unread_flag_problem
 from llmhost.bench.costs import CostModel
 from llmhost.bench.records import PointRecord, RequestRecord
@@ -31,6 +32,13 @@ def test_coarse_trials_start_with_the_defaults_and_probe_every_lever_before_any_
     assert flags["mrr64"] == ("--max-running-requests", "64")
     assert flags["dbt"] == ("--enable-dynamic-batch-tokenizer",)  # a switch: bare
     assert flags["spd"] == ("SHARED_PREFIX_DECODE=on",)  # a setting: as an arm moves it
+    # a count alone would launch plain processes (TOKENIZER_WORKER_NUM=8): the trial keeps them batching
+    assert flags["tok8"] == ("--tokenizer-worker-num", "8", "--enable-dynamic-batch-tokenizer")
+    both = space.trial_of([("--tokenizer-worker-num", "8"), ("--enable-dynamic-batch-tokenizer", space.SWITCH)],
+                          space.SPACE, "refine")
+    assert both.name == "dbt-tok8"
+    assert both.flags() == ("--enable-dynamic-batch-tokenizer", "--tokenizer-worker-num", "8")  # the flag once
+    assert arms.server_overrides(both.arm(1)) == (["--enable-dynamic-batch-tokenizer"], {"TOKENIZER_WORKER_NUM": "8"})
 
 
 def test_a_running_request_cap_that_closed_loop_loads_never_reach_is_not_tried():

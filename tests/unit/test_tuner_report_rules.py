@@ -223,7 +223,15 @@ def test_the_section_ranks_under_the_pages_slo_and_shows_the_runs_choice(tmp_pat
 def test_the_tune_record_travels_through_the_manifest_whole():
     assert driver.TuneRun.from_dict(json.loads(json.dumps(TUNE.to_dict()))) == TUNE
     assert TUNE.to_dict()["space"] == [{"flag": "--chunked-prefill-size", "key": "cps", "values": ["2048"],
-                                        "why": "prefill chunk"}]
+                                        "why": "prefill chunk", "also": []}]
+    batching = ("--enable-dynamic-batch-tokenizer",)
+    tok = dataclasses.replace(TUNE, space=(Lever("--tokenizer-worker-num", "tok", ("8",), "processes", batching),),
+                              trials=(Trial("tok8", (("--tokenizer-worker-num", "8"),), "coarse", batching),))
+    assert driver.TuneRun.from_dict(json.loads(json.dumps(tok.to_dict()))) == tok
+    before = json.loads(json.dumps(TUNE.to_dict()))  # a record written before levers had `also`
+    for item in (*before["space"], *before["trials"]):
+        del item["also"]
+    assert driver.TuneRun.from_dict(before) == TUNE
 
 
 def test_a_damaged_tune_record_is_one_line_that_says_what_to_do():
