@@ -12,7 +12,7 @@ request is recorded with its start/end time, TTFT (first token of any kind), ITL
     ./run_bench.py --dry-run                 # the plan fitted to --budget-min 45, with its estimate (calibrated on
                                              # this host's last runs, or says "uncalibrated"); runs nothing
     ./run_bench.py --budget-min 20 --arms baseline,no-prefix-cache,fp8-kv
-    ./run_bench.py --quick                   # all five arms, small (~11 min on an H200 incl. 5 restarts)
+    ./run_bench.py --quick                   # all five arms, small (~7 min on an H200 incl. 5 restarts)
     ./run_bench.py --arms baseline,fp8-kv --repeat 3 --tag fp8
     ./run_bench.py --arm chunk4k="--chunked-prefill-size 4096"
     ./run_bench.py --arms baseline --workloads chat --concurrency 1,16,64,128 --rates 2,8 --duration-s 60

@@ -39,10 +39,10 @@ from llmhost.bench.arms import Arm
 from llmhost.bench.records import Point, PointRecord
 
 # H200 defaults (SGLang 0.5.17, Qwen3-4B, warm kernel caches), used until this host has a run to learn from.
-# Restart to ready with one batching tokenizer process (TOKENIZER_WORKER_NUM=auto then): 104 s for the first boot on a
-# fresh H200 host, 58-61 s for the restarts after it (eight plain processes: 161 s and 80-86 s); ~7 min with cold
-# caches. A run on this host replaces it with what its boots took.
-RESTART_EST_S = 105.0
+# Restart to ready: the first boot on a fresh host took 63 s on an H200 and 77 s on an H100, the restarts after it
+# 28-42 s (two runs, standby launcher; before it 104 s and 58-61 s); ~7 min with cold caches. At 105 s this prior
+# overestimated both of those runs by 27-32%. A run on this host replaces it with what its boots took.
+RESTART_EST_S = 60.0
 # Once per boot: the benchmark module's imports + the tokenizer load (25 s from ready to the warm pass on the H200
 # host). The load generator starts, and builds the boot's agent datasets, while the server boots: it adds only
 # what outlasts the restart.

@@ -57,7 +57,7 @@ def parse_args(argv: list[str], doc: str) -> Options:
     parser.add_argument("--workloads", help=f"comma-separated workloads (default: all: {', '.join(WORKLOADS)}; "
                         "agent with --tune)")
     parser.add_argument("--quick", action="store_true", help="small plan: one agent point per arm + cold/warm and "
-                        "Poisson points on the baseline (~11 min on an H200 with 5 arms: 5 restarts of ~105 s + 7 "
+                        "Poisson points on the baseline (~7 min on an H200 with 5 arms: 5 restarts of ~60 s + 7 "
                         "points)")
     parser.add_argument("--repeat", type=int, help="repeats of every point, no budget (default: the --budget-min "
                         "plan: 3 on the headline points, 1 elsewhere, more where the throughput CI is wide)")
