@@ -44,6 +44,7 @@ METRICS_KEPT = (
     "sglang:inter_token_latency_seconds_sum", "sglang:inter_token_latency_seconds_count",
     "sglang:queue_time_seconds_sum", "sglang:queue_time_seconds_count",
     "sglang:per_stage_req_latency_seconds_sum", "sglang:per_stage_req_latency_seconds_count",
+    "sglang:cuda_graph_passes_total",  # one per prefill batch (mode prefill_*): how arrivals were batched
 )
 SMI_FIELDS = (("utilization.gpu", "gpu_util_pct", 1.0), ("memory.used", "gpu_mem_used_gb", 1 / 1024),
               ("power.draw", "gpu_power_w", 1.0), ("clocks.sm", "gpu_sm_clock_mhz", 1.0))

@@ -137,6 +137,29 @@ def ttft_parts(telemetry: Sequence[TelemetrySample], point_id: str, t_start: flo
     return parts
 
 
+PASSES = "sglang:cuda_graph_passes_total"  # SGLang 0.5.17 counts each prefill batch once, mode prefill_cuda_graph|none
+PREFILL_MODES = ("prefill_cuda_graph", "prefill_none")
+
+
+def prefill_batching(telemetry: Sequence[TelemetrySample], point_id: str, t_start: float,
+                     t_end: float) -> tuple[float, float]:
+    """(requests a prefill batch took on average, prefill batches a second) between the last ticks at or before the
+    window's ends: the requests that left SGLang's waiting queue (its queue-time histogram's count) over the prefill
+    batches it ran (its forward-pass counter's prefill modes); nans without two such ticks or without a prefill. A
+    mode SGLang has not counted yet is absent from its scrape, so a tick with any pass counted reads it as 0."""
+    passes: dict[float, float] = defaultdict(float)
+    for s in telemetry:
+        if s.point_id == point_id and s.name == PASSES:
+            passes[s.t] += s.value if s.labels.get("mode") in PREFILL_MODES else 0.0
+    queue = window_delta(telemetry, point_id, QUEUE_HISTOGRAM, t_start, t_end)
+    if queue is None or queue[2] not in passes or queue[3] not in passes:
+        return math.nan, math.nan
+    batches = passes[queue[3]] - passes[queue[2]]
+    if batches <= 0:
+        return math.nan, math.nan
+    return queue[1] / batches, batches / (queue[3] - queue[2])
+
+
 def gap_is_notable(client_ms: float, server_ms: float) -> bool:
     """Whether the client's mean TTFT is far enough above SGLang's to say so on the page."""
     gap = client_ms - server_ms

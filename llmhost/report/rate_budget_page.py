@@ -23,7 +23,8 @@ def section(rows: list[dict[str, Any]]) -> str:
         *((f"{head}, % of a slot's time", (lambda key: lambda r: num(r[key]))(f"budget_{name}_pct"))
           for name, head in (("decode", "Decoding at the pace"), ("stalls", "Gaps above the pace"),
                              ("first", "Waiting for the first token"), ("between", "Between requests"))),
-        (f"Stalls (gaps ≥ {rate_budget.STALL_X:g}× the pace): a request, mean ms", _stalls_cell)]
+        (f"Stalls (gaps ≥ {rate_budget.STALL_X:g}× the pace): a request, mean ms", _stalls_cell),
+        ("Prefill batches: requests each, a second", _prefills_cell)]
     worst = min(shown, key=lambda r: r["budget_decode_pct"])
     losses = {"stalls": "gaps above the pace", "first": "waiting for first tokens", "between": "between requests"}
     largest = max(losses, key=lambda name: worst[f"budget_{name}_pct"])
@@ -33,7 +34,10 @@ def section(rows: list[dict[str, Any]]) -> str:
             "longer: mostly the prefills of later arrivals, which every running stream waits for), waiting for the "
             "first token, and time between requests (the load generator's refill). The window's rate is the pace's "
             "rate times the decoding share (times N / (N − 1) for the first token of N), so each other share is "
-            "output it did not make (llmhost/report/rate_budget.py; means over the steady repeats).</p>"
+            "output it did not make (llmhost/report/rate_budget.py; means over the steady repeats). The last "
+            "column says how SGLang batched the arrivals' prefills (its queue-time count over the prefill batches "
+            "its forward-pass counter saw in the window): arrivals taken up a few at a time make many prefills, "
+            "each a gap every running stream waits through.</p>"
             + page.table(cols, shown, left=3)
             + f"<p class=read>Least time decoding at the pace: {esc(worst['arm'])} · {esc(worst['workload'])} · "
             f"{esc(worst['load'])}, {num(worst['budget_decode_pct'])}%; its largest loss was "
@@ -43,3 +47,9 @@ def section(rows: list[dict[str, Any]]) -> str:
 def _stalls_cell(r: dict[str, Any]) -> str:
     """'8.7, 32': stalls a request met and their mean ms (absent from summaries written before they were counted)."""
     return f"{num(r.get('budget_stalls_per_request', math.nan))}, {num(r.get('budget_stall_ms', math.nan), 0)}"
+
+
+def _prefills_cell(r: dict[str, Any]) -> str:
+    """'9.4, 2.6': requests a prefill batch took and prefill batches a second ('–' for runs recorded before)."""
+    each, rate = r.get("prefill_requests_each", math.nan), r.get("prefills_per_s", math.nan)
+    return f"{num(each)}, {num(rate)}" if math.isfinite(each) else "–"

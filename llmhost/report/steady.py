@@ -51,6 +51,8 @@ class RepeatWindow:
     ttft_parts: dict[str, float] = dataclasses.field(default_factory=dict)
     # where a closed loop's steady rate went (llmhost.report.rate_budget); None: not a closed loop, or no window
     rate_budget: rate_budget.Budget | None = None
+    # requests a prefill batch took, prefill batches a second (client_overhead.prefill_batching); nans without
+    prefills: tuple[float, float] = (math.nan, math.nan)
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -97,7 +99,8 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
                         client_overhead.running_mean(telemetry, point.point_id, w.t_start, w.t_end), headers,
                         steady_headers[np.isfinite(steady_headers)], pace, cpu_waves,
                         client_overhead.ttft_parts(telemetry, point.point_id, w.t_start, w.t_end),
-                        _rate_budget(point, w, r, order, end, timed))
+                        _rate_budget(point, w, r, order, end, timed),
+                        client_overhead.prefill_batching(telemetry, point.point_id, w.t_start, w.t_end))
 
 
 def _rate_budget(point: PointRecord, w: window.Window, r: Requests, order: np.ndarray, end: np.ndarray,
@@ -153,7 +156,9 @@ def _budget_fields(steady: list[RepeatWindow]) -> dict[str, float]:
     return {"budget_pace_ms": _mean([b.pace_ms for b in have]), "budget_pace_rate": _mean([b.pace_rate for b in have]),
             **{f"budget_{name}_pct": _mean([100 * b.shares[name] for b in have]) for name in rate_budget.PARTS},
             "budget_stalls_per_request": _mean([b.stalls_per_request for b in have]),
-            "budget_stall_ms": _mean([b.stall_ms for b in have])}
+            "budget_stall_ms": _mean([b.stall_ms for b in have]),
+            "prefill_requests_each": _mean([r.prefills[0] for r in steady if r.rate_budget is not None]),
+            "prefills_per_s": _mean([r.prefills[1] for r in steady if r.rate_budget is not None])}
 
 
 def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:

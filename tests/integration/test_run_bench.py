@@ -464,7 +464,10 @@ def test_a_steady_point_shows_the_measuring_sides_share_and_its_lockstep_waves(p
     assert 100.0 <= row["server_prefill_ms"] <= 250.0
     assert 0.0 <= row["server_queued_ms"] < 20.0 and 0.0 <= row["server_intake_ms"] < 20.0
     assert row["server_prefill_ms"] <= row["server_ttft_mean_ms"] + 20.0
+    # the stand-in prefills each request on its own: one request a prefill batch, at the window's request rate
+    assert row["prefill_requests_each"] == pytest.approx(1.0, abs=0.15) and row["prefills_per_s"] > 0
     assert 0 < row["client_cpu_pct"] < 100  # the load generator, sampled from /proc
     assert row["in_waves"] and row["wave_size"] >= 2  # every answer 256 tokens: the 8 go and come together
     html = (run / "dashboard.html").read_text()
     assert "Time per token after the first" in html and "Where SGLang's own TTFT goes" in html
+    assert "Prefill batches: requests each, a second" in html

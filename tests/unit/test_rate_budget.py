@@ -163,15 +163,20 @@ def test_open_and_transient_loads_have_no_slots_to_split():
 
 
 def test_a_points_row_carries_the_budget_in_percent_over_its_steady_repeats():
-    def rep(decode: float, stalls: float, per_request: float, stall_ms: float) -> types.SimpleNamespace:
+    def rep(decode: float, stalls: float, per_request: float, stall_ms: float,
+            prefills: tuple[float, float]) -> types.SimpleNamespace:
         shares = {"decode": decode, "stalls": stalls, "first": 0.1, "between": 0.9 - decode - stalls + 0.0}
         return types.SimpleNamespace(rate_budget=rate_budget.Budget(8.0, 8000.0, shares, 6000.0, per_request,
-                                                                    stall_ms))
-    fields = steady._budget_fields([rep(0.8, 0.05, 8.0, 30.0), rep(0.7, 0.15, 10.0, math.nan),
-                                    types.SimpleNamespace(rate_budget=None)])
-    assert fields["budget_decode_pct"] == pytest.approx(75.0) and fields["budget_stalls_pct"] == pytest.approx(10.0)
-    assert fields["budget_first_pct"] == pytest.approx(10.0) and fields["budget_pace_rate"] == 8000.0
-    assert fields["budget_stalls_per_request"] == 9.0 and fields["budget_stall_ms"] == 30.0
+                                                                    stall_ms), prefills=prefills)
+    fields = steady._budget_fields([rep(0.8, 0.05, 8.0, 30.0, (4.0, 3.0)), rep(0.7, 0.15, 10.0, math.nan, (6.0, 2.0)),
+                                    rep(0.7, 0.15, 10.0, math.nan, (math.nan, math.nan)),
+                                    types.SimpleNamespace(rate_budget=None, prefills=(100.0, 100.0))])
+    assert fields["budget_decode_pct"] == pytest.approx(220 / 3) and fields["budget_pace_rate"] == 8000.0
+    assert fields["budget_stalls_pct"] == pytest.approx(35 / 3)
+    assert fields["budget_first_pct"] == pytest.approx(10.0) and fields["budget_stall_ms"] == 30.0
+    assert fields["budget_stalls_per_request"] == pytest.approx(28 / 3)
+    # prefill batching over the repeats that have a budget and a reading (a Poisson point's is not shown)
+    assert fields["prefill_requests_each"] == 5.0 and fields["prefills_per_s"] == 2.5
     assert all(math.isnan(v) for v in steady._budget_fields([]).values())
 
 

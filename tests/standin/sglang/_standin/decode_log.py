@@ -29,6 +29,7 @@ class DecodeLog:
         self.lock = threading.Lock()
         self.steps, self.tokens, self.next_at = 0.0, 0, interval
         self.tic = time.perf_counter()
+        self.lines = 0  # lines logged: SGLang counts a decode pass in /metrics per line (cuda_graph_passes_total)
 
     def step(self, running: int, pool: Callable[[], tuple[int, int]]) -> None:
         """One decode token of a request among `running`; `pool()` -> (used tokens, queued requests), asked only
@@ -39,6 +40,7 @@ class DecodeLog:
             if self.steps < self.next_at:
                 return
             self.next_at += self.interval
+            self.lines += 1
             now = time.perf_counter()
             gap_s, tokens = now - self.tic, self.tokens
             self.tic, self.tokens = now, 0

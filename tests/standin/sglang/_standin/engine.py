@@ -118,6 +118,7 @@ class Stats:
         # its queue), prefill_forward = the prefill to its first token; observed as each ends
         self.stage_s: dict[str, list[float]] = {"request_process": [], "prefill_forward": []}
         self.last_hit_rate = 0.0  # the last prefill batch's, 0.0 once a decode step ran (as SGLang)
+        self.prefill_batches = 0  # each request is its own prefill batch here (one Prefill batch line each)
         self.gen_throughput = 0.0
 
 
@@ -238,6 +239,7 @@ class Engine:
                 req.cached_tokens = min(self.cache.match(req.prompt), max(len(req.prompt) - 1, 0))
                 self.running[req.rid] = req
                 self.stats.last_hit_rate = req.cached_tokens / max(len(req.prompt), 1)
+                self.stats.prefill_batches += 1
                 running, queued = len(self.running), self.queued
             self.log(f"Prefill batch, #new-seq: 1, #new-token: {len(req.prompt) - req.cached_tokens}, "
                      f"#cached-token: {req.cached_tokens}, token usage: 0.00, #running-req: {running - 1}, "

@@ -69,6 +69,10 @@ def _with_stage(labels: str, stage: str) -> str:
     return ",".join(sorted(labels.split(",") + [f'stage="{stage}"']))
 
 
+def _with_mode(labels: str, mode: str) -> str:
+    return ",".join(sorted(labels.split(",") + [f'mode="{mode}"']))
+
+
 def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, active: Counter) -> str:
     """The whole exposition text for one scrape."""
     m = model
@@ -108,6 +112,12 @@ def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, 
             line for stage, values in stats.stage_s.items()
             for line in histogram("per_stage_req_latency_seconds", _with_stage(sched, stage),
                                   tpl.bounds["sglang:per_stage_req_latency_seconds"], [(v, 1) for v in values])]
+        # SGLang counts a prefill batch per Prefill batch line and a decode pass per Decode batch line, by whether
+        # it replayed a CUDA graph (the stand-in's lines all say it did)
+        decode_lines = eng.decode_log.lines if eng.decode_log is not None else 0
+        live["cuda_graph_passes_total"] = [
+            f'sglang:cuda_graph_passes_total{{{_with_mode(sched, mode)}}} {float(n)}'
+            for mode, n in (("prefill_cuda_graph", stats.prefill_batches), ("decode_cuda_graph", decode_lines))]
         itl = stats.itl_s[False] + stats.itl_s[True]
         live["inter_token_latency_seconds"] = histogram("inter_token_latency_seconds",
                                                         f'engine_type="unified",model_name="{m}"',
