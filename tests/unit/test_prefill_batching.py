@@ -23,12 +23,17 @@ def _passes(per_tick: dict[str, list[float]]) -> list[TelemetrySample]:
 
 # QUEUED: 4 requests left the queue by t=100, then 10 a tick: 30 in the window (100, 103]
 GRAPHED = _passes({"prefill_cuda_graph": [2, 4, 6, 8], "prefill_none": [None, 1, 1, 2],  # 6 + 2 prefill batches
-                   "decode_cuda_graph": [5, 50, 95, 140]})  # decode passes are not prefills
+                   "decode_cuda_graph": [None, 50, 95, 140]})  # decode passes are not prefills, even a new mode
 
 
 def test_requests_a_prefill_batch_are_the_queue_leavers_over_the_prefill_batches():
     each, rate = client_overhead.prefill_batching(QUEUED + GRAPHED, POINT, 100.5, 103.0)
     assert each == pytest.approx(30 / 8) and rate == pytest.approx(8 / 3)
+
+
+def test_a_whole_window_in_one_prefill_batch_is_every_request_in_it():
+    one = _passes({"prefill_cuda_graph": [4, 5, 5, 5]})
+    assert client_overhead.prefill_batching(QUEUED + one, POINT, 100.5, 103.0) == (30.0, pytest.approx(1 / 3))
 
 
 def test_one_batch_a_request_reads_one():
