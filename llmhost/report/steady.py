@@ -51,7 +51,8 @@ class RepeatWindow:
     ttft_parts: dict[str, float] = dataclasses.field(default_factory=dict)
     # where a closed loop's steady rate went (llmhost.report.rate_budget); None: not a closed loop, or no window
     rate_budget: rate_budget.Budget | None = None
-    # requests a prefill batch took, prefill batches a second (client_overhead.prefill_batching); nans without
+    # requests a prefill batch took, prefill batches a second (client_overhead.prefill_batching); nans without the
+    # counter in telemetry
     prefills: tuple[float, float] = (math.nan, math.nan)
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:

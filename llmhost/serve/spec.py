@@ -305,9 +305,9 @@ def build_spec(
         ours.append(["--config", config_file])
     flags, notes = merge_extra(ours, _flag_groups(extra_tokens, "SERVER_EXTRA_ARGS"))
     notes[:0] = [fraction_note] if fraction_note else []
-    if cfg.tokenizer_worker_num == "auto" and several_tokenizers_problem(cfg):
-        notes.append(f"TOKENIZER_WORKER_NUM=auto: one tokenizer process, not {AUTO_TOKENIZER_PROCESSES}: "
-                     f"{several_tokenizers_problem(cfg)}")
+    why_one = several_tokenizers_problem(cfg)
+    if cfg.tokenizer_worker_num == "auto" and why_one:
+        notes.append(f"TOKENIZER_WORKER_NUM=auto: one tokenizer process, not {AUTO_TOKENIZER_PROCESSES}: {why_one}")
     notes += graph_notes
     env = server_env(cfg)
     runner, runner_note = launcher(cfg, flags, env)

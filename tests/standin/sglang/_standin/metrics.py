@@ -64,13 +64,9 @@ def histogram(name: str, labels: str, bounds: list[float], samples: list[tuple[f
     return lines
 
 
-def _with_stage(labels: str, stage: str) -> str:
-    """`labels` with stage="..." in SGLang's (sorted) place."""
-    return ",".join(sorted(labels.split(",") + [f'stage="{stage}"']))
-
-
-def _with_mode(labels: str, mode: str) -> str:
-    return ",".join(sorted(labels.split(",") + [f'mode="{mode}"']))
+def _with_label(labels: str, key: str, value: str) -> str:
+    """`labels` with key="value" in SGLang's (sorted) place."""
+    return ",".join(sorted(labels.split(",") + [f'{key}="{value}"']))
 
 
 def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, active: Counter) -> str:
@@ -110,13 +106,13 @@ def render(tpl: Template, model: str, eng, http: Counter, http_status: Counter, 
                                                [(v, 1) for v in stats.queue_s])
         live["per_stage_req_latency_seconds"] = [
             line for stage, values in stats.stage_s.items()
-            for line in histogram("per_stage_req_latency_seconds", _with_stage(sched, stage),
+            for line in histogram("per_stage_req_latency_seconds", _with_label(sched, "stage", stage),
                                   tpl.bounds["sglang:per_stage_req_latency_seconds"], [(v, 1) for v in values])]
         # SGLang counts a prefill batch per Prefill batch line and a decode pass per Decode batch line, by whether
         # it replayed a CUDA graph (the stand-in's lines all say it did)
         decode_lines = eng.decode_log.lines if eng.decode_log is not None else 0
         live["cuda_graph_passes_total"] = [
-            f'sglang:cuda_graph_passes_total{{{_with_mode(sched, mode)}}} {float(n)}'
+            f'sglang:cuda_graph_passes_total{{{_with_label(sched, "mode", mode)}}} {float(n)}'
             for mode, n in (("prefill_cuda_graph", stats.prefill_batches), ("decode_cuda_graph", decode_lines))]
         itl = stats.itl_s[False] + stats.itl_s[True]
         live["inter_token_latency_seconds"] = histogram("inter_token_latency_seconds",
