@@ -1,6 +1,8 @@
 """GPU suite fixtures: a missing CUDA, sglang or model is a skip with its reason on a machine that is not meant to
 run the suite, and a FAILURE with `--require-gpu` (or LLMHOST_REQUIRE_GPU=1), so a broken GPU host never exits 0;
-an isolated serve.sh setup; the results record written to $GPU_SUITE_OUT (default results/gpu_suite/gpu_suite.json).
+a serve.sh setup of its own (port, tmux server) on the caller's WORK_DIR and caches, so a server already running
+from that WORK_DIR is a skip or failure of the same kind, saying to stop it; the results record written to
+$GPU_SUITE_OUT (default results/gpu_suite/gpu_suite.json).
 
 Run on the GPU host (see tests/gpu/test_1_serve_gpu.py for the one command), always with --require-gpu there."""
 from __future__ import annotations
@@ -33,8 +35,15 @@ def _probe(python: str, code: str) -> tuple[bool, str]:
 def gpu_env(request: pytest.FixtureRequest) -> dict[str, str]:
     """serve.sh's environment: the caller's settings, a free port, a private tmux server and session name."""
     from llmhost import config
+    from llmhost.serve import process
 
     cfg = config.load()
+    running = process.recorded_group(cfg.state_dir)
+    if running is not None:  # the suite's own start would find it and fail every step after it
+        port = process.recorded_port(cfg.state_dir)
+        unavailable(request, f"a server of ours already runs from WORK_DIR={cfg.work_dir} (process group {running}"
+                    f"{f', port {port}' if port else ''}) — stop it first (./serve.sh stop): the GPU suite starts its "
+                    "own servers and needs the whole GPU")
     python = shutil.which(cfg.sglang_python)
     if python is None:
         unavailable(request, f"SGLANG_PYTHON={cfg.sglang_python} not found (set SGLANG_PYTHON=python3 on a host with sglang)")
