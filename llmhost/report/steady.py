@@ -35,7 +35,7 @@ class RepeatWindow:
     # (llmhost.report.server_ttft); nan, nan, 0 without telemetry
     server_ttft: tuple[float, float, int] = (math.nan, math.nan, 0)
     client_cpu_pct: float = math.nan  # the load generator's mean CPU over the window, % of one core
-    arrivals: waves.Waves = waves.Waves(math.nan, math.nan, 0)  # how the window's requests were sent (lockstep?)
+    arrivals: waves.Waves = waves.Waves(math.nan, math.nan, 0, math.nan)  # how the window's requests were sent
     itl: tuple[float, float] = (math.nan, math.nan)  # SGLang's mean time per output token over the window, client's
     # mean prompt, output and prefix-cached prompt tokens of its successful requests
     tokens: tuple[float, float, float] = (math.nan, math.nan, math.nan)
@@ -172,9 +172,10 @@ def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:
 
 
 def _wave_fields(g: Group, steady: list[RepeatWindow]) -> dict[str, Any]:
-    """How the steady windows' requests were sent: mean requests per wave and wave period over the repeats, and
-    whether every steady repeat ran in lockstep waves (llmhost.report.waves)."""
+    """How the steady windows' requests were sent: mean requests per wave, the wave a request was sent in and the
+    wave period over the repeats, and whether every steady repeat ran in lockstep waves (llmhost.report.waves)."""
     return {"wave_size": _mean([r.arrivals.mean_size for r in steady]),
+            "wave_seen_size": _mean([r.arrivals.seen_size for r in steady]),
             "wave_period_s": _mean([r.arrivals.period_s for r in steady]),
             "in_waves": bool(steady) and all(r.arrivals.in_lockstep(g.concurrency) for r in steady)}
 

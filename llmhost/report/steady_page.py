@@ -269,9 +269,11 @@ def waves_note(rows: list[dict[str, Any]]) -> str:
     lockstep = [r for r in rows if r["in_waves"]]
     if not lockstep:
         return ""
-    names = ", ".join(f"{esc(r['arm'])} · {esc(r['workload'])} · {esc(r['load'])}" for r in lockstep[:6])
+    names = ", ".join(f"{esc(r['arm'])} · {esc(r['workload'])} · {esc(r['load'])}: {num(r['wave_seen_size'], 0)}"
+                      for r in lockstep[:6])
     more = ", …" if len(lockstep) > 6 else ""
-    return (f"<p class=read>≋ {len(lockstep)} point(s) ran in lockstep waves ({names}{more}): "
+    return (f"<p class=read>≋ {len(lockstep)} point(s) ran in lockstep waves (the wave a request was sent in held, "
+            f"on average: {names}{more}): "
             "every answer has the same length, so the requests that started together finish together and the "
             "closed loop replaces them together. Each wave's TTFT includes prefilling the whole wave at once, so "
             "these TTFT percentiles describe a burst of that size every period, not requests arriving one by one; "

@@ -6,6 +6,11 @@ together, so the steady state stays a train of waves: c requests sent within mil
 wave ends. Each wave's TTFT then includes prefilling all of it at once, and TTFT percentiles measure the wave, not a
 request arriving alone; traffic whose answers vary in length spreads out instead. This module finds the waves in a
 steady window's send times: sends closer than GAP_S to the previous one belong to the same wave.
+
+Whether a point runs in lockstep is judged by the wave a request was sent in (its size, the mean over requests), not
+the mean over waves: a few stragglers sent one by one between the waves count as many one-request "waves" and pull
+the mean over waves down, while most requests, and every slow first token, still came in the large waves (an H200's
+agent c=128 repeat: 19 requests a wave, but a request's wave held 76 on average).
 """
 from __future__ import annotations
 
@@ -23,10 +28,11 @@ class Waves:
     mean_size: float  # requests per wave (nan without sends)
     period_s: float  # mean time from one wave's first send to the next's (nan with fewer than two waves)
     count: int
+    seen_size: float  # the size of the wave a request was sent in, mean over requests (nan without sends)
 
     def in_lockstep(self, concurrency: int | None) -> bool:
-        return bool(concurrency) and math.isfinite(self.mean_size) and self.mean_size >= WAVE_SHARE * concurrency \
-            and self.mean_size >= 2
+        return bool(concurrency) and math.isfinite(self.seen_size) and self.seen_size >= WAVE_SHARE * concurrency \
+            and self.seen_size >= 2
 
 
 def _first_of_wave(sorted_s: np.ndarray) -> np.ndarray:
@@ -43,10 +49,12 @@ def starts(start_s: np.ndarray) -> np.ndarray:
 def find(start_s: np.ndarray) -> Waves:
     """The waves of these send times (any order)."""
     if start_s.size == 0:
-        return Waves(math.nan, math.nan, 0)
-    firsts = starts(start_s)
-    period = float(np.diff(firsts).mean()) if firsts.size > 1 else math.nan
-    return Waves(start_s.size / firsts.size, period, int(firsts.size))
+        return Waves(math.nan, math.nan, 0, math.nan)
+    t = np.sort(start_s)
+    first = np.flatnonzero(_first_of_wave(t))
+    sizes = np.diff(np.append(first, t.size))
+    period = float(np.diff(t[first]).mean()) if first.size > 1 else math.nan
+    return Waves(t.size / first.size, period, int(first.size), float((sizes * sizes).sum() / t.size))
 
 
 MIN_PACED = 8  # a wave needs this many requests with response-header times to say how far apart they came back

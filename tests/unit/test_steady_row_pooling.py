@@ -31,7 +31,7 @@ def _rep(repeat: int, duration: float, tokens: int, *, is_steady: bool = True, s
                                {"warmup": np.array(warmup_ttft), "steady": ttft, "drain": np.array([])},
                                window.PrefixSplit(np.array([]), np.array([]), 0),
                                (np.ones(steady_ttft, bool), ttft, np.full(steady_ttft, 10.0)),
-                               arrivals=waves.Waves(wave_size, 2.0, 3), headers_pace_ms=pace)
+                               arrivals=waves.Waves(wave_size, 2.0, 3, wave_size ** 2), headers_pace_ms=pace)
 
 
 def _group(pattern: str = "concurrency", concurrency: int | None = 4) -> tables.Group:
@@ -54,6 +54,7 @@ def test_the_rows_means_are_over_steady_repeats_in_output_tokens_per_second() ->
     assert row["steady_output_throughput"] == pytest.approx(200.0)  # (100 + 200 + 300) / 3 tok/s
     assert row["window_s"] == pytest.approx(5.0)  # mean of 2, 4, 9 s (the median would be 4)
     assert row["wave_size"] == pytest.approx(3.0)
+    assert row["wave_seen_size"] == pytest.approx(11.0)  # a request's wave: (16 + 1 + 16) / 3
 
 
 def test_the_header_pace_is_the_median_over_steady_repeats_and_lockstep_needs_all_of_them() -> None:

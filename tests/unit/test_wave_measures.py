@@ -39,8 +39,19 @@ def test_the_header_pace_is_the_median_over_waves() -> None:
 
 def test_lockstep_starts_at_a_quarter_of_the_concurrency_and_two_requests_a_wave() -> None:
     assert waves.WAVE_SHARE == 0.25
-    assert waves.Waves(4.0, 2.0, 3).in_lockstep(16)
-    assert not waves.Waves(3.9, 2.0, 3).in_lockstep(16)
-    assert waves.Waves(2.0, 2.0, 3).in_lockstep(8)
-    assert not waves.Waves(1.0, 2.0, 3).in_lockstep(4)  # one request at a time is no wave, whatever the c
-    assert not waves.Waves(4.0, 2.0, 3).in_lockstep(None)
+    assert waves.Waves(1.0, 2.0, 3, 4.0).in_lockstep(16)  # judged by a request's wave, not the mean over waves
+    assert not waves.Waves(9.0, 2.0, 3, 3.9).in_lockstep(16)
+    assert waves.Waves(1.0, 2.0, 3, 2.0).in_lockstep(8)
+    assert not waves.Waves(1.0, 2.0, 3, 1.0).in_lockstep(4)  # one request at a time is no wave, whatever the c
+    assert not waves.Waves(4.0, 2.0, 3, 4.0).in_lockstep(None)
+    assert not waves.Waves(math.nan, math.nan, 0, math.nan).in_lockstep(16)
+
+
+def test_a_requests_wave_is_weighted_by_the_requests_in_it() -> None:
+    # one wave of 12 and 4 stragglers sent alone: 5 waves of 3.2 on average, but a request's wave holds
+    # (12 * 12 + 4 * 1) / 16 = 9.25 on average
+    sends = np.concatenate([_wave(0.0, 12), 1.0 + 0.2 * np.arange(4)])
+    found = waves.find(sends)
+    assert (found.count, found.mean_size, found.seen_size) == (5, 3.2, 9.25)
+    assert found.in_lockstep(32) and not waves.Waves(found.mean_size, 1.0, 5, found.mean_size).in_lockstep(32)
+    assert math.isnan(waves.find(np.array([])).seen_size)

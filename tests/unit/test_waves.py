@@ -26,10 +26,11 @@ def test_requests_sent_one_by_one_are_no_waves():
 
 
 def test_the_page_names_the_points_in_waves_and_says_nothing_otherwise():
-    row = {"arm": "baseline", "workload": "agent", "load": "c=64", "in_waves": True, "wave_size": 61.1,
-           "wave_period_s": 3.05}
+    row = {"arm": "baseline", "workload": "agent", "load": "c=64", "in_waves": True, "wave_size": 41.1,
+           "wave_seen_size": 61.4, "wave_period_s": 3.05}
     note = steady_page.waves_note([row, {**row, "load": "c=1", "in_waves": False}])
-    assert "≋ 1 point(s) ran in lockstep waves (baseline · agent · c=64)" in note and "c=1" not in note
+    assert ("≋ 1 point(s) ran in lockstep waves (the wave a request was sent in held, on average: baseline · agent · "
+            "c=64: 61)") in note and "c=1" not in note
     assert steady_page.waves_note([{**row, "in_waves": False}]) == ""
 
 
