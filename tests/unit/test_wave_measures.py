@@ -22,6 +22,16 @@ def test_the_period_is_the_mean_gap_between_wave_starts() -> None:
     assert found.period_s == pytest.approx(2.0)  # gaps of 1, 1 and 4 s (the median would be 1)
 
 
+def test_a_send_exactly_the_gap_after_the_last_joins_its_wave_and_two_waves_give_one_period() -> None:
+    assert waves.find(np.array([0.0, waves.GAP_S])).count == 1
+    assert waves.find(np.array([0.0, waves.GAP_S + 0.001])).count == 2
+    two = waves.find(np.concatenate([_wave(0.0, 3), _wave(2.5, 3)]))
+    assert (two.count, two.period_s) == (2, pytest.approx(2.5))
+    one, none = waves.find(_wave(0.0, 3)), waves.find(np.array([]))
+    assert math.isnan(one.period_s) and (one.mean_size, one.seen_size) == (3.0, 3.0)
+    assert none.count == 0 and all(math.isnan(x) for x in (none.mean_size, none.period_s, none.seen_size))
+
+
 def test_the_header_pace_spreads_p10_to_p90_over_the_gaps_between_requests() -> None:
     # 11 headers 10 ms apart: p10-p90 = 10..90 ms, 80 ms over 80% of the 10 gaps = 10 ms a request
     assert waves.headers_pace_ms(_wave(0.0, 11), 10.0 * np.arange(11)) == pytest.approx(10.0)
@@ -42,6 +52,7 @@ def test_lockstep_starts_at_a_quarter_of_the_concurrency_and_two_requests_a_wave
     assert waves.Waves(1.0, 2.0, 3, 4.0).in_lockstep(16)  # judged by a request's wave, not the mean over waves
     assert not waves.Waves(9.0, 2.0, 3, 3.9).in_lockstep(16)
     assert waves.Waves(1.0, 2.0, 3, 2.0).in_lockstep(8)
+    assert waves.Waves(1.0, 2.0, 3, 2.0).in_lockstep(4) and not waves.Waves(1.0, 2.0, 3, 1.9).in_lockstep(4)
     assert not waves.Waves(1.0, 2.0, 3, 1.0).in_lockstep(4)  # one request at a time is no wave, whatever the c
     assert not waves.Waves(4.0, 2.0, 3, 4.0).in_lockstep(None)
     assert not waves.Waves(math.nan, math.nan, 0, math.nan).in_lockstep(16)
