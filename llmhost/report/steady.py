@@ -54,6 +54,8 @@ class RepeatWindow:
     # requests a prefill batch took, prefill batches a second (client_overhead.prefill_batching); nans without the
     # counter in telemetry
     prefills: tuple[float, float] = (math.nan, math.nan)
+    # the size of the wave each of steady_sent's requests was sent in (waves.sizes); empty: not computed
+    steady_wave_sizes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=int))
 
     def good_sent(self, slo: stats.Slo) -> tuple[int, int]:
         """(good, sent) among the steady window's requests (failed ones count as sent, not good)."""
@@ -101,7 +103,8 @@ def window_repeat(point: PointRecord, r: Requests, seed: int = 0,
                         steady_headers[np.isfinite(steady_headers)], pace, cpu_waves,
                         client_overhead.ttft_parts(telemetry, point.point_id, w.t_start, w.t_end),
                         _rate_budget(point, w, r, order, end, timed),
-                        client_overhead.prefill_batching(telemetry, point.point_id, w.t_start, w.t_end))
+                        client_overhead.prefill_batching(telemetry, point.point_id, w.t_start, w.t_end),
+                        waves.sizes(start[in_window]))
 
 
 def _rate_budget(point: PointRecord, w: window.Window, r: Requests, order: np.ndarray, end: np.ndarray,
@@ -171,13 +174,19 @@ def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:
             "running_reqs_mean": _mean([r.running for r in steady])}
 
 
-def _wave_fields(g: Group, steady: list[RepeatWindow]) -> dict[str, Any]:
+def _wave_fields(g: Group, steady: list[RepeatWindow], slo: stats.Slo) -> dict[str, Any]:
     """How the steady windows' requests were sent: mean requests per wave, the wave a request was sent in and the
-    wave period over the repeats, and whether every steady repeat ran in lockstep waves (llmhost.report.waves)."""
+    wave period over the repeats, whether every steady repeat ran in lockstep waves (llmhost.report.waves), and how
+    many steady first tokens missed the TTFT SLO, and how many of them were sent in such a wave."""
+    sized = [r for r in steady if r.steady_wave_sizes.size == r.steady_sent[1].size]
+    late = [(r.steady_sent[1] > slo.ttft_ms) & r.steady_sent[0] for r in sized]
+    slow_n, slow_in_waves = waves.late_in_waves(np.concatenate([r.steady_wave_sizes for r in sized] or [[]]),
+                                                np.concatenate(late or [[]]).astype(bool), g.concurrency)
     return {"wave_size": _mean([r.arrivals.mean_size for r in steady]),
             "wave_seen_size": _mean([r.arrivals.seen_size for r in steady]),
             "wave_period_s": _mean([r.arrivals.period_s for r in steady]),
-            "in_waves": bool(steady) and all(r.arrivals.in_lockstep(g.concurrency) for r in steady)}
+            "in_waves": bool(steady) and all(r.arrivals.in_lockstep(g.concurrency) for r in steady),
+            "slow_ttft_n": slow_n, "slow_ttft_in_waves_n": slow_in_waves}
 
 
 def _phase_p50(reps: list[RepeatWindow], phase: str) -> tuple[float, int]:
@@ -217,7 +226,8 @@ def steady_row(g: Group, reps: list[RepeatWindow], slo: stats.Slo, seed: int = 0
         **_ci_fields("steady_goodput_pct", good), **_ci_fields("steady_goodput_rps", good_rps),
         "steady_slo": repeats.slo_verdict(good, slo.pct, is_higher_better=True),
         "warmup_ttft_p50_ms": warm_p50, "warmup_n": warm_n, "drain_ttft_p50_ms": drain_p50, "drain_n": drain_n,
-        **_measuring_side_fields(steady), **_wave_fields(g, steady), **_token_fields(steady), **_budget_fields(steady),
+        **_measuring_side_fields(steady), **_wave_fields(g, steady, slo), **_token_fields(steady),
+        **_budget_fields(steady),
         "hit_ttft_p50_ms": stats.percentile(hits, 50), "hit_n": int(hits.size),
         "miss_ttft_p50_ms": stats.percentile(misses, 50), "miss_n": int(misses.size),
         "per_repeat": [{"repeat": r.repeat, "is_steady": r.is_steady,

@@ -7,7 +7,7 @@ from typing import Any
 
 from llmhost import stats
 from llmhost.bench import window
-from llmhost.report import client_overhead, page, rate_budget_page
+from llmhost.report import client_overhead, page, rate_budget_page, waves
 from llmhost.report.figures import Chart, _go, _layout, _log_x, _subplots, legend_at_right
 from llmhost.report.load import Run
 from llmhost.report.page import esc, num, with_ci
@@ -277,7 +277,19 @@ def waves_note(rows: list[dict[str, Any]]) -> str:
             "every answer has the same length, so the requests that started together finish together and the "
             "closed loop replaces them together. Each wave's TTFT includes prefilling the whole wave at once, so "
             "these TTFT percentiles describe a burst of that size every period, not requests arriving one by one; "
-            "traffic whose answers vary in length spreads out (llmhost/report/waves.py).</p>")
+            f"traffic whose answers vary in length spreads out (llmhost/report/waves.py).{_late_in_waves(lockstep)}"
+            "</p>")
+
+
+def _late_in_waves(lockstep: list[dict[str, Any]]) -> str:
+    """Where the lockstep points' first tokens over the TTFT SLO were sent: in the waves, or between them."""
+    late = [r for r in lockstep if r.get("slow_ttft_n") and r.get("slow_ttft_in_waves_n") is not None]
+    if not late:
+        return ""
+    parts = "; ".join(f"{esc(r['arm'])} · {esc(r['workload'])} · {esc(r['load'])}: {r['slow_ttft_in_waves_n']} of "
+                      f"{r['slow_ttft_n']}" for r in late[:6])
+    return (f" Of the steady first tokens over the TTFT SLO, those sent in a wave of at least "
+            f"{100 * waves.WAVE_SHARE:.0f}% of the concurrency: {parts}{'; …' if len(late) > 6 else ''}.")
 
 
 def measuring_side_note(rows: list[dict[str, Any]]) -> str:

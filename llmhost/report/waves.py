@@ -46,15 +46,30 @@ def starts(start_s: np.ndarray) -> np.ndarray:
     return t[_first_of_wave(t)]
 
 
+def sizes(start_s: np.ndarray) -> np.ndarray:
+    """The size of the wave each of these sends belongs to, in their order (any order)."""
+    order = np.argsort(start_s, kind="stable")
+    wave = np.cumsum(_first_of_wave(start_s[order]))  # 1, 1, 2, ...: each sorted send's wave
+    out = np.zeros(start_s.size, dtype=int)
+    out[order] = np.bincount(wave)[wave]
+    return out
+
+
 def find(start_s: np.ndarray) -> Waves:
     """The waves of these send times (any order)."""
     if start_s.size == 0:
         return Waves(math.nan, math.nan, 0, math.nan)
-    t = np.sort(start_s)
-    first = np.flatnonzero(_first_of_wave(t))
-    sizes = np.diff(np.append(first, t.size))
-    period = float(np.diff(t[first]).mean()) if first.size > 1 else math.nan
-    return Waves(t.size / first.size, period, int(first.size), float((sizes * sizes).sum() / t.size))
+    firsts = starts(start_s)
+    period = float(np.diff(firsts).mean()) if firsts.size > 1 else math.nan
+    return Waves(start_s.size / firsts.size, period, int(firsts.size), float(sizes(start_s).mean()))
+
+
+def late_in_waves(wave_sizes: np.ndarray, late: np.ndarray, concurrency: int | None) -> tuple[int, int | None]:
+    """(how many requests were late, how many of them were sent in a wave of at least WAVE_SHARE of the concurrency):
+    are a point's slow first tokens its lockstep waves? None for the second without a concurrency (open loop)."""
+    if not concurrency:
+        return int(late.sum()), None
+    return int(late.sum()), int((wave_sizes[late] >= WAVE_SHARE * concurrency).sum())
 
 
 MIN_PACED = 8  # a wave needs this many requests with response-header times to say how far apart they came back

@@ -4,6 +4,7 @@ sample-count sufficiency per percentile; a transient point's warm-up from all it
 as not steady."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -88,3 +89,23 @@ def test_a_transient_points_warm_up_is_every_repeats_and_it_is_not_listed_as_not
     windows = {groups[0].key: burst, groups[1].key: _reps()}
     listed = steady.not_steady_rows(groups, windows)
     assert [(r["pattern"], r["repeat"], r["reasons"]) for r in listed] == [("concurrency", 4, "TTFT p50 drifted")]
+
+
+def test_first_tokens_over_the_slo_are_counted_with_those_sent_in_a_wave_of_a_quarter_of_c() -> None:
+    # c=16: a wave of 4 is a quarter. The first repeat's 400 steady first tokens all miss 500 ms, 300 of them sent
+    # in waves of 4 and 100 in waves of 3; the second's are all in time; a third without wave sizes and a fourth,
+    # not steady, are left out of both counts.
+    late = dataclasses.replace(_rep(1, 2.0, 200, steady_ttft=400, ttft_ms=900.0),
+                               steady_wave_sizes=np.repeat([4, 3], [300, 100]))
+    in_time = dataclasses.replace(_rep(2, 2.0, 200, steady_ttft=50), steady_wave_sizes=np.full(50, 16))
+    unsized = _rep(3, 2.0, 200, steady_ttft=30, ttft_ms=900.0)
+    gone = dataclasses.replace(_rep(4, 2.0, 200, is_steady=False, steady_ttft=20, ttft_ms=900.0),
+                               steady_wave_sizes=np.full(20, 16))
+    row = steady.steady_row(_group(concurrency=16), [late, in_time, unsized, gone], SLO)
+    assert (row["slow_ttft_n"], row["slow_ttft_in_waves_n"]) == (400, 300)
+    row = steady.steady_row(_group(concurrency=16), [in_time], SLO)
+    assert (row["slow_ttft_n"], row["slow_ttft_in_waves_n"]) == (0, 0)
+    at_the_slo = dataclasses.replace(_rep(5, 2.0, 200, steady_ttft=10, ttft_ms=500.0),
+                                     steady_wave_sizes=np.full(10, 16))
+    assert steady.steady_row(_group(concurrency=16), [at_the_slo], SLO)["slow_ttft_n"] == 0  # 500 ms is within 500
+    assert steady.steady_row(_group(concurrency=None), [late], SLO)["slow_ttft_in_waves_n"] is None  # open loop

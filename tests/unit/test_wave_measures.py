@@ -66,3 +66,17 @@ def test_a_requests_wave_is_weighted_by_the_requests_in_it() -> None:
     assert (found.count, found.mean_size, found.seen_size) == (5, 3.2, 9.25)
     assert found.in_lockstep(32) and not waves.Waves(found.mean_size, 1.0, 5, found.mean_size).in_lockstep(32)
     assert math.isnan(waves.find(np.array([])).seen_size)
+
+
+def test_each_send_gets_its_waves_size_in_the_order_given() -> None:
+    sends = np.array([5.0, 0.0, 5.01, 0.02, 9.0, 0.01])  # waves of 3 (0 s), 2 (5 s) and 1 (9 s), shuffled
+    assert waves.sizes(sends).tolist() == [2, 3, 2, 3, 1, 3] and waves.sizes(sends).dtype.kind == "i"  # counts
+    assert waves.sizes(np.array([])).tolist() == []
+
+
+def test_late_requests_count_in_waves_from_a_quarter_of_the_concurrency() -> None:
+    wave_sizes = np.array([8, 8, 7, 7, 32, 1])
+    late = np.array([True, False, True, True, True, False])
+    assert waves.late_in_waves(wave_sizes, late, 32) == (4, 2)  # 8 and 32 reach 32 / 4; the 7s do not
+    assert waves.late_in_waves(wave_sizes, late, None) == (4, None)  # an open loop has no quarter of c
+    assert waves.late_in_waves(wave_sizes, np.zeros(6, bool), 32) == (0, 0)

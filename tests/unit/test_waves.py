@@ -32,6 +32,15 @@ def test_the_page_names_the_points_in_waves_and_says_nothing_otherwise():
     assert ("≋ 1 point(s) ran in lockstep waves (the wave a request was sent in held, on average: baseline · agent · "
             "c=64: 61)") in note and "c=1" not in note
     assert steady_page.waves_note([{**row, "in_waves": False}]) == ""
+    assert "over the TTFT SLO" not in note  # no count of late first tokens: nothing said about them
+
+
+def test_the_page_says_how_many_late_first_tokens_came_in_the_waves() -> None:
+    row = {"arm": "baseline", "workload": "agent", "load": "c=128", "in_waves": True, "wave_size": 42.5,
+           "wave_seen_size": 103.6, "wave_period_s": 1.38, "slow_ttft_n": 255, "slow_ttft_in_waves_n": 254}
+    note = steady_page.waves_note([row, {**row, "load": "c=64", "slow_ttft_n": 0, "slow_ttft_in_waves_n": 0}])
+    assert note.endswith("Of the steady first tokens over the TTFT SLO, those sent in a wave of at least 25% of the "
+                         "concurrency: baseline · agent · c=128: 254 of 255.</p>")
 
 
 def test_a_wave_taken_up_one_request_at_a_time_spreads_its_headers_by_that_time():
