@@ -176,8 +176,8 @@ def _token_fields(steady: list[RepeatWindow]) -> dict[str, float]:
 
 def _wave_fields(g: Group, steady: list[RepeatWindow], slo: stats.Slo) -> dict[str, Any]:
     """How the steady windows' requests were sent: mean requests per wave, the wave a request was sent in and the
-    wave period over the repeats, whether every steady repeat ran in lockstep waves (llmhost.report.waves), and how
-    many steady first tokens missed the TTFT SLO, and how many of them were sent in such a wave."""
+    wave period over the repeats, whether every steady repeat ran in lockstep waves (llmhost.report.waves), and of
+    the steady first tokens over the TTFT SLO, how many were sent in a wave of a quarter of c."""
     sized = [r for r in steady if r.steady_wave_sizes.size == r.steady_sent[1].size]
     late = [(r.steady_sent[1] > slo.ttft_ms) & r.steady_sent[0] for r in sized]
     slow_n, slow_in_waves = waves.late_in_waves(np.concatenate([r.steady_wave_sizes for r in sized] or [[]]),
