@@ -46,10 +46,15 @@ def starts(start_s: np.ndarray) -> np.ndarray:
     return t[_first_of_wave(t)]
 
 
+def _waves_in_send_order(start_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the sends' ascending order, each sorted send's wave: 1, 1, 2, ...)."""
+    order = np.argsort(start_s, kind="stable")
+    return order, np.cumsum(_first_of_wave(start_s[order]))
+
+
 def sizes(start_s: np.ndarray) -> np.ndarray:
     """The size of the wave each of these sends belongs to, in their order (any order)."""
-    order = np.argsort(start_s, kind="stable")
-    wave = np.cumsum(_first_of_wave(start_s[order]))  # 1, 1, 2, ...: each sorted send's wave
+    order, wave = _waves_in_send_order(start_s)
     out = np.zeros(start_s.size, dtype=int)
     out[order] = np.bincount(wave)[wave]
     return out
@@ -80,9 +85,8 @@ def headers_pace_ms(start_s: np.ndarray, headers_ms: np.ndarray) -> float:
     header times over the requests between those two, the median over waves of at least MIN_PACED timed requests.
     A wave taken up one request at a time spreads its headers by that request's time; one taken up at once gives
     ~0. nan without such a wave."""
-    order = np.argsort(start_s, kind="stable")
-    t, h = start_s[order], headers_ms[order]
-    wave = np.cumsum(_first_of_wave(t))
+    order, wave = _waves_in_send_order(start_s)
+    h = headers_ms[order]
     paces = []
     for w in np.unique(wave):
         timed = np.sort(h[(wave == w) & np.isfinite(h)])

@@ -338,18 +338,15 @@ def launcher(cfg: Config, flags: Sequence[str], env: Sequence[tuple[str, str]]) 
         return ("-m",), (f"SCHEDULER_PRELOAD={cfg.scheduler_preload} but {', '.join(blockers)} needs SGLang's "
                          "processes spawned as it starts them: launched with python -m sglang.launch_server")
     if cfg.scheduler_preload == "standby":
-        return (str(PRELOADED_LAUNCH), "--standby", str(standby_count(cfg, flags))), None
+        return (str(PRELOADED_LAUNCH), "--standby", str(standby_count(cfg))), None
     return (str(PRELOADED_LAUNCH),), None
 
 
-def standby_count(cfg: Config, flags: Sequence[str] = ()) -> int:
+def standby_count(cfg: Config) -> int:
     """How many processes SGLang 0.5.17's launcher starts itself: a scheduler per tensor-parallel rank (with DP > 1
     the data-parallel controller instead, which spawns the ranks), the detokenizer and, with several tokenizer
-    processes (the launch flags' --tokenizer-worker-num), uvicorn's worker for each."""
-    tokenizers = 1
-    for flag, value in zip(flags, flags[1:]):
-        if flag == "--tokenizer-worker-num" and value.isdigit():
-            tokenizers = int(value)
+    processes (tokenizer_processes), uvicorn's worker for each."""
+    tokenizers = tokenizer_processes(cfg)
     return (1 if cfg.dp_size > 1 else cfg.tp_size) + 1 + (tokenizers if tokenizers > 1 else 0)
 
 

@@ -73,7 +73,7 @@ def test_standby_runs_launch_server_with_a_standby_per_process_sglang_starts(cfg
     assert build_spec(dataclasses.replace(one, tokenizer_worker_num="auto")).argv[2:4] == ("--standby", "6")
     assert build_spec(dataclasses.replace(one, tokenizer_worker_num="8")).argv[2:4] == ("--standby", "10")
     assert build_spec(dataclasses.replace(one, tokenizer_worker_num="2")).argv[2:4] == ("--standby", "4")
-    assert launch_spec.standby_count(one) == 2  # flags without a tokenizer count: SGLang's one process, no worker
+    assert launch_spec.standby_count(one) == 2  # one tokenizer process: SGLang's own, no uvicorn worker
 
 
 @pytest.mark.parametrize("change, named", [
