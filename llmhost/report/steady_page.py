@@ -278,7 +278,7 @@ def waves_note(rows: list[dict[str, Any]]) -> str:
             "closed loop replaces them together. Each wave's TTFT includes prefilling the whole wave at once, so "
             "these TTFT percentiles describe a burst of that size every period, not requests arriving one by one; "
             f"traffic whose answers vary in length spreads out (llmhost/report/waves.py).{_late_in_waves(lockstep)}"
-            "</p>")
+            f"{_wave_work(lockstep)}</p>")
 
 
 def _late_in_waves(lockstep: list[dict[str, Any]]) -> str:
@@ -290,6 +290,31 @@ def _late_in_waves(lockstep: list[dict[str, Any]]) -> str:
                       f"{r['slow_ttft_n']}" for r in late[:6])
     return (f" Of the steady first tokens over the TTFT SLO, those sent in a wave of at least "
             f"{100 * waves.WAVE_SHARE:.0f}% of the concurrency: {parts}{'; …' if len(late) > 6 else ''}.")
+
+
+def _wave_work(lockstep: list[dict[str, Any]]) -> str:
+    """What one such wave hands the server: every prompt tokenized whole, and the tokens the prefix cache missed to
+    prefill. Both bound the wave's last first token whatever the flags."""
+    def finite(r: dict[str, Any], key: str) -> bool:
+        return isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+    known = [r for r in lockstep if all(finite(r, k) for k in ("wave_seen_size", "prompt_tokens_mean",
+                                                                 "cached_tokens_mean"))]
+    if not known:
+        return ""
+    parts = "; ".join(
+        f"{esc(r['arm'])} · {esc(r['workload'])} · {esc(r['load'])}: "
+        f"{_tokens(r['wave_seen_size'] * r['prompt_tokens_mean'])} to tokenize, "
+        f"{_tokens(r['wave_seen_size'] * max(r['prompt_tokens_mean'] - r['cached_tokens_mean'], 0.0))} to prefill"
+        for r in known[:6])
+    return (" Such a wave is, in prompt tokens, all of them to tokenize (each request sends its whole prompt) and those "
+            f"the prefix cache did not hold to prefill: {parts}{'; …' if len(known) > 6 else ''}.")
+
+
+def _tokens(n: float) -> str:
+    """A token count for prose: 445k, 13.5k, 850."""
+    if n >= 100_000:
+        return f"{n / 1000:,.0f}k"
+    return f"{n / 1000:.1f}k" if n >= 1000 else f"{n:.0f}"
 
 
 def measuring_side_note(rows: list[dict[str, Any]]) -> str:

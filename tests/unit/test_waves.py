@@ -43,6 +43,23 @@ def test_the_page_says_how_many_late_first_tokens_came_in_the_waves() -> None:
                          "concurrency: baseline · agent · c=128: 254 of 255.</p>")
 
 
+def test_the_page_says_what_a_wave_hands_the_server_in_tokens() -> None:
+    # the H100's c=128 defaults: 98.9 requests a wave, 4,449.6-token prompts of which 4,314.9 came from the cache
+    row = {"arm": "baseline", "workload": "agent", "load": "c=128", "in_waves": True, "wave_size": 35.1,
+           "wave_seen_size": 98.9, "wave_period_s": 1.3, "prompt_tokens_mean": 4449.6, "cached_tokens_mean": 4314.9}
+    small = {**row, "load": "c=8", "wave_seen_size": 7.0, "prompt_tokens_mean": 120.0, "cached_tokens_mean": 0.0}
+    unknown = {**row, "load": "c=64", "cached_tokens_mean": None}
+    note = steady_page.waves_note([row, small, unknown])
+    assert note.endswith("to prefill: baseline · agent · c=128: 440k to tokenize, 13.3k to prefill; baseline · "
+                         "agent · c=8: 840 to tokenize, 840 to prefill.</p>")
+    assert "c=64: " not in note.split("Such a wave")[1]  # no cache count: nothing said about its prefill
+    assert "Such a wave" not in steady_page.waves_note([unknown])
+    over = {**row, "cached_tokens_mean": 4500.0}  # a mean over requests can exceed another mean: never negative
+    assert "0 to prefill" in steady_page.waves_note([over])
+    many = steady_page.waves_note([{**row, "load": f"c={c}"} for c in range(7)])
+    assert many.count(" to tokenize, ") == 6 and many.endswith("to prefill; ….</p>")
+
+
 def test_a_wave_taken_up_one_request_at_a_time_spreads_its_headers_by_that_time():
     # the H200's defaults at agent c=64: 64 sends within ~45 ms, headers from ~25 to ~370 ms, ~5 ms apart
     start = np.concatenate([1000.0 + np.arange(64) * 0.0007, 1002.6 + np.arange(64) * 0.0007])
