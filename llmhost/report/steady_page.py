@@ -295,10 +295,8 @@ def _late_in_waves(lockstep: list[dict[str, Any]]) -> str:
 def _wave_work(lockstep: list[dict[str, Any]]) -> str:
     """What one such wave hands the server: every prompt tokenized whole, and the tokens the prefix cache missed to
     prefill. Both bound the wave's last first token whatever the flags."""
-    def finite(r: dict[str, Any], key: str) -> bool:
-        return isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
-    known = [r for r in lockstep if all(finite(r, k) for k in ("wave_seen_size", "prompt_tokens_mean",
-                                                                 "cached_tokens_mean"))]
+    known = [r for r in lockstep if all(math.isfinite(r.get(k, math.nan))
+                                        for k in ("wave_seen_size", "prompt_tokens_mean", "cached_tokens_mean"))]
     if not known:
         return ""
     parts = "; ".join(

@@ -48,7 +48,7 @@ def test_the_page_says_what_a_wave_hands_the_server_in_tokens() -> None:
     row = {"arm": "baseline", "workload": "agent", "load": "c=128", "in_waves": True, "wave_size": 35.1,
            "wave_seen_size": 98.9, "wave_period_s": 1.3, "prompt_tokens_mean": 4449.6, "cached_tokens_mean": 4314.9}
     small = {**row, "load": "c=8", "wave_seen_size": 7.0, "prompt_tokens_mean": 120.0, "cached_tokens_mean": 0.0}
-    unknown = {**row, "load": "c=64", "cached_tokens_mean": None}
+    unknown = {**row, "load": "c=64", "cached_tokens_mean": math.nan}  # no reply reported cached tokens
     note = steady_page.waves_note([row, small, unknown])
     assert note.endswith("to prefill: baseline · agent · c=128: 440k to tokenize, 13.3k to prefill; baseline · "
                          "agent · c=8: 840 to tokenize, 840 to prefill.</p>")
